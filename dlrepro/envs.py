@@ -1,0 +1,68 @@
+"""Native per-framework virtual environments, made from the same lock files
+that the framework's CPU image installs (one environment per framework:
+their pins conflict, e.g. MXNet needs numpy<1.24)."""
+import hashlib
+import shutil
+import subprocess
+import sys
+
+from . import ROOT, matrix as matrix_mod
+from .errors import UserError
+
+VENVS_DIR = ROOT / ".venvs"
+
+
+def venv_dir(framework, profile, root=VENVS_DIR):
+    return root / f"{framework}-{profile}"
+
+
+def python_for(version):
+    """An interpreter for `version` ("3.11") on this host, or None."""
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return sys.executable
+    return shutil.which(f"python{version}")
+
+
+def unavailable_reason(entry, framework, profile):
+    """Why this profile cannot have a native environment here (or None)."""
+    if not entry["native"]:
+        return (f"{framework}/{profile} runs in its image only: "
+                f"{entry['notes']}")
+    if entry["device"] != "cpu":
+        return f"{framework}/{profile} is a GPU image profile; natively use cpu"
+    if python_for(entry["python"]) is None:
+        return (f"{framework}/{profile} needs Python {entry['python']}, which "
+                f"is not on this host")
+    return None
+
+
+def ensure(framework, profile, entry, log=print, root=VENVS_DIR):
+    """Create or refresh the environment; returns its python. Cheap when the
+    lock file has not changed (a stamp holds the lock's hash)."""
+    lock = matrix_mod.lock_path(framework, profile)
+    if not lock.exists():
+        raise UserError(f"no lock file {lock}; run `invoke pin "
+                        f"--framework {framework} --profile {profile}`")
+    target = venv_dir(framework, profile, root)
+    stamp = target / f".lock-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}"
+    python = target / "bin" / "python"
+    if stamp.exists() and python.exists():
+        return python
+    log(f"creating {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} "
+        f"from {lock.relative_to(ROOT)}")
+    shutil.rmtree(target, ignore_errors=True)
+    _run([python_for(entry["python"]), "-m", "venv", str(target)],
+         f"creating {target}")
+    _run([str(python), "-m", "pip", "install", "--quiet",
+          "--disable-pip-version-check", "--no-deps", "--require-hashes",
+          "-r", str(lock)], f"installing {lock.name}")
+    stamp.touch()
+    return python
+
+
+def _run(command, what):
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [l for l in proc.stderr.splitlines()
+                 if "is neither a file nor a directory" not in l]
+        raise UserError(f"{what} failed: {(lines or ['(no output)'])[-1]}")

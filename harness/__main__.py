@@ -1,0 +1,82 @@
+"""Entry point inside a container or a framework's virtual environment.
+
+    python -m harness run --spec SPEC --out RESULT.json
+    python -m harness networks
+    python -m harness versions --framework pytorch [--device gpu]
+
+SPEC is a JSON file, or `-` for standard input: {"cell": {...},
+"container": {...} or null}. Exit status: 0 when a result file was written
+(whatever the cell's status), 2 for a spec that is not a valid cell, 143
+when terminated (the result file is still written).
+"""
+import argparse
+import json
+import sys
+
+from . import backends, networks
+from .cell import run_cell
+from .errors import HarnessError
+
+
+def _read_spec(source):
+    try:
+        if source == "-":
+            return json.load(sys.stdin)
+        with open(source) as handle:
+            return json.load(handle)
+    except (IOError, OSError) as exc:
+        raise HarnessError("cannot read spec {}: {}".format(source, exc.strerror))
+    except ValueError as exc:
+        raise HarnessError("spec {} is not valid JSON: {}".format(source, exc))
+
+
+def _run(args):
+    result = run_cell(_read_spec(args.spec), args.out)
+    error = result.get("error") or {}
+    print("{} {}: {}{}".format(result["cell"]["framework"],
+                               result["cell"]["network"], result["status"],
+                               " ({})".format(error.get("message"))
+                               if error else ""))
+    if error.get("type") == "Terminated":
+        return 143
+    return 0
+
+
+def _networks(args):
+    print(json.dumps([networks.describe(n) for n in networks.NETWORKS.values()],
+                     indent=2, sort_keys=True))
+    return 0
+
+
+def _versions(args):
+    backend = backends.load(args.framework)
+    print(json.dumps(backend.versions(args.device), sort_keys=True))
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m harness")
+    commands = parser.add_subparsers(dest="command")
+    run = commands.add_parser("run", help="run one cell, write one result")
+    run.add_argument("--spec", required=True, help="spec JSON file, or -")
+    run.add_argument("--out", required=True, help="result file to write")
+    run.set_defaults(func=_run)
+    listing = commands.add_parser("networks", help="describe the networks")
+    listing.set_defaults(func=_networks)
+    versions = commands.add_parser("versions", help="framework versions")
+    versions.add_argument("--framework", required=True)
+    versions.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+    versions.set_defaults(func=_versions)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_usage(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except HarnessError as exc:
+        sys.stderr.write("harness: error: {}\n".format(exc))
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,299 @@
+"""PyTorch backend: eager nn.Module built from harness.networks.
+
+The fast path a PyTorch expert would time for these models: eager mode,
+cuDNN autotuning on (the paper's Torch scripts set cudnn.benchmark), the
+optimizer's fused-for-each update, gradients set to None instead of zeroed.
+torch.compile is left out because the paper times the framework as shipped.
+"""
+import math
+
+from .. import networks as nets
+from ..errors import HarnessError
+
+NAME = "pytorch"
+DEVICES = ("cpu", "gpu")
+
+
+def _torch():
+    # Imported here so that `harness.backends` never loads a framework the
+    # cell does not use.
+    import torch
+    return torch
+
+
+def versions(device):
+    torch = _torch()
+    info = {"framework_version": torch.__version__, "cuda": None,
+            "cudnn": None, "nccl": None}
+    if device == "gpu":
+        info["cuda"] = torch.version.cuda
+        cudnn = torch.backends.cudnn.version()
+        info["cudnn"] = _dotted(cudnn) if cudnn else None
+        try:
+            nccl = torch.cuda.nccl.version()
+            info["nccl"] = ".".join(str(v) for v in nccl) if isinstance(
+                nccl, tuple) else str(nccl)
+        except Exception:  # built without NCCL
+            info["nccl"] = None
+    return info
+
+
+def _dotted(cudnn):
+    # cuDNN reports 90100 for 9.1.0 (and 8902 for 8.9.2 in older releases).
+    if cudnn >= 10000:
+        return "{}.{}.{}".format(cudnn // 10000, cudnn // 100 % 100, cudnn % 100)
+    return "{}.{}.{}".format(cudnn // 1000, cudnn // 100 % 10, cudnn % 100)
+
+
+def configure(threads, device, seed):
+    torch = _torch()
+    if threads is not None:
+        torch.set_num_threads(threads)
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:
+            # Only settable before the first parallel region; harmless when a
+            # caller (a test) has already run one in this process.
+            pass
+    if device == "gpu":
+        if not torch.cuda.is_available():
+            raise HarnessError("device gpu requested but PyTorch sees no CUDA "
+                               "device (torch {})".format(torch.__version__))
+        torch.backends.cudnn.benchmark = True
+    torch.manual_seed(seed)
+
+
+def effective_threads():
+    return _torch().get_num_threads()
+
+
+def is_out_of_memory(exc):
+    torch = _torch()
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom is not None and isinstance(exc, oom):
+        return True
+    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+
+
+# --- translation -------------------------------------------------------------
+
+def _activation(name):
+    nn = _torch().nn
+    if name is None:
+        return []
+    return [{"relu": nn.ReLU, "sigmoid": nn.Sigmoid}[name]()]
+
+
+def _glorot(weight, fan_in, fan_out):
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    _torch().nn.init.uniform_(weight, -limit, limit)
+
+
+def _build_module(resolved_layers):
+    torch = _torch()
+    nn = torch.nn
+    modules = []
+    for r in resolved_layers:
+        layer, kind = r.layer, type(r.layer)
+        if kind is nets.Dense:
+            linear = nn.Linear(r.in_shape[0], layer.units)
+            _glorot(linear.weight, r.in_shape[0], layer.units)
+            nn.init.zeros_(linear.bias)
+            modules += [linear] + _activation(layer.activation)
+        elif kind is nets.TimeDense:
+            linear = nn.Linear(r.in_shape[1], layer.units)
+            _glorot(linear.weight, r.in_shape[1], layer.units)
+            nn.init.zeros_(linear.bias)
+            modules.append(linear)
+        elif kind is nets.Conv:
+            before, after = layer.pad
+            if before != after:
+                modules.append(nn.ZeroPad2d((before, after, before, after)))
+                before = 0
+            conv = nn.Conv2d(r.in_shape[0], layer.filters, layer.kernel,
+                             layer.stride, padding=before, bias=layer.bias)
+            receptive = layer.kernel ** 2
+            _glorot(conv.weight, r.in_shape[0] * receptive,
+                    layer.filters * receptive)
+            if layer.bias:
+                nn.init.zeros_(conv.bias)
+            modules += [conv] + _activation(layer.activation)
+        elif kind is nets.BatchNorm:
+            norm = nn.BatchNorm2d if len(r.in_shape) == 3 else nn.BatchNorm1d
+            # PyTorch's momentum weighs the new batch: 1 - the decay.
+            modules += [norm(r.in_shape[0], eps=layer.eps,
+                             momentum=1.0 - layer.momentum)]
+            modules += _activation(layer.activation)
+        elif kind is nets.Activation:
+            modules += _activation(layer.fn)
+        elif kind is nets.Pool:
+            if layer.op == "max":
+                modules.append(nn.MaxPool2d(layer.kernel, layer.stride,
+                                            ceil_mode=True))
+            else:
+                modules.append(nn.AvgPool2d(layer.kernel, layer.stride,
+                                            ceil_mode=True,
+                                            count_include_pad=False))
+        elif kind is nets.GlobalAvgPool:
+            modules += [nn.AdaptiveAvgPool2d(1), nn.Flatten()]
+        elif kind is nets.Flatten:
+            modules.append(nn.Flatten())
+        elif kind is nets.Residual:
+            body, shortcut = r.children
+            modules.append(_Residual(
+                _build_module(body),
+                None if shortcut is None else _build_module(shortcut),
+                layer.activation))
+        elif kind is nets.SubsamplePad:
+            modules.append(_SubsamplePad(layer.stride,
+                                         layer.channels - r.in_shape[0]))
+        elif kind is nets.Embedding:
+            embedding = nn.Embedding(layer.vocab, layer.dim)
+            nn.init.uniform_(embedding.weight, -0.05, 0.05)
+            modules.append(embedding)
+        elif kind is nets.LSTM:
+            modules.append(_LSTM(r.in_shape[1], layer.hidden, layer.layers))
+        else:
+            raise HarnessError("pytorch backend cannot build {}".format(
+                kind.__name__))
+    return nn.Sequential(*modules)
+
+
+_CLASSES = []
+
+
+def _module_classes():
+    # Defined on first use: nn.Module must not be touched at import time.
+    if _CLASSES:
+        return _CLASSES
+    nn = _torch().nn
+    functional = _torch().nn.functional
+
+    class Residual(nn.Module):
+        def __init__(self, body, shortcut, activation):
+            super(Residual, self).__init__()
+            self.body = body
+            self.shortcut = shortcut
+            self.activation = activation
+
+        def forward(self, x):
+            out = self.body(x)
+            out = out + (x if self.shortcut is None else self.shortcut(x))
+            return functional.relu(out) if self.activation == "relu" else out
+
+    class SubsamplePad(nn.Module):
+        def __init__(self, stride, extra_channels):
+            super(SubsamplePad, self).__init__()
+            self.stride = stride
+            self.extra = extra_channels
+
+        def forward(self, x):
+            x = x[:, :, ::self.stride, ::self.stride]
+            return functional.pad(x, (0, 0, 0, 0, 0, self.extra))
+
+    class LSTM(nn.Module):
+        def __init__(self, inputs, hidden, layers):
+            super(LSTM, self).__init__()
+            self.lstm = nn.LSTM(inputs, hidden, layers, batch_first=True)
+            for name, weight in self.lstm.named_parameters():
+                if name.startswith("weight_ih"):
+                    _glorot(weight, inputs if name.endswith("l0") else hidden,
+                            4 * hidden)
+                elif name.startswith("weight_hh"):
+                    _glorot(weight, hidden, 4 * hidden)
+                else:
+                    nn.init.zeros_(weight)
+
+        def forward(self, x):
+            return self.lstm(x)[0]
+
+    _CLASSES.extend((Residual, SubsamplePad, LSTM))
+    return _CLASSES
+
+
+def _Residual(*args):
+    return _module_classes()[0](*args)
+
+
+def _SubsamplePad(*args):
+    return _module_classes()[1](*args)
+
+
+def _LSTM(*args):
+    return _module_classes()[2](*args)
+
+
+def build_model(network):
+    """The network as an nn.Sequential on the CPU, initialised as described."""
+    return _build_module(nets.resolve(network))
+
+
+# --- training ------------------------------------------------------------------
+
+class Session(object):
+    def __init__(self, network, model, inputs, labels, device):
+        torch = _torch()
+        self.network = network
+        self.model = model
+        self.inputs = inputs
+        self.labels = labels
+        self.device = device
+        self.parameters = sum(p.numel() for p in model.parameters()
+                              if p.requires_grad)
+        self.optimizer = torch.optim.SGD(model.parameters(),
+                                         lr=network.learning_rate,
+                                         momentum=network.momentum)
+        self.criterion = torch.nn.CrossEntropyLoss()
+        self._sync = (torch.cuda.synchronize if device == "gpu"
+                      else (lambda: None))
+
+    def _loss(self):
+        out = self.model(self.inputs)
+        if out.dim() == 3:  # (batch, steps, vocab): one prediction per token
+            out = out.reshape(-1, out.shape[-1])
+        return self.criterion(out, self.labels.reshape(-1))
+
+    def step(self):
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self._loss()
+        loss.backward()
+        self.optimizer.step()
+        self._sync()
+        return loss.item()
+
+    def output_shape(self):
+        torch = _torch()
+        with torch.no_grad():
+            return tuple(self.model(self.inputs).shape[1:])
+
+
+def _device(device):
+    return _torch().device("cuda" if device == "gpu" else "cpu")
+
+
+def prepare(network, batch_size, device, seed, batch=None):
+    torch = _torch()
+    dev = _device(device)
+    torch.manual_seed(seed)
+    model = build_model(network).to(dev)
+    model.train()
+    if batch is None:
+        shape = (batch_size,) + tuple(network.input_shape)
+        generator = torch.Generator(device=dev)
+        generator.manual_seed(seed)
+        if network.input_dtype == "int64":
+            inputs = torch.randint(0, network.classes, shape, device=dev,
+                                   generator=generator)
+            labels = torch.randint(0, network.classes, shape, device=dev,
+                                   generator=generator)
+        else:
+            inputs = torch.randn(shape, device=dev, generator=generator)
+            labels = torch.randint(0, network.classes, (batch_size,),
+                                   device=dev, generator=generator)
+    else:
+        dtype = torch.int64 if network.input_dtype == "int64" else torch.float32
+        inputs = torch.tensor(batch.inputs, dtype=dtype).reshape(
+            batch.input_shape).to(dev)
+        labels = torch.tensor(batch.labels, dtype=torch.int64).reshape(
+            batch.label_shape).to(dev)
+    return Session(network, model, inputs, labels, device)

@@ -1,0 +1,31 @@
+"""Constrain every thread pool a framework may use to the cell's count.
+
+The variables are read when the numeric libraries load, so `apply` runs
+before any backend imports its framework; backends then also call their
+framework's own setting (torch.set_num_threads and friends).
+"""
+import os
+
+THREAD_ENV_VARS = (
+    "OMP_NUM_THREADS",          # OpenMP (PyTorch, MXNet, oneDNN)
+    "MKL_NUM_THREADS",          # Intel MKL
+    "OPENBLAS_NUM_THREADS",     # OpenBLAS (MXNet, numpy)
+    "TF_NUM_INTRAOP_THREADS",   # TensorFlow
+    "TF_NUM_INTEROP_THREADS",
+    "MXNET_CPU_WORKER_NTHREADS",
+    "MXNET_OMP_MAX_THREADS",
+)
+
+
+def apply(threads, environ=None):
+    """Set every thread variable to `threads` (None leaves them alone)."""
+    environ = os.environ if environ is None else environ
+    if threads is None:
+        return
+    for name in THREAD_ENV_VARS:
+        environ[name] = str(threads)
+
+
+def snapshot(environ=None):
+    environ = os.environ if environ is None else environ
+    return dict((name, environ.get(name)) for name in THREAD_ENV_VARS)

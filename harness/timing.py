@@ -1,0 +1,56 @@
+"""The timing loop: raw seconds and losses per iteration, nothing else."""
+import math
+import time
+
+
+class Series(object):
+    """What a loop has measured so far. Filled in place, so that a caller
+    still holds every completed iteration when the loop is interrupted."""
+
+    def __init__(self):
+        self.warmup_s = []
+        self.warmup_loss = []
+        self.times = []
+        self.losses = []
+        self.diverged_at = None
+        # Process CPU seconds over the timed iterations (all threads): with
+        # the wall time it shows how many cores the framework really used.
+        self.cpu_s = None
+
+
+def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
+             cpu_clock=time.process_time):
+    """Call `step()` warmup + iterations times and record each iteration.
+
+    `step` runs one full training iteration and returns the loss as a float;
+    returning the float means the device has finished (the backends
+    synchronize before reading it), so consecutive clock readings bound real
+    work. The time of iteration i is the interval between the end of
+    iteration i-1 and the end of iteration i: the paper's "time between two
+    consecutive training iterations". A loss that is NaN or infinite stops
+    the loop and sets `diverged_at`.
+    """
+    if series is None:
+        series = Series()
+    previous = clock()
+    cpu_start = cpu_clock() if warmup == 0 else None
+    try:
+        for i in range(warmup + iterations):
+            loss = step()
+            now = clock()
+            if i < warmup:
+                series.warmup_s.append(now - previous)
+                series.warmup_loss.append(loss)
+            else:
+                series.times.append(now - previous)
+                series.losses.append(loss)
+            previous = now
+            if i == warmup - 1:
+                cpu_start = cpu_clock()
+            if math.isnan(loss) or math.isinf(loss):
+                series.diverged_at = i
+                break
+    finally:
+        if cpu_start is not None:
+            series.cpu_s = cpu_clock() - cpu_start
+    return series
