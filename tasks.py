@@ -1,0 +1,46 @@
+"""Invoke tasks: the user's entry points. Each task reads its flags, calls
+the dlrepro package, and prints; UserError becomes a one-line message and
+exit status 2."""
+import functools
+import sys
+
+from invoke import Exit, task
+
+from dlrepro.errors import UserError
+
+
+def user_errors(fn):
+    """Turn dlrepro's UserError into invoke's Exit (message, status 2)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            raise Exit(f"error: {exc}", code=2)
+    return wrapper
+
+
+@task(help={"framework": "framework whose native environment to make",
+            "profile": "matrix profile (default: cpu)"})
+@user_errors
+def env(c, framework, profile="cpu"):
+    """Create or refresh a framework's native virtual environment."""
+    from dlrepro import envs, matrix
+    m = matrix.load()
+    entry = matrix.entry(m, framework, profile)
+    reason = envs.unavailable_reason(entry, framework, profile)
+    if reason:
+        raise UserError(reason)
+    print(envs.ensure(framework, profile, entry))
+
+
+@task(help={"k": "only tests matching this pytest expression",
+            "x": "stop at the first failure"})
+def test(c, k="", x=False):
+    """Run the test suite (pytest)."""
+    args = [sys.executable, "-m", "pytest", "tests"]
+    if k:
+        args += ["-k", k]
+    if x:
+        args.append("-x")
+    c.run(" ".join(args), pty=False)
