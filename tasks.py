@@ -44,3 +44,26 @@ def test(c, k="", x=False):
     if x:
         args.append("-x")
     c.run(" ".join(args), pty=False)
+
+
+# --- data and convergence (issue 6) ----------------------------------------------
+# Thin tasks over dlrepro.datasets and dlrepro.converge; see docs/convergence.md.
+
+@task(auto_shortflags=False,
+      help={"dataset": "mnist, cifar10 or ptb",
+            "data_dir": "folder that holds <dataset>/ (default: data/)",
+            "mirror": "base URL to download from instead of the official ones",
+            "check": "only verify the files already there; download nothing"})
+@user_errors
+def data(c, dataset, data_dir=None, mirror=None, check=False):
+    """Download a dataset's official files (verified), or check them."""
+    from dlrepro import datasets
+    folder = data_dir or datasets.DEFAULT_DATA_DIR
+    if not check:
+        datasets.download(dataset, folder, mirror=mirror,
+                          progress=datasets.ProgressPrinter(
+                              sys.stderr, sys.stderr.isatty()))
+    lines = datasets.status(dataset, folder)
+    print("\n".join(lines))
+    if check and not lines[-1].startswith(f"{dataset}: {dataset} sha256:"):
+        raise UserError(lines[-1])

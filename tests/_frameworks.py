@@ -1,0 +1,20 @@
+"""Framework environments for tests that run framework code: the same
+.venvs/<framework>-cpu that `invoke env` makes from the lock files, created
+on first use (never skipped: CI makes them too)."""
+import pytest
+
+from dlrepro import envs, matrix
+
+
+@pytest.fixture(scope="session")
+def framework_python():
+    made = {}
+
+    def python(framework):
+        if framework not in made:
+            m = matrix.load()
+            made[framework] = envs.ensure(framework, "cpu",
+                                          matrix.entry(m, framework, "cpu"),
+                                          log=lambda message: None)
+        return made[framework]
+    return python
