@@ -67,3 +67,63 @@ def data(c, dataset, data_dir=None, mirror=None, check=False):
     print("\n".join(lines))
     if check and not lines[-1].startswith(f"{dataset}: {dataset} sha256:"):
         raise UserError(lines[-1])
+
+
+@task(iterable=["framework", "network"], auto_shortflags=False,
+      help={"framework": "framework to train (repeatable)",
+            "network": "fcn-r, alexnet-r, resnet-56 or lstm (repeatable)",
+            "workers": "data-parallel worker counts, e.g. 1,2,4 (default)",
+            "gpus": "GPU counts, e.g. 1,2,4 (implies --device gpu)",
+            "epochs": "epochs per run (default: the paper's, 40 or 20)",
+            "global_batch_size": "total batch over all workers (default: "
+                                 "the paper's)",
+            "data_dir": "folder that holds <dataset>/ (default: data/)",
+            "synthetic": "train on synthetic data of the same shape",
+            "train_samples": "use only the first N training samples",
+            "test_samples": "use only the first N test samples",
+            "target_loss": "training loss whose epochs/seconds to reach are "
+                           "compared (default: the highest final loss)",
+            "device": "cpu or gpu (default: cpu, gpu with --gpus)",
+            "threads": "intra-op threads in all, shared by the workers",
+            "seed": "seed of weights and sample order (default 0)",
+            "out": "results root (default: results/)",
+            "timeout": "seconds per run before it is stopped",
+            "dry_run": "print the plan and stop"})
+@user_errors
+def converge(c, framework=None, network=None, workers=None, gpus=None,
+             epochs=None, global_batch_size=None, data_dir=None,
+             synthetic=False, train_samples=None, test_samples=None,
+             target_loss=None, device=None, threads=None, seed=0, out=None,
+             timeout=None, dry_run=False):
+    """Convergence with data parallelism: loss curves for 1/2/4 workers."""
+    from dlrepro import converge as conv
+    if not network:
+        raise UserError(f"name at least one --network: "
+                        f"{', '.join(conv.NETWORKS)}")
+    if gpus is not None and workers is not None:
+        raise UserError("give --workers or --gpus, not both")
+    if gpus is not None and device not in (None, "gpu"):
+        raise UserError("--gpus needs --device gpu")
+    device = device or ("gpu" if gpus is not None else "cpu")
+    counts = conv.parse_counts(gpus or workers or "1,2,4",
+                               "--gpus" if gpus else "--workers")
+    specs = conv.plan(framework, network, counts, device=device,
+                      global_batch=global_batch_size, epochs=epochs,
+                      seed=seed, threads=threads, data_dir=data_dir,
+                      synthetic=synthetic, train_samples=train_samples,
+                      test_samples=test_samples, target_loss=target_loss)
+    for spec in specs:
+        print(f"{conv.run_name(spec)}: {spec['epochs']} epochs, global batch "
+              f"{spec['global_batch_size']}, {spec['data']['source']} "
+              f"{spec['data']['name']}")
+    if dry_run:
+        return
+    conv.check_data(specs)
+    pythons = conv.environments(specs)
+    run_dir, _ = conv.run(specs, out or conv.DEFAULT_OUT, pythons=pythons,
+                          timeout=conv._positive(timeout, "timeout") or
+                          conv.DEFAULT_TIMEOUT_S,
+                          command=sys.argv)
+    record, results = conv.load_run(run_dir)
+    print("\n".join(conv.table_lines(conv.summarise(results))))
+    print(f"results: {run_dir}")

@@ -1,6 +1,7 @@
 """Entry point inside a container or a framework's virtual environment.
 
     python -m harness run --spec SPEC --out RESULT.json
+    python -m harness converge --spec SPEC --out RESULT.json
     python -m harness networks
     python -m harness versions --framework pytorch [--device gpu]
 
@@ -42,6 +43,18 @@ def _run(args):
     return 0
 
 
+def _converge(args):
+    # Imported here: the throughput path does not need the convergence code.
+    from .converge import run_convergence
+    result = run_convergence(_read_spec(args.spec), args.out)
+    error = result.get("error") or {}
+    print("{} {} x{}: {}{}".format(
+        result["cell"]["framework"], result["cell"]["network"],
+        result["convergence"]["workers"], result["status"],
+        " ({})".format(error.get("message")) if error else ""))
+    return 143 if error.get("type") == "Terminated" else 0
+
+
 def _networks(args):
     print(json.dumps([networks.describe(n) for n in networks.NETWORKS.values()],
                      indent=2, sort_keys=True))
@@ -61,6 +74,11 @@ def main(argv=None):
     run.add_argument("--spec", required=True, help="spec JSON file, or -")
     run.add_argument("--out", required=True, help="result file to write")
     run.set_defaults(func=_run)
+    converge = commands.add_parser(
+        "converge", help="one convergence run (N data-parallel workers)")
+    converge.add_argument("--spec", required=True, help="spec JSON file, or -")
+    converge.add_argument("--out", required=True, help="result file to write")
+    converge.set_defaults(func=_converge)
     listing = commands.add_parser("networks", help="describe the networks")
     listing.set_defaults(func=_networks)
     versions = commands.add_parser("versions", help="framework versions")

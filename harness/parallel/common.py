@@ -1,0 +1,139 @@
+"""What every framework's data-parallel training shares: the sample order,
+how a global batch is split over workers, the epoch loop with its clocks,
+and the curves it returns. Standard library only.
+
+Same seed, same order: the permutation of an epoch depends on the seed and
+the epoch alone, global batch k of an epoch is the k-th slice of that
+permutation (the incomplete last batch is dropped), and worker r trains on
+the r-th contiguous part of it. One worker therefore sees exactly the
+batches that N workers see together, so with gradients averaged over the
+global batch the runs differ only by floating-point reduction order.
+"""
+import math
+import random
+import time
+
+from .. import datasets
+from ..errors import HarnessError
+
+
+def epoch_order(count, seed, epoch):
+    """The order of the training samples in `epoch` (0-based)."""
+    order = list(range(count))
+    random.Random(seed * 1000003 + epoch).shuffle(order)
+    return order
+
+
+def global_batches(order, global_batch):
+    """Complete global batches of `order`; the remainder is dropped."""
+    return [order[i:i + global_batch]
+            for i in range(0, len(order) - global_batch + 1, global_batch)]
+
+
+def shard(batch, rank, workers):
+    """Worker `rank`'s contiguous part of a global batch."""
+    per_worker = len(batch) // workers
+    return batch[rank * per_worker:(rank + 1) * per_worker]
+
+
+def iterations_per_epoch(train_count, global_batch):
+    return train_count // global_batch
+
+
+def threads_per_worker(threads, workers):
+    """Intra-op threads for each worker process: the cell's total shared
+    out, so that N workers do not oversubscribe the cores."""
+    return max(1, threads // workers)
+
+
+def load_data(spec, seed):
+    """The dataset a plan names: real files (verified) or synthetic."""
+    if spec["source"] == "synthetic":
+        return datasets.synthetic(spec["name"], seed, spec.get("train_samples"),
+                                  spec.get("test_samples"))
+    return datasets.load(spec["name"], spec["dir"], spec.get("checksums"),
+                         spec.get("train_samples"), spec.get("test_samples"))
+
+
+def new_curves():
+    return {"iteration_loss": [], "iteration_s": [], "epochs": [],
+            "diverged_at": None}
+
+
+def _finite(value):
+    return not (math.isnan(value) or math.isinf(value))
+
+
+def run_epochs(trainer, plan, train_count, curves=None,
+               clock=time.perf_counter):
+    """Train plan["epochs"] epochs through `trainer` and fill `curves`.
+
+    `trainer` has step(indices) -> the loss of this worker's part (a float
+    read back once the device has finished), global_losses(losses) -> the
+    global batch's loss per iteration (the mean over workers; identical on
+    every worker) and evaluate() -> (test loss, test accuracy). Iteration
+    time is the interval between the ends of consecutive iterations, as in
+    the throughput harness; evaluation lies outside it. A non-finite loss
+    stops training at the end of its epoch: workers decide together on the
+    combined losses, so none waits forever for the others.
+    """
+    curves = new_curves() if curves is None else curves
+    workers, global_batch = plan["workers"], plan["global_batch_size"]
+    for epoch in range(plan["epochs"]):
+        order = epoch_order(train_count, plan["seed"], epoch)
+        local = []
+        start = previous = clock()
+        for batch in global_batches(order, global_batch):
+            loss = trainer.step(batch)
+            now = clock()
+            curves["iteration_s"].append(now - previous)
+            previous = now
+            local.append(loss)
+        train_s = previous - start
+        losses = trainer.global_losses(local)
+        first = len(curves["iteration_loss"])
+        curves["iteration_loss"].extend(losses)
+        bad = [i for i, v in enumerate(losses) if not _finite(v)]
+        if bad:
+            curves["diverged_at"] = first + bad[0]
+        before = clock()
+        test_loss, test_accuracy = trainer.evaluate()
+        curves["epochs"].append({
+            "epoch": epoch + 1,
+            "iterations": len(losses),
+            "train_loss": math.fsum(losses) / len(losses) if not bad else
+            float("nan"),
+            "test_loss": test_loss,
+            "test_accuracy": test_accuracy,
+            "train_s": train_s,
+            "eval_s": clock() - before,
+        })
+        if bad:
+            break
+    return curves
+
+
+def check_plan(plan, train_count):
+    """Errors a plan can have only once the data is known."""
+    per_epoch = iterations_per_epoch(train_count, plan["global_batch_size"])
+    if per_epoch < 1:
+        raise HarnessError("the global batch ({}) is larger than the {} "
+                           "training samples: no complete batch per epoch".format(
+                               plan["global_batch_size"], train_count))
+    if per_epoch * plan["epochs"] < 2:
+        raise HarnessError("a convergence run needs at least 2 iterations; "
+                           "{} epoch(s) of {} give {}".format(
+                               plan["epochs"], per_epoch,
+                               per_epoch * plan["epochs"]))
+    return per_epoch
+
+
+def json_safe(value):
+    """NaN and infinity become null (JSON has neither), recursively."""
+    if isinstance(value, float):
+        return value if _finite(value) else None
+    if isinstance(value, dict):
+        return dict((k, json_safe(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -1,0 +1,390 @@
+"""Convergence mode: figures, sample order, validation, and real data-parallel
+training (1 vs 2 workers) in each framework's own environment on small
+generated MNIST files."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from _frameworks import framework_python  # noqa: F401 (a fixture)
+from dlrepro import converge as conv
+from dlrepro import datasets as dd
+from dlrepro.errors import UserError
+from harness import converge as hconverge
+from harness import figures, resultfile
+from harness.errors import HarnessError
+from harness.parallel import common
+
+# Frameworks whose data-parallel module exists (TensorFlow and MXNet join as
+# their backends land; see docs/convergence.md).
+FRAMEWORKS = ["pytorch"]
+# 1 vs 2 workers: the same global batches, gradients averaged over the
+# global batch, so the curves differ only by float32 reduction order
+# (observed: below 1e-5 over 32 iterations). 1e-3 of the loss is 100x that,
+# and 100x below what a real fault moves the curve by: a different seed
+# (checked below), a doubled learning rate (gradients summed instead of
+# averaged) or workers training on the same half of the batch all change the
+# loss by 0.05 or more within a few iterations.
+RELATIVE_TOLERANCE = 1e-3
+TRAIN, TEST, BATCH, EPOCHS = 1024, 256, 64, 2
+
+
+@pytest.fixture(scope="module")
+def schema(root):
+    return json.loads((root / "harness" / "result.schema.json").read_text())
+
+
+# --- pure parts -----------------------------------------------------------------
+
+# The GPU profiles live in the matrix of the GPU work; the plan only needs to
+# find one.
+GPU_MATRIX = {"pytorch": {"cpu": {"device": "cpu"}, "cuda": {"device": "gpu"}}}
+
+PER_EPOCH = [
+    {"epoch": 1, "train_loss": 2.0, "train_s": 10.0},
+    {"epoch": 2, "train_loss": 1.2, "train_s": 11.0},
+    {"epoch": 3, "train_loss": 0.9, "train_s": 12.0},
+]
+
+
+def test_figures_of_one_run():
+    assert figures.epochs_to_target(PER_EPOCH, 1.2) == 2
+    assert figures.seconds_to_target(PER_EPOCH, 1.2) == 21.0
+    assert figures.epochs_to_target(PER_EPOCH, 0.5) is None
+    assert figures.seconds_to_target(PER_EPOCH, 0.5) is None
+    nan_first = [dict(PER_EPOCH[0], train_loss=float("nan"))] + PER_EPOCH[1:]
+    assert figures.epochs_to_target(nan_first, 5.0) == 2
+    run = figures.run_figures(PER_EPOCH, 0.25, 1.0)
+    assert run == {"target_loss": 1.0, "epochs_to_target": 3,
+                   "seconds_to_target": 33.0, "final_train_loss": 0.9,
+                   "final_test_loss": None, "final_test_accuracy": None,
+                   "training_s": 33.0, "processing_time_s": 0.25}
+
+
+def test_figures_across_worker_counts():
+    two = [{"epoch": 1, "train_loss": 2.1, "train_s": 6.0},
+           {"epoch": 2, "train_loss": 1.5, "train_s": 6.0},
+           {"epoch": 3, "train_loss": 1.1, "train_s": 6.0}]
+    compared = figures.compare([
+        {"workers": 2, "per_epoch": two, "processing_time_s": 0.15},
+        {"workers": 1, "per_epoch": PER_EPOCH, "processing_time_s": 0.25}])
+    # Default target: the highest final loss, 1.1, reached by both.
+    assert compared["target_loss"] == 1.1
+    one, pair = compared["rows"]
+    assert (one["workers"], one["epochs_to_target"],
+            one["seconds_to_target"]) == (1, 3, 33.0)
+    assert (pair["workers"], pair["epochs_to_target"],
+            pair["seconds_to_target"]) == (2, 3, 18.0)
+    assert pair["epochs_ratio"] == 1.0
+    assert pair["seconds_ratio"] == pytest.approx(18.0 / 33.0)
+    assert pair["speedup"] == pytest.approx(0.25 / 0.15)
+    assert pair["scaling_efficiency"] == pytest.approx(0.25 / 0.15 / 2)
+    assert one["speedup"] == 1.0 and one["scaling_efficiency"] == 1.0
+    given = figures.compare([{"workers": 2, "per_epoch": two,
+                              "processing_time_s": 0.15}], 1.5)
+    assert given["target_source"] == "given"
+    assert given["rows"][0]["epochs_to_target"] == 2
+    assert given["rows"][0]["speedup"] is None  # no 1-worker run
+
+
+def test_workers_see_the_global_batches_of_one_worker():
+    order = common.epoch_order(10, seed=3, epoch=1)
+    assert sorted(order) == list(range(10))
+    assert order == common.epoch_order(10, 3, 1)
+    assert order != common.epoch_order(10, 3, 2)
+    batches = common.global_batches(order, 4)
+    assert batches == [order[0:4], order[4:8]]  # the remainder is dropped
+    for batch in batches:
+        assert common.shard(batch, 0, 2) + common.shard(batch, 1, 2) == batch
+        assert sum((common.shard(batch, r, 4) for r in range(4)), []) == batch
+
+
+def test_spec_errors_are_clear():
+    spec = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
+            "device": "cpu", "workers": 4, "global_batch_size": 2,
+            "epochs": 1, "seed": 0, "threads": None, "runtime": "native",
+            "clock_policy": "observe", "target_loss": None,
+            "data": {"source": "synthetic"}}
+    with pytest.raises(HarnessError, match="^4 workers cannot share a global "
+                       "batch of 2 samples: each worker needs at least one$"):
+        hconverge.validate(spec)
+    with pytest.raises(HarnessError, match="^a global batch of 6 does not "
+                       "split evenly over 4 workers; use a multiple of 4$"):
+        hconverge.validate(dict(spec, global_batch_size=6))
+    with pytest.raises(HarnessError, match="fcn5 trains on synthetic data "
+                       "only; convergence networks: alexnet-r, fcn-r, lstm, "
+                       "resnet-56"):
+        hconverge.validate(dict(spec, network="fcn5", global_batch_size=8))
+    with pytest.raises(HarnessError, match="unknown framework 'caffe'"):
+        hconverge.validate(dict(spec, framework="caffe"))
+    with pytest.raises(HarnessError, match="missing \\['epochs'\\]"):
+        hconverge.validate(dict((k, v) for k, v in spec.items()
+                                if k != "epochs"))
+    with pytest.raises(HarnessError, match="target_loss must be a positive"):
+        hconverge.validate(dict(spec, global_batch_size=8, target_loss=-1))
+    with pytest.raises(HarnessError, match="global batch \\(64\\) is larger "
+                       "than the 10 training samples"):
+        common.check_plan(dict(spec, global_batch_size=64), 10)
+
+
+def test_plan_defaults_follow_the_paper(tmp_path):
+    specs = conv.plan(["pytorch"], ["fcn-r", "alexnet-r"], [1, 2, 4],
+                      synthetic=True)
+    assert [(s["network"], s["workers"], s["global_batch_size"], s["epochs"])
+            for s in specs] == [
+        ("fcn-r", 1, 1024, 40), ("fcn-r", 2, 1024, 40), ("fcn-r", 4, 1024, 40),
+        ("alexnet-r", 1, 1024, 40), ("alexnet-r", 2, 1024, 40),
+        ("alexnet-r", 4, 1024, 40)]
+    gpu = conv.plan(["pytorch"], ["fcn-r", "lstm"], [1, 2, 4], device="gpu",
+                    synthetic=True, matrix=GPU_MATRIX)
+    assert [(s["global_batch_size"], s["epochs"], s["profile"], s["device"])
+            for s in gpu][::3] == [(4096, 40, "cuda", "gpu"),
+                                   (128, 20, "cuda", "gpu")]
+    data = conv.plan(["pytorch"], ["fcn-r"], [1], data_dir=tmp_path)[0]["data"]
+    assert data == {"source": "files", "name": "mnist",
+                    "dir": str(tmp_path.resolve()), "checksums": None,
+                    "train_samples": None, "test_samples": None}
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"workers": [1, 3]}, "a global batch of 1024 does not split evenly over 3"),
+    ({"global_batch": "0"}, "global-batch-size must be a positive integer"),
+    ({"networks": ["fcn5"]}, "unknown convergence network 'fcn5'"),
+    ({"frameworks": ["caffe"]}, "unknown framework 'caffe'"),
+    ({"synthetic": True, "data_dir": "x"}, "exclude each other"),
+    ({"target_loss": "low"}, "target-loss must be a number"),
+])
+def test_plan_errors(kwargs, message):
+    args = {"frameworks": ["pytorch"], "networks": ["fcn-r"],
+            "workers": [1, 2]}
+    args.update(kwargs)
+    with pytest.raises(UserError, match=message):
+        conv.plan(args.pop("frameworks"), args.pop("networks"),
+                  args.pop("workers"), **args)
+
+
+def test_parse_counts():
+    assert conv.parse_counts("4,1,2,2", "--workers") == [1, 2, 4]
+    with pytest.raises(UserError, match="--gpus must be positive integers"):
+        conv.parse_counts("1,two", "--gpus")
+
+
+# --- real training --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return folder, dd.generate("mnist", folder, TRAIN, TEST, seed=11)
+
+
+def _specs(framework, data_dir, checksums, workers, seed=5, epochs=EPOCHS):
+    return conv.plan([framework], ["fcn-r"], workers, global_batch=BATCH,
+                     epochs=epochs, seed=seed, threads=2, data_dir=data_dir,
+                     checksums=checksums)
+
+
+def _max_relative(a, b):
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module", params=FRAMEWORKS)
+def trained(request, mnist, tmp_path_factory, framework_python):
+    """1 and 2 workers of one framework, run through dlrepro.converge."""
+    framework = request.param
+    data_dir, checksums = mnist
+    out = tmp_path_factory.mktemp("results")
+    specs = _specs(framework, data_dir, checksums, [1, 2])
+    conv.check_data(specs, log=lambda m: None)
+    pythons = {(framework, "cpu"): framework_python(framework)}
+    run_dir, results = conv.run(specs, out, pythons=pythons, timeout=900,
+                                log=lambda m: None)
+    return framework, run_dir, results, pythons
+
+
+def test_one_and_two_workers_converge_alike(trained, schema):
+    framework, run_dir, results, _ = trained
+    one = results[f"{framework}-fcn-r-w1"]
+    two = results[f"{framework}-fcn-r-w2"]
+    per_epoch = TRAIN // BATCH
+    for result in (one, two):
+        jsonschema.validate(result, schema)
+        assert result["status"] == "ok", result["error"]
+        block = result["convergence"]
+        curve = block["curve"]["loss"]
+        assert len(curve) == len(block["curve"]["seconds"]) == \
+            per_epoch * EPOCHS
+        assert all(math.isfinite(v) for v in curve)
+        assert result["cell"]["iterations"] == per_epoch * EPOCHS - 1
+        assert result["loss"]["warmup"] + result["loss"]["per_iteration"] == \
+            curve
+        assert result["cell"]["dataset"] == block["data"]["label"]
+        assert result["cell"]["dataset"].startswith("mnist-custom sha256:")
+        assert [e["epoch"] for e in block["per_epoch"]] == [1, 2]
+        first, last = block["per_epoch"]
+        # The loss falls: lower over the second epoch than over the first,
+        # and the last iteration below the first epoch's peak.
+        assert last["train_loss"] < first["train_loss"]
+        assert curve[-1] < max(curve[:per_epoch])
+        assert first["train_loss"] == pytest.approx(
+            math.fsum(curve[:per_epoch]) / per_epoch)
+        assert 0.0 <= last["test_accuracy"] <= 1.0
+        assert block["final_train_loss"] == last["train_loss"]
+        assert block["training_s"] == pytest.approx(
+            first["train_s"] + last["train_s"])
+        assert block["processing_time_s"] == result["timing"]["mean_s"]
+        assert result["model"]["framework_parameters"] == \
+            result["model"]["parameters"]
+    assert one["convergence"]["parallel_note"] is None
+    assert "mean little" in two["convergence"]["parallel_note"]
+    assert (one["cell"]["batch_size"], two["cell"]["batch_size"]) == \
+        (BATCH, BATCH // 2)
+    a, b = one["convergence"]["curve"]["loss"], \
+        two["convergence"]["curve"]["loss"]
+    assert _max_relative(a, b) <= RELATIVE_TOLERANCE, (a, b)
+    accuracy = [r["convergence"]["final_test_accuracy"] for r in (one, two)]
+    assert accuracy[0] == pytest.approx(accuracy[1], abs=2.0 / TEST)
+
+
+def test_run_folder_records_and_compares(trained):
+    framework, run_dir, results, _ = trained
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["kind"] == "convergence" and record["finished_at"]
+    assert [(r["name"], r["status"]) for r in record["runs"]] == [
+        (f"{framework}-fcn-r-w1", "ok"), (f"{framework}-fcn-r-w2", "ok")]
+    assert (run_dir.parent / conv.LATEST).read_text().strip() == run_dir.name
+    summary = json.loads((run_dir / "convergence.json").read_text())
+    (comparison,) = summary["comparisons"]
+    one, two = comparison["rows"]
+    finals = [results[f"{framework}-fcn-r-w{n}"]["convergence"]
+              ["final_train_loss"] for n in (1, 2)]
+    assert comparison["target_loss"] == max(finals)
+    assert one["epochs_to_target"] <= EPOCHS and two["epochs_to_target"] <= \
+        EPOCHS
+    assert two["speedup"] == pytest.approx(
+        one["processing_time_s"] / two["processing_time_s"])
+    assert two["scaling_efficiency"] == pytest.approx(two["speedup"] / 2)
+    assert two["epochs_ratio"] == two["epochs_to_target"] / \
+        one["epochs_to_target"]
+    lines = conv.table_lines(summary)
+    assert lines[0].startswith(f"{framework} fcn-r on cpu, global batch 64, "
+                               f"2 epochs, seed 5, data mnist-custom sha256:")
+    assert any(line.split()[:2] == ["2", "ok"] for line in lines)
+
+
+def test_another_seed_moves_the_curve_beyond_the_tolerance(trained, mnist,
+                                                           tmp_path):
+    """The tolerance above can fail: a real difference exceeds it."""
+    framework, run_dir, results, pythons = trained
+    data_dir, checksums = mnist
+    specs = _specs(framework, data_dir, checksums, [1], seed=6, epochs=1)
+    _, other = conv.run(specs, tmp_path, pythons=pythons, timeout=900,
+                        log=lambda m: None)
+    moved = other[f"{framework}-fcn-r-w1"]["convergence"]["curve"]["loss"]
+    base = results[f"{framework}-fcn-r-w1"]["convergence"]["curve"]["loss"]
+    assert _max_relative(base, moved) > 10 * RELATIVE_TOLERANCE
+
+
+def _harness(python, root, spec, out):
+    spec_path = out.with_suffix(".spec.json")
+    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    return subprocess.run([str(python), "-s", "-m", "harness", "converge",
+                           "--spec", str(spec_path), "--out", str(out)],
+                          cwd=root, env=env, capture_output=True, text=True)
+
+
+def test_missing_gpus_are_unsupported(root, tmp_path, framework_python,
+                                      schema):
+    spec = conv.plan(["pytorch"], ["fcn-r"], [2], device="gpu",
+                     global_batch=8, epochs=1, synthetic=True,
+                     train_samples=64, test_samples=16, matrix=GPU_MATRIX)[0]
+    out = tmp_path / "gpu.json"
+    proc = _harness(framework_python("pytorch"), root, spec, out)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema)
+    assert result["status"] == "unsupported"
+    assert result["error"]["message"] == \
+        "2 GPUs asked for, pytorch sees 0 on this machine"
+    assert result["cell"]["dataset"] == "synthetic"
+    assert result["convergence"]["data"]["source"] == "synthetic"
+    assert (result["cell"]["gpus"], result["cell"]["batch_size"]) == (2, 4)
+
+
+def test_harness_rejects_bad_specs_in_one_line(root, tmp_path, mnist,
+                                               framework_python):
+    data_dir, checksums = mnist
+    spec = _specs("pytorch", data_dir, checksums, [1])[0]
+    for change, message in (
+            ({"workers": 3}, "a global batch of 64 does not split evenly "
+                             "over 3 workers; use a multiple of 3"),
+            ({"data": dict(spec["data"], checksums=None)},
+             f"{data_dir}/mnist/train-images-idx3-ubyte.gz: sha256 mismatch: "
+             f"expected 440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f"
+             f"203523609, got {checksums['train-images-idx3-ubyte.gz']}")):
+        out = tmp_path / "bad.json"
+        proc = _harness(framework_python("pytorch"), root,
+                        dict(spec, **change), out)
+        assert proc.returncode == 2
+        assert proc.stderr.splitlines()[-1].startswith(
+            f"harness: error: {message}")
+        assert not out.exists()
+
+
+def _invoke(root, *args):
+    return subprocess.run([str(Path(sys.executable).parent / "invoke"),
+                           "converge", *args], cwd=root, capture_output=True,
+                          text=True)
+
+
+def test_task_bad_inputs(root, tmp_path, mnist):
+    data_dir, checksums = mnist
+    missing = tmp_path / "absent"
+    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+                  "--data-dir", str(missing), "--out", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr.startswith(f"error: data folder {missing} does not "
+                                 f"exist; run `invoke data --dataset mnist")
+    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+                  "--data-dir", str(data_dir), "--workers", "1,2",
+                  "--global-batch-size", "64", "--out", str(tmp_path))
+    assert out.returncode == 2
+    # The generated files are not MNIST: the official digests refuse them.
+    assert out.stderr.startswith(f"error: {data_dir}/mnist/train-images-"
+                                 f"idx3-ubyte.gz: sha256 mismatch: expected "
+                                 f"440fcabf")
+    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+                  "--synthetic", "--workers", "4", "--global-batch-size", "2")
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: 4 workers cannot share a global "
+                                  "batch of 2 samples: each worker needs at "
+                                  "least one")
+    for output in (out.stdout, out.stderr):
+        assert "Traceback" not in output
+    assert not list(tmp_path.glob("converge-*"))
+
+
+def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
+    specs = conv.plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
+                      threads=2, synthetic=True, train_samples=4096,
+                      test_samples=64)
+    pythons = {("pytorch", "cpu"): framework_python("pytorch")}
+    run_dir, results = conv.run(specs, tmp_path, pythons=pythons, timeout=20,
+                                log=lambda m: None)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["runs"][0]["status"] == "timeout"
+    result = results["pytorch-fcn-r-w2"]
+    jsonschema.validate(result, schema)
+    assert result["status"] == "timeout"
+    # No worker outlives the run: nothing runs with the run's plan file.
+    log = (run_dir / "pytorch-fcn-r-w2.log").read_text()
+    plan = log.split("--plan ", 1)[1].split()[0]
+    leftovers = subprocess.run(["pgrep", "-f", plan], capture_output=True,
+                               text=True)
+    assert leftovers.stdout.strip() == ""
