@@ -25,14 +25,17 @@ def make_cell(**overrides):
     return cell
 
 
-@pytest.fixture
-def run(monkeypatch, tmp_path):
-    """run(script, **cell overrides) -> result written by run_cell."""
+@pytest.fixture(autouse=True)
+def restore_thread_variables(monkeypatch):
     # run_cell sets the thread variables of this process: restore them after.
     from harness.threads import THREAD_ENV_VARS
     for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
 
+
+@pytest.fixture
+def run(monkeypatch, tmp_path):
+    """run(script, **cell overrides) -> result written by run_cell."""
     def _run(script, backend=None, **overrides):
         fake = backend or Backend(script)
         monkeypatch.setattr(backends, "load", lambda name: fake)
