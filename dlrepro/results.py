@@ -120,7 +120,7 @@ def validation_errors(result):
     for error in sorted(_validator().iter_errors(result), key=str):
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
         errors.append(f"{where}: {error.message}")
-    if result.get("status") == "ok":
+    if result.get("status") == "ok" and not errors:
         timing = result.get("timing") or {}
         expected = result["cell"]["iterations"]
         got = len(timing.get("per_iteration_s") or [])
