@@ -160,3 +160,18 @@ def test(c, k="", x=False):
     if x:
         args.append("-x")
     c.run(" ".join(args), pty=False)
+
+
+@task(help={"rounds": "alternating rounds of harness and hand-written blocks",
+            "block": "iterations per block",
+            "threads": "CPU threads (default: all usable)"})
+@user_errors
+def overhead(c, rounds=10, block=5, threads=None):
+    """Measure the harness's overhead against a hand-written PyTorch loop."""
+    from dlrepro import ROOT, envs, hostinfo, matrix
+    m = matrix.load()
+    python = envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"])
+    threads = threads or hostinfo.usable_cpus()
+    c.run(f"{python} {ROOT / 'benchmarks' / 'harness_overhead.py'} "
+          f"--rounds {int(rounds)} --block {int(block)} --threads {int(threads)}",
+          env={"PYTHONPATH": str(ROOT)}, pty=False)
