@@ -5,11 +5,15 @@ and prints. dlrepro's UserError becomes a one-line message and exit status 2.
 """
 import functools
 import shlex
+import signal
 import sys
 
 from invoke import Exit, task
 
 from dlrepro.errors import UserError
+
+# `invoke report | head` should end quietly, as other command-line tools do.
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 def user_errors(fn):
@@ -148,6 +152,25 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
     _print_lines(report.format_table(report.summary_rows(pairs)))
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+
+@task(help={"run": "run id, `latest` (default) or a run folder",
+            "out": "results root (default: results)",
+            "json": "print the rows as JSON instead of a table"})
+@user_errors
+def report(c, run="latest", out="results", json=False):
+    """Summarise a finished (or interrupted) run as a table."""
+    import json as json_mod
+    from dlrepro import report as report_mod, results
+    run_dir = results.resolve_run(out, run)
+    record, pairs = results.load_run_results(run_dir)
+    rows = report_mod.summary_rows(pairs)
+    if json:
+        print(json_mod.dumps([dict(zip(report_mod.COLUMNS, r)) for r in rows],
+                             indent=2))
+        return
+    print(f"{record['run_id']}  {record['command']}  ({record['status']})")
+    _print_lines(report_mod.format_table(rows))
 
 
 @task(help={"k": "only tests matching this pytest expression",
