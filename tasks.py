@@ -173,6 +173,18 @@ def report(c, run="latest", out="results", json=False):
     _print_lines(report_mod.format_table(rows))
 
 
+@task(help={"run": "run id, `latest` (default) or a run folder",
+            "out": "results root (default: results)"})
+@user_errors
+def compare(c, run="latest", out="results"):
+    """Set a run's single-GPU results beside the 2016 figures (then vs now)."""
+    from dlrepro import compare as compare_mod, results
+    run_dir = results.resolve_run(out, run)
+    _, pairs = results.load_run_results(run_dir)
+    _print_lines(compare_mod.format_rows(
+        compare_mod.rows(pairs, compare_mod.load_reference())))
+
+
 @task(help={"k": "only tests matching this pytest expression",
             "x": "stop at the first failure"})
 def test(c, k="", x=False):
