@@ -3,19 +3,16 @@ worker count), check the data before anything starts, run each in its
 framework's native environment (one harness process each, with a
 timeout), and compare the worker counts.
 
-Run folder: <out>/<run_id>/ with one result file per run
+Run folder: <out>/<stamp>-converge-<hex>/ with one result file per run
 (<framework>-<network>-w<workers>.json, harness/result.schema.json with its
-`convergence` block), its spec and log, run.json (the command, start/end,
-every run with its status and file) and convergence.json (the figures
-across worker counts, harness.figures.compare). <out>/LATEST_CONVERGE names
-the latest run.
+`convergence` block), its spec and log, run.json (kind "convergence": the
+command, start/end, every run with its status and file) and
+convergence.json (the figures across worker counts,
+harness.figures.compare). <out>/latest-converge links the newest one
+(<out>/latest stays `invoke bench`'s).
 """
-import datetime
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,12 +22,13 @@ from harness import datasets as hd
 from harness import figures, resultfile
 from harness.errors import HarnessError
 
-from . import ROOT, matrix as matrix_mod
+from . import ROOT, matrix as matrix_mod, results as results_mod, sweep
 from .datasets import DEFAULT_DATA_DIR
 from .errors import UserError
+from .runtimes import Launch
 
 DEFAULT_OUT = ROOT / "results"
-LATEST = "LATEST_CONVERGE"
+LATEST = "latest-converge"
 NETWORKS = tuple(sorted(hd.NETWORK_DATASETS))
 # PAPER.md: epochs of the real-data runs, and the global batch (total over
 # workers) of its multi-GPU runs and its CPU runs. The paper lists no
@@ -41,7 +39,6 @@ PAPER_GLOBAL_BATCH = {
     "cpu": {"fcn-r": 1024, "alexnet-r": 1024, "resnet-56": 128, "lstm": 128},
 }
 DEFAULT_TIMEOUT_S = 6 * 3600
-GRACE_S = 30
 
 
 def parse_counts(text, what):
@@ -164,57 +161,24 @@ def check_data(specs, log=print):
             f" verified in {data['dir']}")
 
 
-def run_id(now=None):
-    now = now or datetime.datetime.now(datetime.timezone.utc)
-    return "converge-" + now.strftime("%Y%m%d-%H%M%S")
-
-
 def run_name(spec):
     return f"{spec['framework']}-{spec['network']}-w{spec['workers']}"
 
 
-def _utc():
-    return datetime.datetime.now(datetime.timezone.utc).replace(
-        microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _launch(python, spec_path, out_path, log_path, timeout):
-    """Run one harness process; returns (exit status or None on timeout,
-    seconds)."""
+    """Run one harness process under the sweep's timeout policy (SIGTERM,
+    a grace period, then SIGKILL of its process group); returns (exit
+    status, timed out, seconds)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
     command = [str(python), "-s", "-m", "harness", "converge",
                "--spec", str(spec_path), "--out", str(out_path)]
+    log_path.write_text(" ".join(command) + "\n")
     start = time.monotonic()
-    with open(log_path, "w") as log:
-        log.write(" ".join(command) + "\n")
-        log.flush()
-        process = subprocess.Popen(command, cwd=str(ROOT), env=env,
-                                   stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        try:
-            status = process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _stop(process)
-            status = None
-        except BaseException:
-            _stop(process)
-            raise
-    return status, time.monotonic() - start
-
-
-def _stop(process):
-    # The harness turns SIGTERM into a result file; its workers are in the
-    # same process group.
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(GRACE_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-    except ProcessLookupError:
-        pass
+    status, timed_out = sweep._run_process(
+        Launch(argv=command, env=env, cwd=str(ROOT)), log_path, timeout)
+    return status, timed_out, time.monotonic() - start
 
 
 def _last_line(path):
@@ -229,6 +193,15 @@ def _last_line(path):
     return lines[-1] if lines else None
 
 
+def _point_latest(out, run_dir):
+    link = Path(out) / LATEST
+    tmp = Path(out) / f".{LATEST}-{os.getpid()}"
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    tmp.symlink_to(run_dir.name)
+    os.replace(tmp, link)
+
+
 def environments(specs, log=print, runtime=None):
     """{(framework, profile): its python (a Path), or why it cannot run
     here (a str)}; makes the native environments the specs need."""
@@ -240,24 +213,15 @@ def environments(specs, log=print, runtime=None):
 
 
 def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
-        command=None, log=print, now=None):
+        command=None, log=print):
     """Run every spec; returns (run folder, {name: result or None}).
     `pythons`: environments()'s answer."""
     out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        run_dir = out / run_id(now)
-        suffix = 1
-        while run_dir.exists():
-            suffix += 1
-            run_dir = out / f"{run_id(now)}-{suffix}"
-        run_dir.mkdir()
-    except OSError as exc:
-        raise UserError(f"cannot write the results folder {out}: "
-                        f"{exc.strerror}")
-    record = {"kind": "convergence", "command": command or sys.argv,
-              "started_at": _utc(), "finished_at": None,
-              "host": socket.gethostname(), "runs": []}
+    run_dir = results_mod.create_run(out, "converge")
+    record = {"kind": "convergence", "run_id": run_dir.name,
+              "command": command or sys.argv,
+              "started_at": results_mod.utc_now(), "finished_at": None,
+              "host": results_mod.host_info(), "runs": []}
     results = {}
     for index, spec in enumerate(specs, 1):
         name = run_name(spec)
@@ -277,13 +241,13 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
             record["runs"].append(entry)
             log(f"    unsupported: {entry['error']}")
             continue
-        status, seconds = _launch(python, spec_path, out_path, log_path,
-                                  timeout)
+        status, timed_out, seconds = _launch(python, spec_path, out_path,
+                                             log_path, timeout)
         entry.update(seconds=seconds, exit_status=status)
-        result = resultfile.load(out_path) if out_path.exists() else None
-        if status is None:
+        result = _read_result(out_path)
+        if timed_out:
             entry["status"] = "timeout"
-            entry["error"] = f"no result within {timeout} s"
+            entry["error"] = f"stopped at its {timeout} s timeout"
             if result is not None:
                 result["status"] = "timeout"
                 result["error"] = {"type": "Timeout",
@@ -301,12 +265,27 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
         log(f"    {entry['status']}" + (f": {entry['error']}"
                                         if entry.get("error") else ""))
         resultfile.write_atomic(run_dir / "run.json", record)
-    record["finished_at"] = _utc()
+    record["finished_at"] = results_mod.utc_now()
     resultfile.write_atomic(run_dir / "run.json", record)
     summary = summarise([r for r in results.values() if r is not None])
     resultfile.write_atomic(run_dir / "convergence.json", summary)
-    (out / LATEST).write_text(run_dir.name + "\n")
+    _point_latest(out, run_dir)
     return run_dir, results
+
+
+def _read_result(path):
+    """The harness's result, schema-checked; an invalid one is kept aside
+    and counts as none."""
+    if not path.exists():
+        return None
+    try:
+        result = resultfile.load(str(path))
+    except (OSError, ValueError):
+        return None
+    if results_mod.validation_errors(result):
+        os.replace(path, path.with_suffix(".invalid.json"))
+        return None
+    return result
 
 
 def _group_key(result):
@@ -410,10 +389,10 @@ def table_lines(summary):
 
 def latest_run(out=DEFAULT_OUT):
     path = Path(out) / LATEST
-    try:
-        return Path(out) / path.read_text().strip()
-    except OSError:
-        raise UserError(f"no convergence run recorded under {out}")
+    if not (path / "run.json").exists():
+        raise UserError(f"no convergence run under {out} yet; run `invoke "
+                        f"converge` first")
+    return path.resolve()
 
 
 def load_run(run_dir):
@@ -423,9 +402,12 @@ def load_run(run_dir):
         record = json.loads((run_dir / "run.json").read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{run_dir} is not a convergence run folder: {exc}")
+    if record.get("kind") != "convergence":
+        raise UserError(f"{run_dir} is not a convergence run folder (run.json "
+                        f"kind {record.get('kind')!r})")
     results = []
     for entry in record["runs"]:
         path = run_dir / entry["file"]
         if path.exists():
-            results.append(resultfile.load(path))
+            results.append(results_mod.load_result(path))
     return record, results

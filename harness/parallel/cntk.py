@@ -1,0 +1,200 @@
+"""CNTK data parallelism: the data-parallel distributed learner
+(C.train.distributed.data_parallel_distributed_learner) with 32-bit
+gradients, i.e. plain SGD, not the 1-bit SGD of the 2016 scripts (which
+changes convergence); one MPI process per worker under mpirun.
+
+NOT RUN HERE: CNTK 2.7 needs Python 3.6 and OpenMPI 1.10 (its image, or a
+GPU machine with it); this module is checked with vermin only. Two CNTK
+behaviours it relies on, to verify on first use there:
+- the distributed learner sums gradients and sample counts over the
+  workers, so a learning rate given per global minibatch
+  (learning_parameter_schedule(lr, minibatch_size=global samples)) makes the
+  update the global batch's mean gradient, as in the other frameworks;
+- DataParallelDistributedLearner::Update aggregates the training loss with
+  the gradients, so previous_minibatch_loss_average is the global batch's
+  loss on every worker (the epoch loop's decisions then agree).
+
+Run as (by train(), under mpirun only):
+    python -m harness.parallel.cntk --plan PLAN.json --out CURVES.json
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from .. import networks, resultfile
+from ..errors import HarnessError
+from . import arrays, common
+
+NAME = "cntk"
+DEVICES = ("cpu", "gpu")
+MECHANISM = {
+    "cpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
+           "SGD, not 1-bit), one MPI process per worker (mpirun)",
+    "gpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
+           "SGD, not 1-bit), one MPI process per GPU (mpirun)",
+}
+HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+def _cntk():
+    # Imported here so that harness.parallel never loads a framework the run
+    # does not use.
+    import cntk
+    return cntk
+
+
+def gpu_count():
+    C = _cntk()
+    return len([d for d in C.device.all_devices()
+                if d.type() == C.device.DeviceKind.GPU])
+
+
+def train(plan, data, log):
+    """Run the workers under mpirun and return rank 0's curves."""
+    with tempfile.TemporaryDirectory(prefix="dlrepro-mpi-") as tmp:
+        plan_path = os.path.join(tmp, "plan.json")
+        out_path = os.path.join(tmp, "curves.json")
+        resultfile.write_atomic(plan_path, plan)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [HARNESS_PARENT] + [p for p in env.get("PYTHONPATH", "").split(
+                os.pathsep) if p])
+        env["OMP_NUM_THREADS"] = str(plan["threads"])
+        command = ["mpirun", "-np", str(plan["workers"]), "--bind-to", "none"]
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            command.append("--allow-run-as-root")  # containers run as root
+        command += [sys.executable, "-m", "harness.parallel.cntk",
+                    "--plan", plan_path, "--out", out_path]
+        log("launching: {}".format(" ".join(command)))
+        status = subprocess.call(command, env=env)
+        if status != 0:
+            raise RuntimeError("mpirun exited with status {} (see the log)"
+                               .format(status))
+        with open(out_path) as handle:
+            return json.load(handle)
+
+
+class _Trainer(object):
+    def __init__(self, plan, data):
+        from ..backends import cntk as backend
+        C = _cntk()
+        self.C = C
+        self.distributed = C.train.distributed
+        self.rank = self.distributed.Communicator.rank()
+        self.workers = self.distributed.Communicator.num_workers()
+        if plan["device"] == "gpu":
+            C.device.try_set_default_device(C.device.gpu(self.rank))
+        backend.configure(plan["threads"], plan["device"], plan["seed"])
+        C.cntk_py.set_fixed_random_seed(plan["seed"])
+        self.network = networks.get(plan["network"])
+        self.tokens = self.network.input_dtype == "int64"
+        (self.train_x, self.train_y), stats = arrays.arrays(
+            data.train, data.dataset, self.network)
+        (self.test_x, self.test_y), _ = arrays.arrays(
+            data.test, data.dataset, self.network, stats)
+        per_worker = plan["global_batch_size"] // self.workers
+        self.features, self.labels = backend.input_variables(self.network)
+        self.model = backend.build_model(self.network, per_worker,
+                                         self.features)
+        self.parameters = backend.count_parameters(self.model)
+        self.loss = C.cross_entropy_with_softmax(self.model, self.labels)
+        self.error = C.classification_error(self.model, self.labels)
+        steps = self.network.input_shape[0] if self.tokens else 1
+        rate = C.learners.learning_parameter_schedule(
+            self.network.learning_rate,
+            minibatch_size=plan["global_batch_size"] * steps)
+        if self.network.momentum > 0:
+            learner = C.learners.momentum_sgd(
+                self.model.parameters, rate,
+                C.learners.momentum_schedule(self.network.momentum),
+                unit_gain=False)
+        else:
+            learner = C.learners.sgd(self.model.parameters, rate)
+        # num_quantization_bits=32: full-precision aggregation (plain SGD).
+        learner = self.distributed.data_parallel_distributed_learner(
+            learner, num_quantization_bits=32, distributed_after=0)
+        self.trainer = C.Trainer(self.model, (self.loss, self.error),
+                                 [learner])
+        self.backend = backend
+
+    def _values(self, inputs, targets):
+        C = self.C
+        np = arrays._np()
+        if self.tokens:
+            return {self.features: C.Value.one_hot(
+                        inputs.tolist(), self.network.classes),
+                    self.labels: C.Value.one_hot(
+                        targets.tolist(), self.network.classes)}
+        from scipy import sparse  # CNTK's own dependency
+        count = targets.shape[0]
+        one_hot = sparse.csr_matrix(
+            (np.ones(count, dtype=np.float32), (np.arange(count), targets)),
+            shape=(count, self.network.classes))
+        return {self.features: np.ascontiguousarray(inputs),
+                self.labels: one_hot}
+
+    def step(self, batch):
+        mine = common.shard(batch, self.rank, self.workers)
+        self.trainer.train_minibatch(self._values(self.train_x[mine],
+                                                  self.train_y[mine]))
+        return float(self.trainer.previous_minibatch_loss_average)
+
+    def global_losses(self, losses):
+        # Already the global batch's (see the module's doc).
+        return losses
+
+    def evaluate(self):
+        result = (None, None)
+        if self.rank == 0:
+            total, wrong, count = 0.0, 0.0, 0
+            chunk = 256
+            for start in range(0, len(self.test_y), chunk):
+                inputs = self.test_x[start:start + chunk]
+                targets = self.test_y[start:start + chunk]
+                values = self._values(inputs, targets)
+                tokens = targets.size
+                total += float(self.loss.eval(values).sum()) if not \
+                    self.tokens else float(sum(
+                        v.sum() for v in self.loss.eval(values)))
+                wrong += float(self.trainer.test_minibatch(values)) * tokens
+                count += tokens
+            result = (total / count, 1.0 - wrong / count)
+        self.distributed.Communicator.barrier()
+        return result
+
+
+def _worker(plan_path, out_path):
+    with open(plan_path) as handle:
+        plan = json.load(handle)
+    data = common.load_data(plan["data"], plan["seed"])
+    trainer = _Trainer(plan, data)
+    try:
+        curves = common.run_epochs(trainer, plan, data.train.count)
+        if trainer.rank == 0:
+            curves["framework_parameters"] = trainer.parameters
+            curves["versions"] = trainer.backend.versions(plan["device"])
+            curves["framework_threads"] = trainer.backend.effective_threads()
+            resultfile.write_atomic(out_path, common.json_safe(curves))
+    finally:
+        trainer.distributed.Communicator.finalize()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m harness.parallel.cntk")
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        _worker(args.plan, args.out)
+    except HarnessError as exc:
+        sys.stderr.write("harness: error: {}\n".format(exc))
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
