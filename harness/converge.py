@@ -156,12 +156,19 @@ def run_convergence(spec, out_path, log=_log):
     if not isinstance(spec, dict):
         raise HarnessError("a spec must be a JSON object")
     conv = validate(spec.get("convergence"))
-    # Before any framework loads: thread pools read these at import.
+    try:
+        # The module only; it imports its framework when it trains.
+        module = parallel.load(conv["framework"])
+    except ImportError as exc:
+        module = exc
     usable = provenance.usable_cpus() or 1
     total_threads = conv["threads"] or usable
-    in_process = conv["framework"] != "pytorch"
-    threads.apply(total_threads if in_process else
-                  common.threads_per_worker(total_threads, conv["workers"]))
+    # Worker processes share the threads out; replicas in one process use
+    # the process's pools.
+    worker_threads = common.threads_per_worker(total_threads, conv["workers"]) \
+        if getattr(module, "PROCESS_PER_WORKER", False) else total_threads
+    # Before any framework loads: thread pools read these at import.
+    threads.apply(worker_threads)
     data = common.load_data(conv["data"], conv["seed"])
     per_epoch = common.check_plan(conv, data.train.count)
     total = per_epoch * conv["epochs"]
@@ -177,8 +184,7 @@ def run_convergence(spec, out_path, log=_log):
         "workers": conv["workers"],
         "global_batch_size": conv["global_batch_size"],
         "epochs": conv["epochs"], "seed": conv["seed"],
-        "threads": total_threads if in_process else
-        common.threads_per_worker(total_threads, conv["workers"]),
+        "threads": worker_threads,
         "data": conv["data"],
     }
     block = {
@@ -199,12 +205,10 @@ def run_convergence(spec, out_path, log=_log):
     curves = None
     previous_handler = signal.signal(signal.SIGTERM, cells._on_sigterm)
     try:
-        try:
-            module = parallel.load(conv["framework"])
-        except ImportError as exc:
+        if isinstance(module, ImportError):
             raise cells.Unsupported("{} data parallelism is not available in "
                                     "{} ({})".format(conv["framework"],
-                                                     sys.executable, exc))
+                                                     sys.executable, module))
         block["mechanism"] = module.MECHANISM.get(conv["device"])
         if conv["device"] not in module.DEVICES:
             raise cells.Unsupported("{} cannot train on {}".format(

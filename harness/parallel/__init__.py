@@ -5,6 +5,8 @@ imports its own framework).
 Each module provides:
   NAME                   the framework's name
   DEVICES                the devices it can train on ("cpu", "gpu")
+  PROCESS_PER_WORKER     True when each worker is its own process (the
+                         cell's threads are then shared out among them)
   MECHANISM              {device: how workers run and gradients combine},
                          recorded in every result
   gpu_count()            GPUs the framework sees

@@ -30,6 +30,7 @@ from . import arrays, common
 
 NAME = "cntk"
 DEVICES = ("cpu", "gpu")
+PROCESS_PER_WORKER = True
 MECHANISM = {
     "cpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
            "SGD, not 1-bit), one MPI process per worker (mpirun)",

@@ -14,6 +14,7 @@ from . import arrays, common
 
 NAME = "mxnet"
 DEVICES = ("cpu", "gpu")
+PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "Gluon, contexts mx.cpu(0..N-1) in one process, split_and_load, "
            "kvstore 'local' (contexts share the cores)",

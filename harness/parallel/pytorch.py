@@ -28,6 +28,7 @@ from . import common
 
 NAME = "pytorch"
 DEVICES = ("cpu", "gpu")
+PROCESS_PER_WORKER = True
 MECHANISM = {
     "cpu": "DistributedDataParallel, gloo, one process per worker "
            "(torchrun --standalone)",

@@ -13,6 +13,7 @@ from . import arrays, common
 
 NAME = "tensorflow"
 DEVICES = ("cpu", "gpu")
+PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "tf.distribute.MirroredStrategy over N logical CPU devices in "
            "one process (replicas share the cores)",
