@@ -4,12 +4,12 @@ that environment's Python; the checks run here."""
 import json
 import math
 import os
-import random
 import subprocess
 import sys
 import textwrap
 
 import jsonschema
+import layer_reference as ref
 import pytest
 
 from harness import networks as nets
@@ -127,50 +127,13 @@ def conventions(mxnet_python, root):
     return run_probe(mxnet_python, root, CONVENTIONS_PROBE)
 
 
-def _grid(flat, channels, h, w):
-    return [[flat[(c * h + i) * w:(c * h + i + 1) * w] for i in range(h)]
-            for c in range(channels)]
-
-
-def _pool_reference(x, op, k, s):
-    """Ceil-mode pooling, in-bounds values only (the description)."""
-    channels, h, w = len(x), len(x[0]), len(x[0][0])
-    out_h = -(-(h - k) // s) + 1
-    out_w = -(-(w - k) // s) + 1
-    out = []
-    for c in range(channels):
-        for i in range(out_h):
-            for j in range(out_w):
-                window = [x[c][a][b] for a in range(i * s, min(i * s + k, h))
-                          for b in range(j * s, min(j * s + k, w))]
-                out.append(max(window) if op == "max"
-                           else sum(window) / len(window))
-    return out
-
-
-def _ones_conv_reference(x, k, s, before, after):
-    """A one-filter convolution with every weight 1: the sum of the in-bounds
-    inputs of each window, windows starting `before` pixels outside."""
-    channels, h, w = len(x), len(x[0]), len(x[0][0])
-    out_h = (h + before + after - k) // s + 1
-    out_w = (w + before + after - k) // s + 1
-    out = []
-    for i in range(out_h):
-        for j in range(out_w):
-            top, left = i * s - before, j * s - before
-            out.append(sum(x[c][a][b] for c in range(channels)
-                           for a in range(max(top, 0), min(top + k, h))
-                           for b in range(max(left, 0), min(left + k, w))))
-    return out
-
-
 @pytest.mark.parametrize("op", ["max", "avg"])
 def test_pooling_keeps_the_last_partial_window_and_averages_in_bounds(
         conventions, op):
     result = conventions[op]
-    x = _grid(result["x"], 2, 6, 8)
+    x = ref.grid(result["x"], 2, 6, 8)
     assert result["shape"] == [2, 3, 4]
-    assert result["y"] == pytest.approx(_pool_reference(x, op, 3, 2),
+    assert result["y"] == pytest.approx(ref.pool(x, op, 3, 2),
                                         abs=1e-5)
 
 
@@ -181,8 +144,8 @@ def test_pooling_keeps_the_last_partial_window_and_averages_in_bounds(
 def test_convolution_padding_is_placed_as_described(conventions, case, k, s,
                                                     before, after, shape):
     result = conventions[case]
-    x = _grid(result["x"], 2, shape[0], shape[1])
-    expected = _ones_conv_reference(x, k, s, before, after)
+    x = ref.grid(result["x"], 2, shape[0], shape[1])
+    expected = ref.ones_conv(x, k, s, before, after)
     assert result["shape"][1:] == [(shape[0] + before + after - k) // s + 1,
                                    (shape[1] + before + after - k) // s + 1]
     assert result["y"] == pytest.approx(expected, abs=1e-4)
@@ -191,11 +154,9 @@ def test_convolution_padding_is_placed_as_described(conventions, case, k, s,
 def test_subsample_shortcut_keeps_every_second_pixel_then_zero_channels(
         conventions):
     result = conventions["shortcut"]
-    x = _grid(result["x"], 2, 5, 6)
+    x = ref.grid(result["x"], 2, 5, 6)
     assert result["shape"] == [5, 3, 3]
-    kept = [x[c][i][j] for c in range(2) for i in range(0, 5, 2)
-            for j in range(0, 6, 2)]
-    assert result["y"] == pytest.approx(kept + [0.0] * (3 * 9))
+    assert result["y"] == pytest.approx(ref.subsample(x, 2) + [0.0] * (3 * 9))
 
 
 INIT_PROBE = """
