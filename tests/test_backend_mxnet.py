@@ -307,6 +307,27 @@ def test_one_thread_is_reported_and_really_used(one_thread_result):
     assert one_thread_result["timing"]["cpu_utilization"] < 1.3
 
 
+THREADS_PROBE = """
+    import json
+    from harness import threads
+    threads.apply(2)
+    from harness.backends import mxnet as backend
+    backend.configure(2, "cpu", 0)
+    print(json.dumps({"environment": threads.snapshot(),
+                      "framework": backend.effective_threads()}))
+"""
+
+
+def test_n_threads_are_n_openmp_threads_in_one_engine_worker(mxnet_python,
+                                                             root):
+    result = run_probe(mxnet_python, root, THREADS_PROBE)
+    env = result["environment"]
+    assert env["OMP_NUM_THREADS"] == env["MXNET_OMP_MAX_THREADS"] == "2"
+    # More workers would each run a 2-thread team: up to 4 threads.
+    assert env["MXNET_CPU_WORKER_NTHREADS"] == "1"
+    assert result["framework"] == 2
+
+
 def test_gpu_cell_on_a_cpu_build_is_unsupported(mxnet_python, root, tmp_path,
                                                 schema):
     result = run_cell(mxnet_python, root, tmp_path,

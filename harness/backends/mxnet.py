@@ -8,11 +8,11 @@ the engine runs everything asynchronously. On GPU, cuDNN autotuning is on
 off for a single device; 'device' is the multi-GPU choice (convergence mode).
 
 Threads: MXNet reads its thread settings from the environment when the
-library loads (harness.threads sets OMP_NUM_THREADS, MXNET_OMP_MAX_THREADS,
-MXNET_CPU_WORKER_NTHREADS before the import). MXNet has no getter for the
-OpenMP count its operators use; effective_threads() recomputes it with
-MXNet's own rule (src/engine/openmp.cc) from those variables and the OpenMP
-runtime MXNet loaded.
+library loads (harness.threads sets OMP_NUM_THREADS and MXNET_OMP_MAX_THREADS
+before the import; configure() keeps one engine worker). MXNet has no getter
+for the OpenMP count its operators use; effective_threads() recomputes it
+with MXNet's own rule (src/engine/openmp.cc) from those variables and the
+OpenMP runtime MXNet loaded.
 """
 import ctypes
 import os
@@ -66,6 +66,11 @@ def configure(threads, device, seed):
         # Read when the convolution operators are created; set before the
         # import so that no operator sees the library default.
         os.environ["MXNET_CUDNN_AUTOTUNE_DEFAULT"] = "1"
+    if threads is not None:
+        # One engine worker (MXNet's default) running operators with OpenMP
+        # teams of `threads`: N workers could each run an N-thread team at
+        # once, N * N threads for a cell that asked for N.
+        os.environ["MXNET_CPU_WORKER_NTHREADS"] = "1"
     mx = _mx()
     if device == "gpu":
         _check_gpu(mx)
