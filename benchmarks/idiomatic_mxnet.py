@@ -77,7 +77,7 @@ def measure(backend, name, batch_size, rounds, iterations, warmup, seed):
     """Alternating rounds of the harness and the idiomatic loop; raw
     seconds per iteration of each, the per-round ratios of the means, and
     process CPU seconds per iteration (all threads), which a busy machine
-    disturbs far less than wall time.
+    disturbs less than wall time when MXNet runs one thread.
 
     The idiomatic loop stops waiting when its loss is ready, while backward
     and update still run. So each side starts from an idle engine (waitall)
@@ -148,7 +148,9 @@ def format_table(report):
     lines.append("ratio: harness mean / idiomatic mean wall time per "
                  "iteration; round ratios: its spread over the rounds;")
     lines.append("CPU ratio: the same for process CPU seconds per iteration "
-                 "(all threads), which a busy machine disturbs less.")
+                 "(all threads); steadier than wall time on a busy machine")
+    lines.append("with one thread (with more, OpenMP threads spinning at "
+                 "barriers for a descheduled teammate inflate it too).")
     return lines
 
 
