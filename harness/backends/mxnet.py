@@ -66,11 +66,8 @@ def configure(threads, device, seed):
         # Read when the convolution operators are created; set before the
         # import so that no operator sees the library default.
         os.environ["MXNET_CUDNN_AUTOTUNE_DEFAULT"] = "1"
-    if threads is not None:
-        # One engine worker (MXNet's default) running operators with OpenMP
-        # teams of `threads`: N workers could each run an N-thread team at
-        # once, N * N threads for a cell that asked for N.
-        os.environ["MXNET_CPU_WORKER_NTHREADS"] = "1"
+    # harness.threads has set one engine worker with OpenMP teams of
+    # `threads` before this import.
     mx = _mx()
     if device == "gpu":
         _check_gpu(mx)
