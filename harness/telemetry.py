@@ -121,55 +121,63 @@ class Sampler(object):
 class NvmlReader(object):
     """One sample of every GPU of the cell: a list (one dict per GPU).
 
-    A metric whose first read fails (NOT_SUPPORTED, ...) is not read again
-    and is reported as unavailable with NVML's answer."""
+    Which call reads each metric is decided once per GPU, before timing
+    starts: the first that answers (newer call first, older after, e.g. the
+    event-reasons call then the throttle-reasons call of drivers before
+    R535). A metric no call can read, or whose read later fails, is reported
+    as unavailable with NVML's answer."""
 
     def __init__(self, nvml, handles):
         self.nvml = nvml
         self.handles = handles
-        self.unavailable = [dict() for _ in handles]
-        self.reason_call = [None for _ in handles]
         sm = nvml.const("NVML_CLOCK_SM", 1)
         mem = nvml.const("NVML_CLOCK_MEM", 2)
         temperature = nvml.const("NVML_TEMPERATURE_GPU", 0)
-        self._reads = (
-            ("sm_clock_mhz", "nvmlDeviceGetClockInfo", (sm,), None),
-            ("memory_clock_mhz", "nvmlDeviceGetClockInfo", (mem,), None),
-            ("power_w", "nvmlDeviceGetPowerUsage", (), lambda mw: mw / 1000.0),
-            ("temperature_c", "nvmlDeviceGetTemperature", (temperature,),
+        metrics = (
+            ("sm_clock_mhz", [("nvmlDeviceGetClockInfo", (sm,))], None),
+            ("memory_clock_mhz", [("nvmlDeviceGetClockInfo", (mem,))], None),
+            ("power_w", [("nvmlDeviceGetPowerUsage", ())],
+             lambda mw: mw / 1000.0),
+            # The unversioned call is deprecated for CUDA 14 drivers.
+            ("temperature_c", [("nvmlDeviceGetTemperature", (temperature,)),
+                               ("nvmlDeviceGetTemperatureV", (temperature,))],
              None),
-            ("utilization_pct", "nvmlDeviceGetUtilizationRates", (),
+            ("utilization_pct", [("nvmlDeviceGetUtilizationRates", ())],
              lambda rates: rates.gpu),
+            ("reasons", [(call, ()) for call in REASON_CALLS], int),
         )
+        self.unavailable = [dict() for _ in handles]
+        self.reads = []
         for index, handle in enumerate(handles):
-            for call in REASON_CALLS:
-                value, error = nvml.try_call(call, handle)
-                if error is None:
-                    self.reason_call[index] = call
-                    break
-                self.unavailable[index]["reasons:" + call] = error
+            chosen = []
+            for metric, calls, convert in metrics:
+                errors = []
+                for call, args in calls:
+                    _value, error = nvml.try_call(call, handle, *args)
+                    if error is None:
+                        chosen.append((metric, call, args, convert))
+                        break
+                    errors.append("{} {}".format(call, error))
+                else:
+                    self.unavailable[index][metric] = "; ".join(errors)
+            self.reads.append(chosen)
+        self.reason_call = [dict((m, c) for m, c, _a, _f in reads).get(
+            "reasons") for reads in self.reads]
 
     def __call__(self):
         sample = []
         for index, handle in enumerate(self.handles):
             values = {}
-            skip = self.unavailable[index]
-            for metric, call, args, convert in self._reads:
-                if metric in skip:
+            for metric, call, args, convert in self.reads[index]:
+                if metric in self.unavailable[index]:
                     continue
                 try:
                     value = self.nvml.call(call, handle, *args)
                 except NvmlCallError as exc:
-                    skip[metric] = exc.name
+                    self.unavailable[index][metric] = "{} {}".format(call,
+                                                                     exc.name)
                     continue
                 values[metric] = convert(value) if convert else value
-            call = self.reason_call[index]
-            if call is not None:
-                try:
-                    values["reasons"] = int(self.nvml.call(call, handle))
-                except NvmlCallError as exc:
-                    skip["reasons"] = exc.name
-                    self.reason_call[index] = None
             sample.append(values)
         return sample
 

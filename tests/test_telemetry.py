@@ -135,9 +135,32 @@ def test_reader_without_the_python_function_uses_the_older_call():
     finally:
         fake_nvml.unhide()
     assert reader.reason_call == ["nvmlDeviceGetCurrentClocksThrottleReasons"]
-    assert reader.unavailable[0][
-        "reasons:nvmlDeviceGetCurrentClocksEventReasons"] == \
-        "FUNCTION_NOT_FOUND"
+    assert "reasons" not in reader.unavailable[0]
+
+
+def test_reader_reports_what_no_call_can_read():
+    nvml = _nvml([fake_nvml.kepler_k80()], missing=(
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons"))
+    fake_nvml.hide("nvmlDeviceGetTemperature")
+    try:
+        reader = telemetry.NvmlReader(
+            nvml, [nvml.call("nvmlDeviceGetHandleByIndex", 0)])
+        sample = reader()[0]
+    finally:
+        fake_nvml.unhide()
+    assert "reasons" not in sample and "temperature_c" not in sample
+    assert reader.unavailable[0]["reasons"] == (
+        "nvmlDeviceGetCurrentClocksEventReasons FUNCTION_NOT_FOUND; "
+        "nvmlDeviceGetCurrentClocksThrottleReasons FUNCTION_NOT_FOUND")
+    assert "nvmlDeviceGetTemperatureV FUNCTION_NOT_FOUND" in \
+        reader.unavailable[0]["temperature_c"]
+    assert sample["sm_clock_mhz"] == 875
+    block = telemetry.summarize([reader()], [0.0], 0.05,
+                                unavailable=reader.unavailable,
+                                reason_calls=reader.reason_call)
+    assert block["gpus"][0]["reasons"] is None
+    assert not any(block["flags"].values())
 
 
 def test_summary_statistics_fractions_energy_and_flags():
