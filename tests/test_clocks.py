@@ -538,3 +538,47 @@ def test_ptx_jit_keeps_compilation_out_of_the_timings(tmp_path):
     assert result["gpu_clocks"]["mode"] == "observe"
     assert not paths["state"].exists()
     assert_schema_valid(result)
+
+
+def test_no_permission_reaches_the_cell_result(tmp_path, monkeypatch,
+                                               capsys):
+    from harness import gpu
+    from harness.timing import run_loop
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
+    fake_nvml.configure([fake_nvml.ampere_a100()], root=False)
+    cells = gpu.CellGpus(gpu_cell(iterations=2), {},
+                         str(tmp_path / "c.json"))
+    result = {"warnings": [], "model": None, "timing": None}
+    cells.open()
+    cells.gate(result)
+    run_loop(cells.timed(lambda: 1.0, cells.apply_clocks(result, 1)), 2, 1)
+    cells.close(result)
+    assert result["gpu_clocks"]["mode"] == "observe"
+    assert "NOT applied" in result["gpu_clocks"]["reason"]
+    assert any("NO_PERMISSION" in w for w in result["warnings"])
+    assert "NO_PERMISSION" in capsys.readouterr().err
+    assert fake_nvml.device_state(0)["locked"] is None
+
+
+def test_cpu_cell_is_unchanged(tmp_path):
+    spec = {"cell": gpu_cell(device="cpu", gpus=0, iterations=2, warmup=1,
+                             clock_policy="observe"), "container": None}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run(
+        [TORCH_PYTHON, "-m", "harness", "run", "--spec",
+         str(tmp_path / "spec.json"), "--out", str(tmp_path / "r.json")],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["status"] == "ok"
+    assert result["gpu_clocks"] == {
+        "policy": "observe", "applicable": False,
+        "reason": "CPU cell: GPU clocks do not apply", "gpus": []}
+    assert result["environment"]["gpus"] == []
+    for key in ("telemetry", "compatibility"):
+        assert key not in result
+    assert "mfu" not in result["model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json",
+                                                          "spec.json"]
+    assert_schema_valid(result)
