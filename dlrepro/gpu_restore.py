@@ -16,6 +16,7 @@ from pathlib import Path
 from harness import clocks, resultfile
 from harness.nvml import Nvml
 
+from . import results
 from .errors import UserError
 
 STATE_GLOB = "*.clock-state.json"
@@ -104,25 +105,13 @@ def restore_run(run_dir, module=None):
     return [restore_file(path, module) for _created, path in pending]
 
 
-def resolve_run(out, run):
-    """A run folder from an id, `latest` (the results/latest link) or a path."""
-    candidate = Path(run)
-    if candidate.is_dir():
-        return candidate
-    path = Path(out) / run
-    if not path.is_dir():
-        raise UserError(f"no run {run!r} under {out}"
-                        if run != "latest" else f"no runs under {out} yet")
-    return path.resolve()
-
-
 def restore(state=None, run=None, out="results", module=None):
     """What `invoke gpu-restore` does: one file, or a run's files."""
     if state and run:
         raise UserError("give --state or --run, not both")
     if state:
         return [restore_file(state, module)]
-    return restore_run(resolve_run(out, run or "latest"), module)
+    return restore_run(results.resolve_run(out, run or "latest"), module)
 
 
 def state_path_for(result_path, clock_state=None):

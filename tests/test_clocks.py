@@ -1,6 +1,7 @@
 """GPU clock policy (harness/clocks.py) against the fake NVML of several GPU
 generations: apply, verify, record, restore, refusals; restore after an
 exception, SIGTERM, SIGINT and at exit, in real processes."""
+import functools
 import json
 import os
 import signal
@@ -18,7 +19,15 @@ from harness.nvml import Nvml, device_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(ROOT, "tests")
-TORCH_PYTHON = os.path.join(ROOT, ".venvs", "pytorch-cpu", "bin", "python")
+
+
+@functools.lru_cache(maxsize=1)
+def torch_python():
+    """The PyTorch CPU environment, made from its lock on first use."""
+    from dlrepro import envs, matrix
+    m = matrix.load()
+    return str(envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"],
+                           log=lambda _: None))
 
 
 # --- policy parsing -------------------------------------------------------------
@@ -362,12 +371,10 @@ def gpu_cell(**over):
 
 
 def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
-               python=TORCH_PYTHON):
+               python=None):
     """Start the harness on a stand-in GPU cell in a real process, with the
     fake NVML (state in a file) as its pynvml. Returns (process, paths)."""
-    if not os.path.exists(python):
-        pytest.fail("{} is missing: run `.venv/bin/invoke env --framework "
-                    "pytorch`".format(TORCH_PYTHON))
+    python = python or torch_python()
     shim = tmp_path / "shim"
     shim.mkdir(exist_ok=True)
     fake_nvml.write_shim(shim)
@@ -565,7 +572,7 @@ def test_cpu_cell_is_unchanged(tmp_path):
                              clock_policy="observe"), "container": None}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run(
-        [TORCH_PYTHON, "-m", "harness", "run", "--spec",
+        [torch_python(), "-m", "harness", "run", "--spec",
          str(tmp_path / "spec.json"), "--out", str(tmp_path / "r.json")],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
         capture_output=True, text=True, timeout=300)

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import fake_nvml
-from test_clocks import ROOT, TESTS, TORCH_PYTHON
+from test_clocks import ROOT, TESTS, torch_python
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.py")
 
@@ -61,9 +61,10 @@ def test_smoke_without_a_gpu(tmp_path):
     env = dict(os.environ, FAKE_NVML_STATE=str(fake),
                PYTHONPATH=os.pathsep.join([str(shim), TESTS]))
     env.pop("OUT", None)
+    python = torch_python()
     proc = subprocess.run(
-        [TORCH_PYTHON, SCRIPT, "--quick", "--networks", "fcn5", "--python",
-         TORCH_PYTHON, "--matrix", str(matrix), "--out", str(out)],
+        [python, SCRIPT, "--quick", "--networks", "fcn5", "--python",
+         python, "--matrix", str(matrix), "--out", str(out)],
         cwd=str(tmp_path), env=env, capture_output=True, text=True,
         timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

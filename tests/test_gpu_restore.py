@@ -58,6 +58,7 @@ def test_restore_run_undoes_newest_first(tmp_path):
     fake_nvml.configure([fake_nvml.pascal_p100()])
     run = tmp_path / "results" / "run-1"
     run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
     (tmp_path / "results" / "latest").symlink_to("run-1")
     _changed_cell(run, "b.clock-state.json", "lock=1000")
     # the second cell found the first cell's clocks and took them as original
