@@ -36,6 +36,7 @@ sys.path.insert(0, ROOT)
 
 from harness import clocks, compat, resultfile  # noqa: E402  (path fix)
 from harness.errors import HarnessError  # noqa: E402
+from dlrepro import gpu_restore  # noqa: E402  (stdlib-only on this path)
 from harness.nvml import Nvml, device_info, system_versions  # noqa: E402
 
 NETWORKS = ("fcn5", "alexnet", "resnet50")
@@ -44,6 +45,8 @@ GPU_BATCHES = {"fcn5": (512, 4096), "alexnet": (64, 128),
                "resnet50": (32, 64)}
 CPU_BATCHES = {"fcn5": (16, 64), "alexnet": (2, 4), "resnet50": (2, 4)}
 QUICK_BATCHES = {"fcn5": (2, 4), "alexnet": (1, 2), "resnet50": (1, 2)}
+# A cell needs a process start, the framework's import and its warm-up.
+MIN_CELL_S = 20
 
 TORCH_PROBE = r"""
 import json, torch
@@ -90,11 +93,18 @@ def torch_info(python):
 
 
 def torch_stack(info):
-    """The running PyTorch as a `stack` for the gate, from its arch list."""
-    arch = info["arch_list"] if info else []
-    return {"sass": [a for a in arch if a.startswith("sm_")],
-            "ptx": [a for a in arch if a.startswith("compute_")],
-            "min_driver": "", "cuda": (info or {}).get("cuda") or "",
+    """The running PyTorch as a `stack` for the gate, from its arch list
+    (entries the gate cannot read are left out rather than failing every
+    cell's spec)."""
+    sass, ptx = [], []
+    for text in (info or {}).get("arch_list") or []:
+        try:
+            arch = compat.parse_arch(text)
+        except HarnessError:
+            continue
+        (sass if arch.kind == "sm" else ptx).append(text)
+    return {"sass": sass, "ptx": ptx, "min_driver": "",
+            "cuda": (info or {}).get("cuda") or "",
             "framework_version": (info or {}).get("version")}
 
 
@@ -132,8 +142,33 @@ def verdicts(gpu, stacks):
     return table
 
 
+def run_harness(argv, env, timeout):
+    """Run one harness process; at the timeout SIGTERM it (it restores GPU
+    clocks and writes a partial result), SIGKILL only if it does not stop.
+    Returns (output, exit status or "timeout")."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT,
+                                universal_newlines=True)
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            rc = "timeout"
+        log.seek(0)
+        return log.read(), rc
+
+
 def run_cells(python, device, networks, batches, iterations, warmup, policy,
-              folder, timeout, stack, log):
+              folder, timeout, stack, log, deadline=None):
+    """One harness process per cell. A cell that would start with less than
+    MIN_CELL_S left before `deadline` (time.monotonic()) is skipped; a
+    running one is stopped at the deadline."""
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # The repository's harness first; keep what the caller had after it.
     env["PYTHONPATH"] = os.pathsep.join(
@@ -153,21 +188,31 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
                 "clock_state": cell_id + ".clock-state.json"}
             if device == "gpu" and stack is not None:
                 spec["stack"] = stack
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left < MIN_CELL_S:
+                log("skipping {} (batch {}): time budget spent".format(
+                    network, batch))
+                results.append({"id": cell_id, "network": network,
+                                "batch": batch, "exit": "skipped",
+                                "wall_s": 0.0, "result": None,
+                                "log_tail": ["skipped: the time budget was "
+                                             "spent"]})
+                continue
             spec_path = os.path.join(folder, cell_id + ".spec.json")
             out_path = os.path.join(folder, cell_id + ".json")
             resultfile.write_atomic(spec_path, spec)
             log("running {} (batch {}) ...".format(network, batch))
             started = time.monotonic()
-            try:
-                proc = subprocess.run(
-                    [python, "-m", "harness", "run", "--spec", spec_path,
-                     "--out", out_path], cwd=ROOT, env=env,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    universal_newlines=True, timeout=timeout)
-                output, rc = proc.stdout, proc.returncode
-            except subprocess.TimeoutExpired as exc:
-                output, rc = (exc.output or ""), "timeout"
+            output, rc = run_harness(
+                [python, "-m", "harness", "run", "--spec", spec_path, "--out",
+                 out_path], env, timeout if left is None else min(timeout, left))
             wall = time.monotonic() - started
+            # The harness restores what a clock policy changed; this catches
+            # a cell that could not (killed), as the sweep does.
+            leftover = gpu_restore.after_cell(out_path,
+                                              cell_id + ".clock-state.json")
+            if leftover:
+                log(leftover)
             result = None
             if os.path.exists(out_path):
                 with open(out_path) as handle:
@@ -243,7 +288,9 @@ def format_cells(cells):
                                 .get("flags") or {}).items() if v]
         lines.append("{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} "
                      "{:>6} {:>12} {}".format(
-                         cell["id"], result.get("status", "no result"),
+                         cell["id"], result.get("status") or (
+                             "skipped" if cell["exit"] == "skipped"
+                             else "no result"),
                          _fmt(timing.get("mean_s") and
                               timing["mean_s"] * 1e3, "{:.2f}"),
                          _fmt(timing.get("median_s") and
@@ -365,6 +412,9 @@ def parse_args(argv):
                         help="tiny batches and 3 iterations (smoke test)")
     parser.add_argument("--timeout", type=int, default=150,
                         help="seconds per cell (default 150)")
+    parser.add_argument("--budget", type=int, default=330,
+                        help="seconds for all cells together; later cells "
+                             "are skipped once it is spent (default 330)")
     parser.add_argument("--out", default=None,
                         help="output folder (default: $OUT, else "
                              "results/gpu-check-<time>)")
@@ -383,7 +433,7 @@ def parse_args(argv):
         parser.error("--clock-policy {} changes GPU settings; this check runs "
                      "observe-only unless --i-own-this-gpu is given".format(
                          args.clock_policy))
-    for name in ("iterations", "timeout"):
+    for name in ("iterations", "timeout", "budget"):
         if getattr(args, name) < 1:
             parser.error("--{} must be a positive integer".format(name))
     if args.warmup < 0:
@@ -455,7 +505,7 @@ def main(argv=None):
         warmup, args.clock_policy))
     cells = run_cells(args.python, device, args.networks, batches, iterations,
                       warmup, args.clock_policy, cells_dir, args.timeout,
-                      stack, log)
+                      stack, log, deadline=time.monotonic() + args.budget)
 
     lines = format_inventory(gpus, nvml_reason, torch, torch_error, device,
                              notes)

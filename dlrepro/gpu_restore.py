@@ -127,7 +127,11 @@ def after_cell(result_path, clock_state=None, restore=True, module=None):
     path = state_path_for(result_path, clock_state)
     if not path.exists():
         return None
-    state = load_state(path)
+    try:
+        state = load_state(path)
+    except UserError as exc:
+        return (f"the cell's clock-state file is unreadable ({exc}); check "
+                f"the GPU's clocks by hand (nvidia-smi -q -d CLOCK)")
     if not outstanding(state):
         return None
     found = (f"the cell left GPU clocks changed (clock-state {path.name}: "

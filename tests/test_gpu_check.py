@@ -131,3 +131,27 @@ def test_report_of_a_gpu_shaped_result(tmp_path):
         None, "gpu", []))
     assert "GPU 0: NVIDIA H100 80GB HBM3, sm_90, 80 GiB, driver 580.65.06" \
         in inventory
+
+
+def test_torch_arch_list_becomes_a_gate_stack():
+    script = _load_script()
+    stack = script.torch_stack({"arch_list": ["sm_80", "sm_90a", "compute_90",
+                                              "sm_87-odd"],
+                                "cuda": "13.0", "version": "2.11.0"})
+    assert stack["sass"] == ["sm_80", "sm_90a"]
+    assert stack["ptx"] == ["compute_90"]
+    assert script.torch_stack(None)["sass"] == []
+
+
+def test_cells_past_the_time_budget_are_skipped(tmp_path):
+    import time
+    script = _load_script()
+    lines = []
+    cells = script.run_cells(sys.executable, "cpu", ["fcn5"],
+                             script.QUICK_BATCHES, 1, 0, "observe",
+                             str(tmp_path), 10, None, lines.append,
+                             deadline=time.monotonic() + 5)
+    assert [c["exit"] for c in cells] == ["skipped", "skipped"]
+    assert all("time budget" in line for line in lines)
+    assert list(tmp_path.iterdir()) == []
+    assert "skipped" in "\n".join(script.format_cells(cells))

@@ -152,3 +152,9 @@ def test_not_a_state_file(tmp_path):
 
 def test_after_cell_without_state_file_is_silent(tmp_path):
     assert gpu_restore.after_cell(tmp_path / "cell.json") is None
+
+
+def test_after_cell_with_a_torn_state_file_says_so(tmp_path):
+    (tmp_path / "cell.clock-state.json").write_text("{")
+    message = gpu_restore.after_cell(tmp_path / "cell.json")
+    assert "unreadable" in message and "nvidia-smi" in message
