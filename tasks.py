@@ -123,6 +123,12 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         clock_policy=clock_policy,
         timeout_s=(bench_mod.parse_count(timeout, "--timeout")
                    if timeout is not None else None))
+    from harness import clocks
+    from harness.errors import HarnessError
+    try:
+        clocks.parse_policy(clock_policy)
+    except HarnessError as exc:
+        raise UserError(f"--clock-policy: {exc}")
     from dlrepro import runtimes
     if runtime not in runtimes.RUNTIMES:
         raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "

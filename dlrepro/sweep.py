@@ -15,7 +15,7 @@ from pathlib import Path
 from harness import provenance, resultfile
 from harness.cell import new_result
 
-from . import matrix as matrix_mod, results
+from . import gpu_restore, matrix as matrix_mod, results
 from .errors import UserError
 
 # Seconds the harness gets after SIGTERM to write its partial result.
@@ -271,8 +271,15 @@ def _run_cell(item, runtime, run_dir, m):
     try:
         rc, timed_out = _run_process(launch, Path(run_dir) / f"{item.id}.log",
                                      item.timeout_s)
-        return _collect(item, run_dir, rc, timed_out, item.timeout_s, launch,
-                        spec["container"])
+        result = _collect(item, run_dir, rc, timed_out, item.timeout_s, launch,
+                          spec["container"])
+        # A harness killed mid-cell cannot restore the GPU clocks it changed:
+        # the host does, from the state file it left on this side.
+        message = gpu_restore.after_cell(result_path, spec["clock_state"])
+        if message:
+            result["warnings"].append(message)
+            resultfile.write_atomic(str(result_path), result)
+        return result
     finally:
         if launch.cleanup:
             launch.cleanup()
