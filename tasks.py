@@ -123,6 +123,12 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         clock_policy=clock_policy,
         timeout_s=(bench_mod.parse_count(timeout, "--timeout")
                    if timeout is not None else None))
+    from harness import clocks
+    from harness.errors import HarnessError
+    try:
+        clocks.parse_policy(clock_policy)
+    except HarnessError as exc:
+        raise UserError(f"--clock-policy: {exc}")
     from dlrepro import runtimes
     if runtime not in runtimes.RUNTIMES:
         raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
@@ -210,6 +216,21 @@ def overhead(c, rounds=10, block=5, threads=None):
     c.run(f"{python} {ROOT / 'benchmarks' / 'harness_overhead.py'} "
           f"--rounds {int(rounds)} --block {int(block)} --threads {int(threads)}",
           env={"PYTHONPATH": str(ROOT)}, pty=False)
+
+
+# --- GPU clocks (issue 5) -----------------------------------------------------
+
+@task(help={"state": "a clock-state file the harness wrote "
+                     "(<cell>.clock-state.json next to the cell's result)",
+            "run": "restore every outstanding clock-state file of this run: "
+                   "an id, a folder, or latest (the default)",
+            "out": "results root for --run (default: results)"})
+@user_errors
+def gpu_restore(c, state=None, run=None, out="results"):
+    """Restore GPU clocks that a killed cell left changed (needs root)."""
+    from dlrepro import gpu_restore as restore_mod
+    for line in restore_mod.restore(state=state, run=run, out=out):
+        print(line)
 
 
 # --- data and convergence (issue 6) ----------------------------------------------

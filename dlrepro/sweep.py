@@ -6,6 +6,7 @@ ends with a result file whatever happened, and run.json is rewritten
 atomically after every cell, so a sweep killed at any point keeps every
 finished cell and `--resume` continues where it stopped.
 """
+import ctypes
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 from harness import provenance, resultfile
 from harness.cell import new_result
 
-from . import matrix as matrix_mod, results
+from . import gpu_restore, matrix as matrix_mod, results
 from .errors import UserError
 
 # Seconds the harness gets after SIGTERM to write its partial result.
@@ -126,13 +127,27 @@ def _stop(proc, launch):
         proc.wait()
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _term_when_parent_dies():
+    """In the child, before exec: SIGTERM if the sweep dies (even by SIGKILL),
+    so an orphaned harness writes what it measured and stops instead of
+    running on beside a resumed sweep."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _run_process(launch, log_path, timeout_s):
     """Run the harness; returns (exit status, whether it timed out)."""
     with open(log_path, "ab") as log:
+        # Its own session: a Ctrl-C at the terminal reaches the sweep only,
+        # which then stops the cell cleanly (and its process group).
         proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
                                 stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=_term_when_parent_dies)
         try:
             return proc.wait(timeout_s), False
         except subprocess.TimeoutExpired:
@@ -271,8 +286,15 @@ def _run_cell(item, runtime, run_dir, m):
     try:
         rc, timed_out = _run_process(launch, Path(run_dir) / f"{item.id}.log",
                                      item.timeout_s)
-        return _collect(item, run_dir, rc, timed_out, item.timeout_s, launch,
-                        spec["container"])
+        result = _collect(item, run_dir, rc, timed_out, item.timeout_s, launch,
+                          spec["container"])
+        # A harness killed mid-cell cannot restore the GPU clocks it changed:
+        # the host does, from the state file it left on this side.
+        message = gpu_restore.after_cell(result_path, spec["clock_state"])
+        if message:
+            result["warnings"].append(message)
+            resultfile.write_atomic(str(result_path), result)
+        return result
     finally:
         if launch.cleanup:
             launch.cleanup()

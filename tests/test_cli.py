@@ -34,6 +34,9 @@ def invoke(root, *args):
      "error: --threads must be an integer >= 1, got 0"),
     (["--framework", "pytorch", "--device", "tpu"],
      "error: --device must be cpu or gpu, got 'tpu'"),
+    (["--framework", "pytorch", "--clock-policy", "turbo"],
+     "error: --clock-policy: clock_policy must be observe, disable-boost or "
+     "lock=<MHz>"),
     ([], "error: choose frameworks: --framework NAME (repeatable) or --all"),
 ])
 def test_bad_input_is_one_line_and_exit_2(root, args, message):
