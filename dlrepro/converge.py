@@ -229,7 +229,8 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
         out_path = run_dir / f"{name}.json"
         log_path = run_dir / f"{name}.log"
         resultfile.write_atomic(spec_path, {"convergence": spec,
-                                            "container": None})
+                                            "container": None,
+                                            "stack": _stack(spec)})
         log(f"[{index}/{len(specs)}] {name}")
         python = pythons.get((spec["framework"], spec["profile"]))
         entry = {"name": name, "file": out_path.name, "spec": spec,
@@ -271,6 +272,19 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
     resultfile.write_atomic(run_dir / "convergence.json", summary)
     _point_latest(out, run_dir)
     return run_dir, results
+
+
+def _stack(spec):
+    """The matrix's facts about the framework's stack, for the harness's GPU
+    compatibility gate (as the sweep gives them); None when unknown."""
+    try:
+        entry = matrix_mod.entry(matrix_mod.load(), spec["framework"],
+                                 spec["profile"])
+        return {key: entry[key] for key in
+                ("framework_version", "python", "cuda", "cudnn", "nccl",
+                 "sass", "ptx", "min_driver")}
+    except (UserError, KeyError):
+        return None
 
 
 def _read_result(path):

@@ -20,8 +20,8 @@ import sys
 import time
 import traceback
 
-from . import (cell as cells, datasets, figures, gpu, networks, parallel,
-               provenance, resultfile, stats, threads)
+from . import (cell as cells, clocks, datasets, figures, gpu, networks,
+               parallel, provenance, resultfile, stats, threads)
 from .errors import HarnessError
 from .parallel import common
 
@@ -92,6 +92,12 @@ def validate(spec):
                          ("epochs", 1), ("seed", 0)):
         _integer(spec, key, minimum)
     _integer(spec, "threads", 1, optional=True)
+    if clocks.parse_policy(spec["clock_policy"]).name != clocks.OBSERVE:
+        # The workers run in their own processes for the whole training:
+        # clocks are observed, never set, here.
+        raise HarnessError("convergence runs observe GPU clocks only; "
+                           "clock_policy {!r} is for throughput cells".format(
+                               spec["clock_policy"]))
     check_split(spec["global_batch_size"], spec["workers"])
     target = spec["target_loss"]
     if target is not None and (isinstance(target, bool) or
@@ -174,6 +180,9 @@ def run_convergence(spec, out_path, log=_log):
     total = per_epoch * conv["epochs"]
     cell = _cell(conv, data.info["label"], total)
     result = cells.new_result(cell, spec.get("container"))
+    # GPU runs: the NVML inventory and the stack's compatibility gate, as
+    # throughput cells have them (no clock control, no telemetry).
+    gpus = gpu.CellGpus(cell, spec, out_path)
     env = result["environment"]
     env.update(provenance.host_environment())
     network = networks.get(conv["network"])
@@ -205,6 +214,10 @@ def run_convergence(spec, out_path, log=_log):
     curves = None
     previous_handler = signal.signal(signal.SIGTERM, cells._on_sigterm)
     try:
+        env["gpus"] = gpus.open()
+        refusal = gpus.gate(result)
+        if refusal:
+            raise cells.Unsupported(refusal)
         if isinstance(module, ImportError):
             raise cells.Unsupported("{} data parallelism is not available in "
                                     "{} ({})".format(conv["framework"],
@@ -251,6 +264,7 @@ def run_convergence(spec, out_path, log=_log):
                            else type(exc).__name__}
         traceback.print_exc()
     finally:
+        gpus.close(result)
         signal.signal(signal.SIGTERM, previous_handler)
         if curves is not None:
             _fill(result, curves, conv)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jsonschema
@@ -133,6 +134,10 @@ def test_spec_errors_are_clear():
                                 if k != "epochs"))
     with pytest.raises(HarnessError, match="target_loss must be a positive"):
         hconverge.validate(dict(spec, global_batch_size=8, target_loss=-1))
+    with pytest.raises(HarnessError, match="convergence runs observe GPU "
+                       "clocks only; clock_policy 'lock=1410'"):
+        hconverge.validate(dict(spec, global_batch_size=8,
+                                clock_policy="lock=1410"))
     with pytest.raises(HarnessError, match="global batch \\(64\\) is larger "
                        "than the 10 training samples"):
         common.check_plan(dict(spec, global_batch_size=64), 10)
@@ -415,3 +420,43 @@ def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
     leftovers = subprocess.run(["pgrep", "-f", plan], capture_output=True,
                                text=True)
     assert leftovers.stdout.strip() == ""
+
+
+def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
+    """SIGKILL leaves the harness no time to stop torchrun: the workers must
+    go anyway (PR_SET_PDEATHSIG), not train on as orphans."""
+    spec = conv.plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
+                     threads=2, synthetic=True, train_samples=4096,
+                     test_samples=64)[0]
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
+    log_path = tmp_path / "log"
+    with open(log_path, "w") as log:
+        harness = subprocess.Popen(
+            [str(framework_python("pytorch")), "-s", "-m", "harness",
+             "converge", "--spec", str(spec_path), "--out",
+             str(tmp_path / "out.json")], cwd=root, stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=str(root)))
+    try:
+        plan = None
+        for _ in range(600):
+            text = log_path.read_text()
+            if "--plan " in text:
+                plan = text.split("--plan ", 1)[1].split()[0]
+                workers = subprocess.run(["pgrep", "-f", plan],
+                                         capture_output=True, text=True)
+                if len(workers.stdout.split()) >= 2:  # the workers are up
+                    break
+            time.sleep(0.1)
+        assert plan, text
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+    for _ in range(100):
+        left = subprocess.run(["pgrep", "-f", plan], capture_output=True,
+                              text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.2)
+    assert left == []

@@ -71,7 +71,8 @@ def train(plan, data, log):
         command += [sys.executable, "-m", "harness.parallel.cntk",
                     "--plan", plan_path, "--out", out_path]
         log("launching: {}".format(" ".join(command)))
-        status = subprocess.call(command, env=env)
+        status = subprocess.call(command, env=env,
+                                 preexec_fn=common.die_with_parent)
         if status != 0:
             raise RuntimeError("mpirun exited with status {} (see the log)"
                                .format(status))

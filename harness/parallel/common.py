@@ -9,8 +9,10 @@ the r-th contiguous part of it. One worker therefore sees exactly the
 batches that N workers see together, so with gradients averaged over the
 global batch the runs differ only by floating-point reduction order.
 """
+import ctypes
 import math
 import random
+import signal
 import time
 
 from .. import datasets
@@ -137,3 +139,17 @@ def json_safe(value):
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent():
+    """preexec_fn for launchers (torchrun, mpirun): SIGTERM the child when
+    the convergence process dies, even by SIGKILL, so no workers run on
+    (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG,
+                                                signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

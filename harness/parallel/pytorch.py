@@ -85,7 +85,8 @@ def train(plan, data, log):
         tail = collections.deque(maxlen=20)
         process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                    universal_newlines=True,
-                                   start_new_session=True)
+                                   start_new_session=True,
+                                   preexec_fn=common.die_with_parent)
         pump = threading.Thread(target=_pump,
                                 args=(process.stderr, sys.stderr, tail))
         pump.daemon = True
