@@ -20,6 +20,11 @@ from typing import NamedTuple
 
 from .errors import UserError
 
+# pip retries each index 5 times by default; an index that cannot be reached
+# at all (download.pytorch.org behind some proxies) then costs ~8 s per
+# package. Two retries still ride out a dropped connection.
+PIP_RETRIES = 2
+
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)")
 
 
@@ -86,7 +91,8 @@ def resolve(requirements, *, python=None, index_urls=(), pip_args=(),
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         command = [python, "-m", "pip", "install", "--dry-run", "--quiet",
-                   "--ignore-installed", "--report", str(report)]
+                   "--ignore-installed", "--retries", str(PIP_RETRIES),
+                   "--report", str(report)]
         for url in index_urls:
             command += ["--extra-index-url", url]
         cross = target_args(target, no_deps)
