@@ -477,8 +477,10 @@ def needs_network(entry, wheelhouse):
 
 
 def build(plan_, *, wheelhouse=True, ca_bundle=None, proxy=None, client=None,
-          log=print, logs_dir=BUILD_DIR / "logs", wheelhouse_root=WHEELHOUSE_DIR):
-    """Build `plan_` unless its tag exists; returns the image ID."""
+          log=print, logs_dir=BUILD_DIR / "logs", wheelhouse_root=WHEELHOUSE_DIR,
+          nocache=False):
+    """Build `plan_` unless its tag exists; returns the image ID. `nocache`
+    ignores the engine's layer cache (a cold build, for benchmarks)."""
     client = client or engine()
     existing = _local_image(client, plan_.tag)
     if existing is not None:
@@ -510,13 +512,14 @@ def build(plan_, *, wheelhouse=True, ca_bundle=None, proxy=None, client=None,
         log(f"build: {plan_.tag} from {plan_.base} ({'wheelhouse' if wheelhouse else 'package index'}, "
             f"network {network}; log {_show(log_path)})")
         image_id = _stream_build(client, folder, plan_, buildargs, network,
-                                 log_path)
+                                 log_path, nocache)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return image_id
 
 
-def _stream_build(client, folder, plan_, buildargs, network, log_path):
+def _stream_build(client, folder, plan_, buildargs, network, log_path,
+                  nocache=False):
     import docker
     image_id = None
     error = None
@@ -525,7 +528,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path):
             stream = client.api.build(
                 path=str(folder), tag=plan_.tag, labels=build_labels(plan_),
                 buildargs=buildargs, network_mode=network, pull=False, rm=True,
-                forcerm=True, decode=True)
+                forcerm=True, nocache=nocache, decode=True)
             for chunk in stream:
                 if "stream" in chunk:
                     log_file.write(chunk["stream"])

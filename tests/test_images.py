@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -258,3 +259,22 @@ def test_save_and_load_check_sums_and_ids(docker_client, test_base, tmp_path):
 def _remove(client, tag):
     if images._local_image(client, tag) is not None:
         client.images.remove(tag, force=True)
+
+
+def test_build_task_is_a_no_op_for_a_built_image_and_refuses_unlocked(
+        cpu_images, root):
+    env = dict(os.environ, DLREPRO_IMAGE_PREFIX=PREFIX)
+    invoke = os.path.join(os.path.dirname(sys.executable), "invoke")
+    proc = subprocess.run([invoke, "build", "--framework", "mxnet",
+                           "--base-image", BASE_IMAGE], cwd=root, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"build: {cpu_images['mxnet']} is up to date",
+                                        cpu_images["mxnet"]]
+    proc = subprocess.run([invoke, "build", "--framework", "mxnet", "--locked",
+                           "--base-image", f"{PREFIX}/unlocked:0"], cwd=root,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --locked: base image {PREFIX}/unlocked:0 of mxnet/cpu is not in "
+        f"base-images.lock; run `invoke lock --image {PREFIX}/unlocked:0`"]
