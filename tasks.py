@@ -291,13 +291,10 @@ def build(c, framework=None, profile="", all=False, base_image=None,
     failures = []
     for fw, prof in pairs:
         try:
-            plan = images.plan(fw, prof, m, locked=locked, client=client,
-                               base_image=images.base_for(m[fw][prof], overrides))
-            if not index and images.wheelhouse_files(fw, prof, plan.entry) is None:
-                images.make_wheelhouse(fw, prof, plan.entry)
-            images.build(plan, wheelhouse=not index, ca_bundle=ca_bundle or None,
-                         proxy=proxy or None, client=client)
-            print(plan.tag)
+            print(images.ensure(fw, prof, m, locked=locked, client=client,
+                                base_image=images.base_for(m[fw][prof], overrides),
+                                wheelhouse=not index,
+                                ca_bundle=ca_bundle or None, proxy=proxy or None))
         except UserError as exc:
             if len(pairs) == 1:
                 raise

@@ -207,8 +207,9 @@ def targets(matrix, frameworks=(), profile=None, every=False):
 
 
 def base_for(entry, overrides=()):
-    """The base image of `entry` given --base-image values: FROM=TO replaces
-    the base FROM only; a plain reference replaces any base."""
+    """The base image replacing `entry`'s given --base-image values (None:
+    keep the matrix's). FROM=TO replaces the base FROM only; a plain
+    reference replaces any base."""
     mapped = {}
     plain = []
     for item in overrides:
@@ -220,9 +221,8 @@ def base_for(entry, overrides=()):
     if len(plain) > 1:
         raise UserError(f"--base-image given {len(plain)} plain references "
                         f"({', '.join(plain)}); write FROM=TO for each base")
-    if entry["base_image"] in mapped:
-        return mapped[entry["base_image"]]
-    return plain[0] if plain else entry["base_image"]
+    base = mapped.get(entry["base_image"]) or (plain[0] if plain else None)
+    return None if base == entry["base_image"] else base
 
 
 def check_overrides(matrix, pairs, overrides):
@@ -552,28 +552,55 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
     return image_id
 
 
+def pull_base(client, ref, log=print):
+    """Pull a missing base image; None on success, else the reason."""
+    import docker
+    log(f"build: pulling base image {ref}")
+    try:
+        client.api.pull(ref)
+    except docker.errors.APIError as exc:
+        return _first_line(exc)
+    return None
+
+
 def ensure(framework, profile, matrix, *, base_image=None, locked=False,
-           build_missing=True, make_wheels=True, client=None, log=print,
+           build_missing=True, make_wheels=True, wheelhouse=True,
+           ca_bundle=None, proxy=None, client=None, log=print,
            base_lock=BASE_LOCK_PATH, wheelhouse_root=WHEELHOUSE_DIR,
            name_prefix=None):
-    """The tag of an up-to-date image for framework/profile, building it
-    (from a wheelhouse, downloaded when missing) if needed. UserError says
-    exactly what to run when it cannot be had here."""
+    """The tag of an up-to-date image for framework/profile, building it if
+    needed: pulls a missing base, downloads a missing wheelhouse, builds
+    (offline unless `wheelhouse` is False). UserError says exactly what to
+    run when the image cannot be had here."""
     client = client or engine()
-    plan_ = plan(framework, profile, matrix, base_image=base_image,
-                 locked=locked, base_lock=base_lock, client=client,
-                 name_prefix=name_prefix)
+
+    def current_plan():
+        return plan(framework, profile, matrix, base_image=base_image,
+                    locked=locked, base_lock=base_lock, client=client,
+                    name_prefix=name_prefix)
+
+    plan_ = current_plan()
     if _local_image(client, plan_.tag) is not None:
+        log(f"build: {plan_.tag} is up to date")
         return plan_.tag
     command = (f"invoke build --framework {framework} --profile {profile}"
                + (f" --base-image {base_image}" if base_image else ""))
-    if plan_.base_id is None:
-        raise UserError(f"image {plan_.tag} is missing and its base {plan_.base} "
-                        f"is not present (no registry here?): load it with "
-                        f"`invoke load`, or run `{command} --base-image IMAGE`")
     if not build_missing:
         raise UserError(f"image {plan_.tag} is missing; run `{command}`")
-    if wheelhouse_files(framework, profile, plan_.entry, wheelhouse_root) is None:
+    if plan_.base_id is None:
+        reason = pull_base(client, plan_.base, log)
+        if reason:
+            raise UserError(
+                f"image {plan_.tag} is missing and its base {plan_.base} is "
+                f"not present and cannot be pulled ({reason}): load it with "
+                f"`invoke load`, or run `{command.split(' --base-image')[0]} "
+                f"--base-image IMAGE`")
+        # The base's image ID is part of the recipe: plan again.
+        plan_ = current_plan()
+        if _local_image(client, plan_.tag) is not None:
+            return plan_.tag
+    if (wheelhouse or plan_.entry["sources"]) and wheelhouse_files(
+            framework, profile, plan_.entry, wheelhouse_root) is None:
         if not make_wheels:
             raise UserError(f"image {plan_.tag} is missing and has no "
                             f"wheelhouse; run `invoke wheelhouse --framework "
@@ -582,7 +609,8 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
             make_wheelhouse(framework, profile, plan_.entry, wheelhouse_root, log)
         except UserError as exc:
             raise UserError(f"{exc}; then run `{command}`")
-    build(plan_, client=client, log=log, wheelhouse_root=wheelhouse_root)
+    build(plan_, wheelhouse=wheelhouse, ca_bundle=ca_bundle, proxy=proxy,
+          client=client, log=log, wheelhouse_root=wheelhouse_root)
     return plan_.tag
 
 

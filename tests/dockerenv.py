@@ -40,13 +40,6 @@ def base_or_skip(client):
     return BASE_IMAGE
 
 
-def overrides():
-    """The CPU profiles' python:3.11-slim base, replaced by the test base."""
-    bases = {matrix.load()[f]["cpu"]["base_image"] for f in CPU_FRAMEWORKS}
-    assert bases == {PYTHON_SLIM}, bases
-    return {PYTHON_SLIM: BASE_IMAGE}
-
-
 @pytest.fixture(scope="session")
 def docker_client():
     return engine_or_skip()

@@ -9,6 +9,7 @@ the command line, which runs as a subprocess whose output goes to a log.
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from harness import resultfile
 from harness.provenance import harness_digest
 
 from dockerenv import (BASE_IMAGE, PREFIX, PYTHON_SLIM, cpu_images,  # noqa: F401
-                       docker_client, overrides, test_base)
+                       docker_client, test_base)
 
 SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 
@@ -161,10 +162,14 @@ def test_isolation_flags(runtime, tmp_path):
                            tmp_path, "g", "img:tag", "name")
     assert gpu[gpu.index("--gpus") + 1] == "2" and "--cpuset-cpus" not in gpu
     clocks = runtime.run_argv(make_cell("pytorch", device="gpu", gpus=1, threads=None,
-                                        clock_policy="lock-base"),
+                                        clock_policy="lock=1500"),
                               tmp_path, "g", "img:tag", "name")
     assert clocks[clocks.index("--cap-add") + 1] == "SYS_ADMIN"
     assert clocks[clocks.index("--user") + 1] == "0:0"
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in clocks
+    observe = runtime.run_argv(make_cell("pytorch", device="gpu", gpus=1,
+                                         threads=None), tmp_path, "g", "i", "n")
+    assert "--cap-add" not in observe
 
 
 def test_cpuset_takes_the_first_usable_cpus():
@@ -196,3 +201,44 @@ def test_bad_override_setting_is_a_user_error(monkeypatch):
     monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, "no-equals-sign")
     with pytest.raises(UserError, match="is not FROM=TO"):
         get("docker")
+
+
+def test_invoke_bench_runs_every_cpu_framework_in_its_image(
+        cpu_images, root, tmp_path):
+    """The user's command: `invoke bench --runtime docker` over the CPU
+    frameworks, then the JSON on the host. CNTK's image cannot be had here
+    (ubuntu:18.04 cannot be pulled): its cells say which command to run and
+    the sweep goes on."""
+    env = dict(os.environ, DLREPRO_IMAGE_PREFIX=PREFIX,
+               **{docker_runtime.BASE_OVERRIDES_ENV: f"{PYTHON_SLIM}={BASE_IMAGE}"})
+    invoke = str(Path(sys.executable).parent / "invoke")
+    proc = subprocess.run(
+        [invoke, "bench", "--runtime", "docker", "--framework", "pytorch",
+         "--framework", "tensorflow", "--framework", "mxnet", "--framework",
+         "cntk", "--network", "fcn-r", "--network", "lstm", "--iterations", "3",
+         "--warmup", "1", "--threads", "1", "--out", str(tmp_path)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "complete" and record["runtime"] == "docker"
+    assert len(record["cells"]) == 8
+    for entry in record["cells"]:
+        framework = entry["cell"]["framework"]
+        result = resultfile.load(run_dir / entry["file"])
+        if framework == "cntk":
+            assert result["status"] == "unsupported"
+            assert "invoke load" in result["error"]["message"]
+            assert "invoke build --framework cntk --profile cpu" in \
+                result["error"]["message"]
+            continue
+        assert (run_dir / entry["log"]).exists()
+        assert result["environment"]["harness_digest"] == harness_digest()
+        assert result["environment"]["container"]["image"] == cpu_images[framework]
+        if (ROOT / "harness" / "backends" / f"{framework}.py").exists():
+            assert result["status"] == "ok", result["error"]
+            assert len(result["timing"]["per_iteration_s"]) == 3
+        else:
+            assert result["status"] == "unsupported"
+    # The summary table names every cell.
+    assert proc.stdout.count("fcn-r") >= 4

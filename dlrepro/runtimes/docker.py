@@ -21,6 +21,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harness import clocks
+
 from .. import ROOT, images, matrix as matrix_mod
 from ..errors import UserError
 from . import Launch
@@ -63,8 +65,14 @@ def cpuset(threads, available=None):
     return ",".join(str(cpu) for cpu in cpus[:threads])
 
 
+def clock_requirements(cell):
+    """{"cap_add": [...], "env": {...}} the cell's clock policy needs; empty
+    for a policy that only observes (harness.clocks decides)."""
+    return clocks.container_requirements(cell.get("clock_policy") or "observe")
+
+
 def changes_clocks(cell):
-    return cell.get("clock_policy", "observe") != "observe"
+    return bool(clock_requirements(cell)["cap_add"])
 
 
 class Runtime:
@@ -149,10 +157,15 @@ class Runtime:
                 "--env", "PYTHONUNBUFFERED=1",
                 "--env", "PYTHONDONTWRITEBYTECODE=1",
                 "--env", "HOME=/tmp"]
-        if changes_clocks(cell):
+        needs = clock_requirements(cell)
+        if needs["cap_add"]:
             # NVML's set calls need root and CAP_SYS_ADMIN; cleanup hands
-            # the result file back to the invoking user.
-            argv += ["--user", "0:0", "--cap-add", "SYS_ADMIN"]
+            # the result files back to the invoking user.
+            argv += ["--user", "0:0"]
+            for cap in needs["cap_add"]:
+                argv += ["--cap-add", cap]
+            for name, value in sorted(needs["env"].items()):
+                argv += ["--env", f"{name}={value}"]
         else:
             argv += ["--user", f"{os.getuid()}:{os.getgid()}"]
         cpus = cpuset(cell["threads"]) if cell["device"] == "cpu" else None
@@ -209,12 +222,16 @@ class Runtime:
             container.remove(force=True)
 
     def _give_back(self, tag, run_dir, cell_id):
-        result = run_dir / f"{cell_id}.json"
-        if not result.exists() or result.stat().st_uid == os.getuid():
+        """chown what a root container wrote (the result, the clock-state
+        file) to the invoking user, from inside a container: the user may
+        not chown root's files on the host."""
+        names = [path.name for path in run_dir.glob(f"{cell_id}.*")
+                 if path.stat().st_uid != os.getuid()]
+        if not names:
             return
         subprocess.run([self.docker_bin, "run", "--rm", "--network", "none",
                         "--user", "0:0", "--volume",
                         f"{run_dir}:{RESULTS_IN_CONTAINER}", "--entrypoint",
-                        "chown", tag, f"{os.getuid()}:{os.getgid()}",
-                        f"{RESULTS_IN_CONTAINER}/{cell_id}.json"],
+                        "chown", tag, f"{os.getuid()}:{os.getgid()}"]
+                       + [f"{RESULTS_IN_CONTAINER}/{name}" for name in names],
                        capture_output=True, check=False)
