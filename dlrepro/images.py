@@ -45,6 +45,11 @@ PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
 NATIVE_HINT = "or run natively with --runtime native"
 
 
+class BuildFailed(UserError):
+    """The engine ran the recipe and it failed: a broken recipe, not an
+    image that merely cannot be had on this machine."""
+
+
 # --- the engine ---------------------------------------------------------------
 
 def engine(timeout=600):
@@ -61,7 +66,10 @@ def engine(timeout=600):
 
 
 def _first_line(exc):
-    text = str(exc).strip() or type(exc).__name__
+    # An engine error's explanation is the engine's own message, without the
+    # HTTP request around it.
+    text = (str(getattr(exc, "explanation", "") or "").strip() or str(exc).strip()
+            or type(exc).__name__)
     return text.splitlines()[0][:300]
 
 
@@ -545,7 +553,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
         # The engine colours a RUN step's stderr with terminal escapes.
         text = re.sub(r"\x1b\[[0-9;]*m", "", log_path.read_text())
         tail = [line for line in text.strip().splitlines() if line.strip()][-8:]
-        raise UserError(
+        raise BuildFailed(
             f"build of {plan_.framework}/{plan_.profile} failed: "
             f"{error or 'no image produced'} (log: {_show(log_path)})\n  "
             + "\n  ".join(tail))
@@ -659,6 +667,7 @@ def save(refs, folder, client=None, log=print):
             for chunk in image.save(named=ref if ref in image.tags else True):
                 out.write(chunk)
                 digest.update(chunk)
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
         manifest[path.name] = {"ref": ref, "image_id": image.id,
                                "sha256": digest.hexdigest(),

@@ -84,10 +84,115 @@ def resolve(requirements, *, python=None, index_urls=(), pip_args=(),
     `target` is the platform the closure is for (this host's by default).
     `no_deps` takes `requirements` as the whole closure: each is resolved on
     its own, and nothing else is added.
+
+    Resolving for another Python, pip neither holds packages to their
+    Requires-Python (`pip download` for that Python later does) nor
+    evaluates environment markers for it (`importlib-metadata;
+    python_version < "3.8"` is left out for a 3.7 target). So each pin is
+    checked here against the target: a version whose Requires-Python
+    excludes it is excluded by a constraint, a dependency the target's
+    markers require is added, and pip resolves again until the closure fits.
     """
     for requirement in requirements:
         check_pinned(requirement, "requirements")
-    python = python or sys.executable
+    exclusions, added = [], []
+    for _round in range(MAX_RESOLVE_ROUNDS):
+        data = _pip_report(list(requirements) + added, python or sys.executable,
+                           index_urls, pip_args, target, no_deps, exclusions)
+        if target is None or target == host_target():
+            break  # pip resolved for its own interpreter: nothing to check
+        bad = requires_python_violations(data["install"], target)
+        missing = missing_requirements(data["install"], target)
+        if not bad and not missing:
+            break
+        if no_deps:
+            raise UserError(
+                f"the closure written in the matrix does not fit Python "
+                f"{target.python}: " + "; ".join(
+                    [f"{name}=={version} requires Python {spec}"
+                     for name, version, spec in bad]
+                    + [f"{need} is required by {by} and missing"
+                       for need, by in missing]))
+        exclusions += [f"{name}<{version}" for name, version, _spec in bad]
+        added += [need for need, _by in missing if need not in added]
+    else:
+        raise UserError(f"no closure of {' '.join(requirements)} fits Python "
+                        f"{target.python} after {MAX_RESOLVE_ROUNDS} rounds "
+                        f"(excluded: {', '.join(exclusions)})")
+    pins = []
+    for item in data["install"]:
+        info = item["download_info"]
+        sha = info.get("archive_info", {}).get("hashes", {}).get("sha256")
+        if not sha:
+            raise UserError(f"pip reported no sha256 for {info['url']}")
+        pins.append((item["metadata"]["name"], item["metadata"]["version"],
+                     sha, info["url"]))
+    return sorted(pins, key=lambda p: p[0].lower())
+
+
+MAX_RESOLVE_ROUNDS = 25
+
+
+def requires_python_violations(installs, target):
+    """[(name, version, Requires-Python)] of report items whose
+    Requires-Python excludes `target`'s Python (read as X.Y.0, as pip
+    reads --python-version X.Y)."""
+    if target is None:
+        return []
+    # Imported here: only lock resolution needs it (a pinned host package).
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    python = f"{target.python}.0"
+    bad = []
+    for item in installs:
+        spec = item["metadata"].get("requires_python")
+        if not spec:
+            continue
+        try:
+            fits = SpecifierSet(spec).contains(python, prereleases=True)
+        except InvalidSpecifier:
+            continue
+        if not fits:
+            bad.append((item["metadata"]["name"], item["metadata"]["version"],
+                        spec))
+    return bad
+
+
+def target_environment(target):
+    """PEP 508 marker variables of CPython `target.python` on Linux."""
+    return {"python_version": target.python,
+            "python_full_version": f"{target.python}.0",
+            "implementation_name": "cpython",
+            "implementation_version": f"{target.python}.0",
+            "platform_python_implementation": "CPython",
+            "sys_platform": "linux", "platform_system": "Linux",
+            "os_name": "posix", "platform_machine": target.machine,
+            "platform_release": "", "platform_version": "", "extra": ""}
+
+
+def missing_requirements(installs, target):
+    """[(requirement, required by)] that `target`'s markers make necessary
+    and the closure lacks."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+    env = target_environment(target)
+    have = {canonicalize_name(i["metadata"]["name"]) for i in installs}
+    missing = []
+    for item in installs:
+        for text in item["metadata"].get("requires_dist") or []:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            if req.marker is not None and not req.marker.evaluate(env):
+                continue
+            if canonicalize_name(req.name) not in have:
+                missing.append((f"{req.name}{req.specifier}",
+                                item["metadata"]["name"]))
+    return sorted(set(missing))
+
+
+def _pip_report(requirements, python, index_urls, pip_args, target, no_deps,
+                exclusions):
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
         command = [python, "-m", "pip", "install", "--dry-run", "--quiet",
@@ -101,6 +206,10 @@ def resolve(requirements, *, python=None, index_urls=(), pip_args=(),
             # dry run that installs nothing.
             cross += ["--target", str(Path(tmp) / "target")]
         command += cross
+        if exclusions:
+            constraints = Path(tmp) / "exclusions.txt"
+            constraints.write_text("\n".join(exclusions) + "\n")
+            command += ["-c", str(constraints)]
         if no_deps:
             command.append("--no-deps")
         command += list(pip_args) + list(requirements)
@@ -110,16 +219,7 @@ def resolve(requirements, *, python=None, index_urls=(), pip_args=(),
                      if "is neither a file nor a directory" not in line]
             raise UserError(f"pip could not resolve {' '.join(requirements)}: "
                             f"{(lines or ['(no output)'])[-1]}")
-        data = json.loads(report.read_text())
-    pins = []
-    for item in data["install"]:
-        info = item["download_info"]
-        sha = info.get("archive_info", {}).get("hashes", {}).get("sha256")
-        if not sha:
-            raise UserError(f"pip reported no sha256 for {info['url']}")
-        pins.append((item["metadata"]["name"], item["metadata"]["version"],
-                     sha, info["url"]))
-    return sorted(pins, key=lambda p: p[0].lower())
+        return json.loads(report.read_text())
 
 
 def render_lock(pins, *, header, index_urls=()):

@@ -164,7 +164,7 @@ def test_build_failure_names_the_log_and_shows_its_end(demo, docker_client,
                            log=lambda _m: None)
     plan = images.plan("broken", "cpu", demo, base_image=test_base,
                        client=docker_client, name_prefix=PREFIX)
-    with pytest.raises(UserError) as info:
+    with pytest.raises(images.BuildFailed) as info:
         images.build(plan, client=docker_client, wheelhouse_root=house,
                      logs_dir=tmp_path / "logs", log=lambda _m: None)
     message = str(info.value)
@@ -278,3 +278,44 @@ def test_build_task_is_a_no_op_for_a_built_image_and_refuses_unlocked(
     assert proc.stderr.strip().splitlines() == [
         f"error: --locked: base image {PREFIX}/unlocked:0 of mxnet/cpu is not in "
         f"base-images.lock; run `invoke lock --image {PREFIX}/unlocked:0`"]
+
+
+def test_a_wheelhouse_for_another_python_takes_the_locked_files(
+        tmp_path, monkeypatch):
+    """TensorFlow 1.15's closure (Python 3.7, glibc 2.27) pins gast 0.2.2,
+    a source distribution: the wheelhouse fetches exactly the locked file.
+    Needs the package index, not the engine."""
+    lock = [line for line in matrix.lock_path("tensorflow", "tf1").read_text()
+            .replace("\\\n", "").splitlines()
+            if line.startswith(("gast==", "termcolor=="))]
+    locks = tmp_path / "locks"
+    locks.mkdir()
+    (locks / "tensorflow-tf1.txt").write_text("\n".join(lock) + "\n")
+    monkeypatch.setattr(matrix, "LOCKS_DIR", locks)
+    entry = matrix.load()["tensorflow"]["tf1"]
+    house = tmp_path / "wheelhouse"
+    images.make_wheelhouse("tensorflow", "tf1", entry, root=house,
+                           log=lambda _m: None)
+    files = images.wheelhouse_files("tensorflow", "tf1", entry, house)
+    assert sorted(files) == ["wheels/gast-0.2.2.tar.gz",
+                             "wheels/termcolor-2.3.0-py3-none-any.whl"]
+    # A file of an older lock is dropped; a changed lock makes it stale.
+    (house / "tensorflow-tf1" / "wheels" / "stale-1.0-py3-none-any.whl").write_bytes(b"x")
+    images.make_wheelhouse("tensorflow", "tf1", entry, root=house,
+                           log=lambda _m: None)
+    assert not (house / "tensorflow-tf1" / "wheels" / "stale-1.0-py3-none-any.whl").exists()
+    (locks / "tensorflow-tf1.txt").write_text(lock[0] + "\n")
+    assert images.wheelhouse_files("tensorflow", "tf1", entry, house) is None
+
+
+def test_fetch_source_checks_the_sha256(tmp_path):
+    payload = tmp_path / "src.tar.bz2"
+    payload.write_bytes(b"openmpi, in a manner of speaking")
+    good = {"name": "src.tar.bz2", "url": payload.as_uri(),
+            "sha256": images._sha256_file(payload)}
+    path = images.fetch_source(good, tmp_path / "out", log=lambda _m: None)
+    assert path.read_bytes() == payload.read_bytes()
+    bad = dict(good, name="other.tar.bz2", sha256="0" * 64)
+    with pytest.raises(UserError, match="does not match the matrix's 0000"):
+        images.fetch_source(bad, tmp_path / "out", log=lambda _m: None)
+    assert not (tmp_path / "out" / "other.tar.bz2").exists()

@@ -118,6 +118,10 @@ class Runtime:
                 self.descriptions[(framework, profile)] = images.describe(
                     self.client, tag)
                 reasons[(framework, profile)] = None
+            except images.BuildFailed:
+                # A broken recipe is an error of its cells (the sweep records
+                # it and goes on), not a limit of this machine.
+                raise
             except UserError as exc:
                 reasons[(framework, profile)] = str(exc)
         return reasons
