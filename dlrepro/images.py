@@ -1,8 +1,9 @@
 """Framework images: wheelhouse, build, labels, base-image lock, save/load.
 
 An image's tag derives from the hash of its recipe (matrix entry, the
-templates it uses, its lock file, its base image reference and the base's
-local image ID), e.g. dlrepro/pytorch:cpu-0123456789ab. A build whose tag
+templates it uses, the Dockerfile rendered from them, its lock file, its
+base image reference and the base's local image ID), e.g.
+dlrepro/pytorch:cpu-0123456789ab. A build whose tag
 already exists is a no-op, so `ensure` is cheap enough to call before every
 sweep.
 
@@ -19,8 +20,8 @@ import json
 import os
 import re
 import shutil
-import sys
 import subprocess
+import sys
 import tempfile
 import tomllib
 import urllib.request
