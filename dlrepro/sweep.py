@@ -6,6 +6,7 @@ ends with a result file whatever happened, and run.json is rewritten
 atomically after every cell, so a sweep killed at any point keeps every
 finished cell and `--resume` continues where it stopped.
 """
+import ctypes
 import os
 import signal
 import subprocess
@@ -126,13 +127,27 @@ def _stop(proc, launch):
         proc.wait()
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _term_when_parent_dies():
+    """In the child, before exec: SIGTERM if the sweep dies (even by SIGKILL),
+    so an orphaned harness writes what it measured and stops instead of
+    running on beside a resumed sweep."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def _run_process(launch, log_path, timeout_s):
     """Run the harness; returns (exit status, whether it timed out)."""
     with open(log_path, "ab") as log:
+        # Its own session: a Ctrl-C at the terminal reaches the sweep only,
+        # which then stops the cell cleanly (and its process group).
         proc = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd,
                                 stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+                                start_new_session=True,
+                                preexec_fn=_term_when_parent_dies)
         try:
             return proc.wait(timeout_s), False
         except subprocess.TimeoutExpired:

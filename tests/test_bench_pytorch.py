@@ -31,6 +31,19 @@ def bench(root, out, *args, timeout=900):
     return proc
 
 
+def processes_mentioning(path):
+    """PIDs whose command line contains `path` (a harness of that run)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if proc.name.isdigit() and str(path).encode() in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
 def cell_results(run_dir):
     record = results.read_run(run_dir)
     return record, {c["id"]: results.load_result(run_dir / c["file"])
@@ -112,8 +125,14 @@ def test_killed_sweep_keeps_finished_cells_and_resumes(root, tmp_path,
             record = results.read_run(run_dir)  # atomic: never torn
             done = [c["id"] for c in record["cells"] if c["status"] == "ok"]
     assert done, "no cell finished in time"
-    os.killpg(sweep.pid, signal.SIGKILL)  # the sweep and its harness
+    os.killpg(sweep.pid, signal.SIGKILL)
     sweep.wait()
+    # the running cell's harness learns of its parent's death (SIGTERM) and
+    # stops, writing the iterations it had measured
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and processes_mentioning(run_dir):
+        time.sleep(0.2)
+    assert processes_mentioning(run_dir) == []
     record = results.read_run(run_dir)
     assert record["status"] == "running"
     statuses = {c["id"]: c["status"] for c in record["cells"]}
