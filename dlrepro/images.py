@@ -1,0 +1,726 @@
+"""Framework images: wheelhouse, build, labels, base-image lock, save/load.
+
+An image's tag derives from the hash of its recipe (matrix entry, the
+templates it uses, the Dockerfile rendered from them, its lock file, its
+base image reference and the base's local image ID), e.g.
+dlrepro/pytorch:cpu-0123456789ab. A build whose tag
+already exists is a no-op, so `ensure` is cheap enough to call before every
+sweep.
+
+Builds are offline by default: `make_wheelhouse` downloads exactly the
+locked files on the host (pip checks every sha256), the build context carries
+them, and the image installs with --no-index --require-hashes, with the
+build's network off when the recipe needs no apt packages. A build from the
+package index instead (`wheelhouse=False`) may be given a CA bundle and the
+host's proxy variables; both stay in the throwaway install stage.
+"""
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import urllib.request
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+from harness.resultfile import write_atomic
+
+from . import ROOT, matrix as matrix_mod, pylock, render
+from .errors import UserError
+
+WHEELHOUSE_DIR = ROOT / "wheelhouse"
+BUILD_DIR = ROOT / "build"
+BASE_LOCK_PATH = ROOT / "dockerfiles" / "base-images.lock"
+PREFIX_ENV = "DLREPRO_IMAGE_PREFIX"
+DEFAULT_PREFIX = "dlrepro"
+# Bump when the recipe hash's inputs change meaning.
+RECIPE_FORMAT = 1
+LABEL_RECIPE = render.LABEL_PREFIX + "recipe"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy",
+                   "https_proxy", "no_proxy")
+NATIVE_HINT = "or run natively with --runtime native"
+
+
+class BuildFailed(UserError):
+    """The engine ran the recipe and it failed: a broken recipe, not an
+    image that merely cannot be had on this machine."""
+
+
+# --- the engine ---------------------------------------------------------------
+
+def engine(timeout=600):
+    """A docker SDK client whose engine answers, or a one-line UserError."""
+    # Imported here: only the image and docker-runtime paths need the SDK.
+    import docker
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:
+        raise UserError(f"the Docker engine does not answer ({_first_line(exc)}); "
+                        f"start it (e.g. .ci/docker-engine.sh) {NATIVE_HINT}")
+    return client
+
+
+def _first_line(exc):
+    # An engine error's explanation is the engine's own message, without the
+    # HTTP request around it.
+    text = (str(getattr(exc, "explanation", "") or "").strip() or str(exc).strip()
+            or type(exc).__name__)
+    return text.splitlines()[0][:300]
+
+
+def _local_image(client, ref):
+    import docker
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.APIError as exc:
+        # A malformed reference is the user's input, not a crash.
+        raise UserError(f"image {ref!r}: {_first_line(exc)}")
+
+
+# --- names -------------------------------------------------------------------
+
+def prefix():
+    return os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+
+
+def image_repository(framework, name_prefix=None):
+    return f"{name_prefix or prefix()}/{framework}"
+
+
+# --- base-image lock ------------------------------------------------------------
+
+def read_base_lock(path=BASE_LOCK_PATH):
+    """{image reference: {"digest"?, "id"?, "source", "resolved_at"}}."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: {exc}")
+    for name, pin in data.items():
+        if not isinstance(pin, dict) or not (pin.get("digest") or pin.get("id")):
+            raise UserError(f"{path}: [{name!r}] needs a digest or an id")
+    return data
+
+
+def write_base_lock(pins, path=BASE_LOCK_PATH):
+    lines = ["# Base images pinned by `invoke lock`: digest = the registry's",
+             "# manifest digest (builds use name@digest); id = the local image ID",
+             "# of an image no registry knows (imported or built here), which",
+             "# builds check. Do not edit by hand."]
+    for name in sorted(pins):
+        lines.append("")
+        lines.append(f"[{json.dumps(name)}]")
+        for key in sorted(pins[name]):
+            lines.append(f"{key} = {json.dumps(pins[name][key])}")
+    text = "\n".join(lines) + "\n"
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def resolve_base(client, name):
+    """(pin, None) for `name`, or (None, reason). Asks the registry for the
+    manifest digest without pulling; falls back to what the local engine
+    knows (a RepoDigest, else the image ID of a local-only image)."""
+    now = datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%dT%H:%M:%SZ")
+    import docker
+    try:
+        digest = client.api.inspect_distribution(name)["Descriptor"]["digest"]
+        return {"digest": digest, "source": "registry", "resolved_at": now}, None
+    except docker.errors.APIError as exc:
+        registry_error = _first_line(exc)
+    image = _local_image(client, name)
+    if image is None:
+        return None, f"registry: {registry_error}; not present locally either"
+    repository = name.split("@")[0].rsplit(":", 1)[0]
+    for repo_digest in image.attrs.get("RepoDigests") or []:
+        if repo_digest.split("@")[0] in (repository, f"docker.io/{repository}",
+                                         f"docker.io/library/{repository}"):
+            return {"digest": repo_digest.split("@", 1)[1],
+                    "source": "local RepoDigests", "resolved_at": now}, None
+    return {"id": image.id, "source": "local image without a registry digest",
+            "resolved_at": now}, None
+
+
+def lock_bases(names, path=BASE_LOCK_PATH, client=None, log=print):
+    """Resolve and record each base image; keeps entries for other names.
+    Returns {name: reason} for those that could not be resolved."""
+    client = client or engine()
+    pins = read_base_lock(path)
+    failures = {}
+    for name in sorted(set(names)):
+        pin, reason = resolve_base(client, name)
+        if pin is None:
+            failures[name] = reason
+            log(f"lock: {name}: not resolved ({reason})")
+        else:
+            pins[name] = pin
+            log(f"lock: {name}: {pin.get('digest') or pin.get('id')} "
+                f"({pin['source']})")
+    write_base_lock(pins, path)
+    return failures
+
+
+def matrix_bases(matrix):
+    return sorted({entry["base_image"] for profiles in matrix.values()
+                   for entry in profiles.values()})
+
+
+# --- the recipe and its hash ------------------------------------------------------
+
+class Plan(NamedTuple):
+    framework: str
+    profile: str
+    entry: dict
+    base: str                # the FROM reference (name or name@digest)
+    base_id: Optional[str]   # the base's local image ID, None if not present
+    recipe_hash: str
+    tag: str
+    lock_path: Path
+
+
+def targets(matrix, frameworks=(), profile=None, every=False):
+    """The (framework, profile) pairs a build-like task acts on: the named
+    frameworks' `profile` (default cpu), or with `every` all frameworks
+    (unless named) and all their profiles (unless one is named)."""
+    if not frameworks and not every:
+        raise UserError("name a framework (--framework NAME) or give --all")
+    names = list(frameworks) or matrix_mod.frameworks(matrix)
+    pairs = []
+    for framework in names:
+        profiles = matrix_mod.profiles(matrix, framework)
+        if profile:
+            if profile in profiles or not every:
+                matrix_mod.entry(matrix, framework, profile)
+                pairs.append((framework, profile))
+        elif every:
+            pairs += [(framework, name) for name in profiles]
+        else:
+            pairs.append((framework, "cpu" if "cpu" in profiles else profiles[0]))
+    if not pairs:
+        raise UserError(f"no framework has a profile {profile!r}")
+    return pairs
+
+
+def base_for(entry, overrides=()):
+    """The base image replacing `entry`'s given --base-image values (None:
+    keep the matrix's). FROM=TO replaces the base FROM only; a plain
+    reference replaces any base."""
+    mapped = {}
+    plain = []
+    for item in overrides:
+        if "=" in item:
+            old, new = item.split("=", 1)
+            mapped[old] = new
+        else:
+            plain.append(item)
+    if len(plain) > 1:
+        raise UserError(f"--base-image given {len(plain)} plain references "
+                        f"({', '.join(plain)}); write FROM=TO for each base")
+    base = mapped.get(entry["base_image"]) or (plain[0] if plain else None)
+    return None if base == entry["base_image"] else base
+
+
+def check_overrides(matrix, pairs, overrides):
+    """A plain --base-image must not replace different bases at once."""
+    if any("=" not in item for item in overrides):
+        bases = sorted({matrix[f][p]["base_image"] for f, p in pairs})
+        if len(bases) > 1:
+            raise UserError(f"--base-image {overrides[0]} would replace "
+                            f"different base images ({', '.join(bases)}); "
+                            f"write FROM=TO")
+
+
+def base_reference(entry, base_image=None, *, locked=False,
+                   base_lock=BASE_LOCK_PATH, where=""):
+    """(FROM reference, lock pin or None): `name@digest` when the lock has
+    the base's digest. `locked` refuses a base the lock does not pin."""
+    name = base_image or entry["base_image"]
+    pin = read_base_lock(base_lock).get(name)
+    if locked and pin is None:
+        hint = "" if name == entry["base_image"] else f" --image {name}"
+        raise UserError(f"--locked: base image {name}{where} is not in "
+                        f"{Path(base_lock).name}; run `invoke lock{hint}`")
+    if pin and pin.get("digest"):
+        return f"{name.split('@')[0]}@{pin['digest']}", pin
+    return name, pin
+
+
+def plan(framework, profile, matrix, *, base_image=None, locked=False,
+         base_lock=BASE_LOCK_PATH, client=None, name_prefix=None):
+    """What `build` would make, and under which tag (asks the engine for the
+    base's image ID; builds nothing)."""
+    entry = matrix_mod.entry(matrix, framework, profile)
+    lock_path = matrix_mod.lock_path(framework, profile)
+    if not lock_path.exists():
+        raise UserError(f"no lock file {lock_path}; run `invoke pin "
+                        f"--framework {framework} --profile {profile}`")
+    name = base_image or entry["base_image"]
+    base, pin = base_reference(entry, base_image, locked=locked,
+                               base_lock=base_lock,
+                               where=f" of {framework}/{profile}")
+    client = client or engine()
+    image = _local_image(client, base)
+    base_id = image.id if image is not None else None
+    if pin and pin.get("id") and base_id != pin["id"]:
+        raise UserError(f"base image {name} is {base_id or 'not present'}, but "
+                        f"{Path(base_lock).name} pins {pin['id']}; rebuild or "
+                        f"load the pinned one, or run `invoke lock --image {name}`")
+    lock_bytes = lock_path.read_bytes()
+    # The canonical (offline) Dockerfile as well as its inputs: a change in
+    # how dlrepro.render fills the templates changes the image too. The
+    # source of the packages (wheelhouse or index, CA) does not: the lock's
+    # hashes fix the bytes either way.
+    recipe_text = render.render(framework, profile, entry,
+                                lock_bytes.decode(), base=base)
+    recipe = {
+        "format": RECIPE_FORMAT, "framework": framework, "profile": profile,
+        "entry": entry, "lock_sha256": hashlib.sha256(lock_bytes).hexdigest(),
+        "templates": {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+                      for path in recipe_text.templates},
+        "dockerfile_sha256": hashlib.sha256(
+            recipe_text.dockerfile.encode()).hexdigest(),
+        "base": base, "base_id": base_id,
+    }
+    digest = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
+    tag = f"{image_repository(framework, name_prefix)}:{profile}-{digest[:12]}"
+    return Plan(framework, profile, entry, base, base_id, digest, tag, lock_path)
+
+
+# --- wheelhouse ---------------------------------------------------------------------
+
+def wheelhouse_dir(framework, profile, root=WHEELHOUSE_DIR):
+    return Path(root) / f"{framework}-{profile}"
+
+
+def _sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _manifest_path(folder):
+    return folder / "MANIFEST.json"
+
+
+def wheelhouse_files(framework, profile, entry, root=WHEELHOUSE_DIR):
+    """{relative path: sha256} of a complete wheelhouse for the current lock,
+    or None when it is missing or stale (then run make_wheelhouse)."""
+    folder = wheelhouse_dir(framework, profile, root)
+    lock = matrix_mod.lock_path(framework, profile)
+    try:
+        manifest = json.loads(_manifest_path(folder).read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("lock_sha256") != _sha256_file(lock):
+        return None
+    files = manifest.get("files", {})
+    for rel, info in files.items():
+        path = folder / rel
+        if not path.is_file() or path.stat().st_size != info["size"]:
+            return None
+    return {rel: info["sha256"] for rel, info in files.items()}
+
+
+def make_wheelhouse(framework, profile, entry, root=WHEELHOUSE_DIR, log=print):
+    """Download exactly the locked files (and the matrix's `sources`) into
+    wheelhouse/<framework>-<profile>/, checking every sha256. Incremental:
+    files already there are kept when their hash matches."""
+    folder = wheelhouse_dir(framework, profile, root)
+    lock = matrix_mod.lock_path(framework, profile)
+    if not lock.exists():
+        raise UserError(f"no lock file {lock}; run `invoke pin --framework "
+                        f"{framework} --profile {profile}`")
+    wanted = {sha: (name, version) for name, version, sha in pylock.read_lock(lock)}
+    wheels = folder / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    target = pylock.Target(entry["python"], entry["glibc"])
+    log(f"wheelhouse: downloading {len(wanted)} locked files for "
+        f"{framework}/{profile} into {_show(folder)}")
+    command = [sys.executable, "-m", "pip", "download", "--quiet",
+               "--disable-pip-version-check", "--retries",
+               str(pylock.PIP_RETRIES), "--no-deps", "--require-hashes",
+               "--dest", str(wheels), "-r", str(lock)]
+    # The lock is the whole closure, so --no-deps; for a foreign platform pip
+    # then also accepts the source distributions a lock may pin.
+    command += pylock.target_args(target, no_deps=True)
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [line for line in proc.stderr.splitlines()
+                 if "is neither a file nor a directory" not in line]
+        raise UserError(f"wheelhouse for {framework}/{profile}: pip download "
+                        f"failed: {(lines or ['(no output)'])[-1].strip()}")
+    files = {}
+    for path in sorted(wheels.iterdir()):
+        sha = _sha256_file(path)
+        if sha in wanted:
+            files[f"wheels/{path.name}"] = {"sha256": sha,
+                                            "size": path.stat().st_size}
+        else:
+            # A file of an older lock: not part of this image.
+            path.unlink()
+    missing = [f"{n}=={v}" for sha, (n, v) in wanted.items()
+               if sha not in {info["sha256"] for info in files.values()}]
+    if missing:
+        raise UserError(f"wheelhouse for {framework}/{profile}: pip did not "
+                        f"deliver {', '.join(missing)} with the locked hashes")
+    for source in entry["sources"]:
+        path = fetch_source(source, folder / "sources", log)
+        files[f"sources/{path.name}"] = {"sha256": source["sha256"],
+                                         "size": path.stat().st_size}
+    write_atomic(str(_manifest_path(folder)),
+                 {"lock_sha256": _sha256_file(lock), "files": files})
+    return folder
+
+
+def fetch_source(source, folder, log=print):
+    """Download `source` ({name, url, sha256}) into `folder`, checked."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / source["name"]
+    if path.exists() and _sha256_file(path) == source["sha256"]:
+        return path
+    log(f"wheelhouse: fetching {source['url']}")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(
+                source["url"], timeout=120) as response:
+            shutil.copyfileobj(response, out)
+        got = _sha256_file(tmp)
+        if got != source["sha256"]:
+            raise UserError(f"{source['url']}: sha256 {got} does not match the "
+                            f"matrix's {source['sha256']}")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise UserError(f"cannot fetch {source['url']}: {exc}")
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+# --- build ------------------------------------------------------------------------------
+
+def _show(path):
+    path = Path(path)
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def git_revision():
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def build_labels(plan_):
+    """Labels added at build time (the static ones are in the Dockerfile)."""
+    labels = {
+        LABEL_RECIPE: plan_.recipe_hash,
+        render.LABEL_PREFIX + "base-image-id": plan_.base_id or "",
+        "org.opencontainers.image.created": datetime.datetime.now(
+            datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "org.opencontainers.image.revision": git_revision(),
+    }
+    if "@" in plan_.base:
+        labels["org.opencontainers.image.base.digest"] = plan_.base.split("@", 1)[1]
+    return labels
+
+
+def _link_or_copy(source, target):
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def prepare_context(plan_, folder, *, wheelhouse=True, ca_bundle=None,
+                    wheelhouse_root=WHEELHOUSE_DIR):
+    """Write the build context of `plan_` into `folder`; returns the Recipe."""
+    recipe = render.render_profile(plan_.framework, plan_.profile,
+                                   {plan_.framework: {plan_.profile: plan_.entry}},
+                                   base=plan_.base, wheelhouse=wheelhouse,
+                                   ca_bundle=bool(ca_bundle))
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(recipe.dockerfile)
+    (folder / "requirements.txt").write_text(recipe.requirements)
+    if recipe.bootstrap:
+        (folder / "bootstrap.txt").write_text(recipe.bootstrap)
+    house = wheelhouse_dir(plan_.framework, plan_.profile, wheelhouse_root)
+    files = wheelhouse_files(plan_.framework, plan_.profile, plan_.entry,
+                             wheelhouse_root) if (wheelhouse or plan_.entry[
+                                 "sources"]) else {}
+    if files is None:
+        raise UserError(f"no complete wheelhouse for {plan_.framework}/"
+                        f"{plan_.profile}; run `invoke wheelhouse --framework "
+                        f"{plan_.framework} --profile {plan_.profile}`")
+    for rel in files:
+        if wheelhouse or rel.startswith("sources/"):
+            _link_or_copy(house / rel, folder / rel)
+    if ca_bundle:
+        ca_bundle = Path(ca_bundle)
+        if not ca_bundle.is_file():
+            raise UserError(f"CA bundle {ca_bundle} is not a readable file")
+        shutil.copyfile(ca_bundle, folder / "ca-bundle.pem")
+    return recipe
+
+
+def needs_network(entry, wheelhouse):
+    """Whether the build's RUN steps need the network (apt, or pip from the
+    index). Offline builds run with the network off, which proves it."""
+    return bool(entry["apt"] or entry["apt_repos"] or not wheelhouse)
+
+
+def build(plan_, *, wheelhouse=True, ca_bundle=None, proxy=None, client=None,
+          log=print, logs_dir=BUILD_DIR / "logs", wheelhouse_root=WHEELHOUSE_DIR,
+          nocache=False):
+    """Build `plan_` unless its tag exists; returns the image ID. `nocache`
+    ignores the engine's layer cache (a cold build, for benchmarks)."""
+    client = client or engine()
+    existing = _local_image(client, plan_.tag)
+    if existing is not None:
+        log(f"build: {plan_.tag} is up to date")
+        return existing.id
+    if plan_.base_id is None:
+        raise UserError(f"base image {plan_.base} of {plan_.framework}/"
+                        f"{plan_.profile} is not present; pull it, load it "
+                        f"(`invoke load`), or give --base-image")
+    logs_dir = Path(logs_dir)
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    log_path = logs_dir / f"{plan_.framework}-{plan_.profile}-{plan_.recipe_hash[:12]}.log"
+    contexts = BUILD_DIR / "contexts"
+    contexts.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=contexts, prefix=f"{plan_.framework}-"))
+    shutil.rmtree(folder)
+    try:
+        prepare_context(plan_, folder, wheelhouse=wheelhouse,
+                        ca_bundle=ca_bundle, wheelhouse_root=wheelhouse_root)
+        buildargs = {}
+        if not wheelhouse:
+            for name in PROXY_VARIABLES:
+                if os.environ.get(name):
+                    buildargs[name] = os.environ[name]
+            if proxy:
+                buildargs.update(HTTP_PROXY=proxy, HTTPS_PROXY=proxy,
+                                 http_proxy=proxy, https_proxy=proxy)
+        network = "host" if needs_network(plan_.entry, wheelhouse) else "none"
+        log(f"build: {plan_.tag} from {plan_.base} ({'wheelhouse' if wheelhouse else 'package index'}, "
+            f"network {network}; log {_show(log_path)})")
+        image_id = _stream_build(client, folder, plan_, buildargs, network,
+                                 log_path, nocache)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return image_id
+
+
+def _stream_build(client, folder, plan_, buildargs, network, log_path,
+                  nocache=False):
+    import docker
+    image_id = None
+    error = None
+    with open(log_path, "w") as log_file:
+        try:
+            stream = client.api.build(
+                path=str(folder), tag=plan_.tag, labels=build_labels(plan_),
+                buildargs=buildargs, network_mode=network, pull=False, rm=True,
+                forcerm=True, nocache=nocache, decode=True)
+            for chunk in stream:
+                if "stream" in chunk:
+                    log_file.write(chunk["stream"])
+                if "error" in chunk:
+                    error = chunk["error"].strip()
+                    log_file.write(f"ERROR: {error}\n")
+                if "aux" in chunk and "ID" in chunk["aux"]:
+                    image_id = chunk["aux"]["ID"]
+                log_file.flush()
+        except docker.errors.APIError as exc:
+            error = _first_line(exc)
+            log_file.write(f"ERROR: {error}\n")
+    if error or image_id is None:
+        # The engine colours a RUN step's stderr with terminal escapes.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", log_path.read_text())
+        tail = [line for line in text.strip().splitlines() if line.strip()][-8:]
+        raise BuildFailed(
+            f"build of {plan_.framework}/{plan_.profile} failed: "
+            f"{error or 'no image produced'} (log: {_show(log_path)})\n  "
+            + "\n  ".join(tail))
+    return image_id
+
+
+def pull_base(client, ref, log=print):
+    """Pull a missing base image; None on success, else the reason."""
+    import docker
+    log(f"build: pulling base image {ref}")
+    try:
+        client.api.pull(ref)
+    except docker.errors.APIError as exc:
+        return _first_line(exc)
+    return None
+
+
+def ensure(framework, profile, matrix, *, base_image=None, locked=False,
+           build_missing=True, make_wheels=True, wheelhouse=True,
+           ca_bundle=None, proxy=None, client=None, log=print,
+           base_lock=BASE_LOCK_PATH, wheelhouse_root=WHEELHOUSE_DIR,
+           name_prefix=None):
+    """The tag of an up-to-date image for framework/profile, building it if
+    needed: pulls a missing base, downloads a missing wheelhouse, builds
+    (offline unless `wheelhouse` is False). UserError says exactly what to
+    run when the image cannot be had here."""
+    client = client or engine()
+
+    def current_plan():
+        return plan(framework, profile, matrix, base_image=base_image,
+                    locked=locked, base_lock=base_lock, client=client,
+                    name_prefix=name_prefix)
+
+    plan_ = current_plan()
+    if _local_image(client, plan_.tag) is not None:
+        log(f"build: {plan_.tag} is up to date")
+        return plan_.tag
+    command = (f"invoke build --framework {framework} --profile {profile}"
+               + (f" --base-image {base_image}" if base_image else ""))
+    if not build_missing:
+        raise UserError(f"image {plan_.tag} is missing; run `{command}`")
+    if plan_.base_id is None:
+        reason = pull_base(client, plan_.base, log)
+        if reason:
+            raise UserError(
+                f"image {plan_.tag} is missing and its base {plan_.base} is "
+                f"not present and cannot be pulled ({reason}): load it with "
+                f"`invoke load`, or run `{command.split(' --base-image')[0]} "
+                f"--base-image IMAGE`")
+        # The base's image ID is part of the recipe: plan again.
+        plan_ = current_plan()
+        if _local_image(client, plan_.tag) is not None:
+            return plan_.tag
+    if (wheelhouse or plan_.entry["sources"]) and wheelhouse_files(
+            framework, profile, plan_.entry, wheelhouse_root) is None:
+        if not make_wheels:
+            raise UserError(f"image {plan_.tag} is missing and has no "
+                            f"wheelhouse; run `invoke wheelhouse --framework "
+                            f"{framework} --profile {profile}` then `{command}`")
+        try:
+            make_wheelhouse(framework, profile, plan_.entry, wheelhouse_root, log)
+        except UserError as exc:
+            raise UserError(f"{exc}; then run `{command}`")
+    build(plan_, wheelhouse=wheelhouse, ca_bundle=ca_bundle, proxy=proxy,
+          client=client, log=log, wheelhouse_root=wheelhouse_root)
+    return plan_.tag
+
+
+def describe(client, ref):
+    """What a result records as environment.container for image `ref`."""
+    image = client.images.get(ref)
+    digests = image.attrs.get("RepoDigests") or []
+    return {
+        "runtime": "docker",
+        "image": ref,
+        "image_id": image.id,
+        "repo_digest": digests[0] if digests else None,
+        "labels": dict(sorted((image.labels or {}).items())),
+        "engine_version": client.version().get("Version"),
+    }
+
+
+# --- archive -------------------------------------------------------------------------------
+
+SUMS_NAME = "SHA256SUMS"
+MANIFEST_NAME = "images.json"
+
+
+def _archive_name(ref):
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", ref) + ".tar"
+
+
+def save(refs, folder, client=None, log=print):
+    """`docker save` each image into folder/<name>.tar, with SHA256SUMS and
+    images.json (reference, image ID, labels) beside them: upstream base
+    tags get deleted, an archive keeps the exact image."""
+    client = client or engine()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = _read_manifest(folder)
+    for ref in refs:
+        image = _local_image(client, ref)
+        if image is None:
+            raise UserError(f"image {ref} is not present; build it first")
+        path = folder / _archive_name(ref)
+        digest = hashlib.sha256()
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as out:
+            # The archive must name `ref` itself: an image with several tags
+            # would otherwise be saved under its first one.
+            for chunk in image.save(named=ref if ref in image.tags else True):
+                out.write(chunk)
+                digest.update(chunk)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+        manifest[path.name] = {"ref": ref, "image_id": image.id,
+                               "sha256": digest.hexdigest(),
+                               "size": path.stat().st_size,
+                               "labels": dict(sorted((image.labels or {}).items()))}
+        log(f"save: {ref} -> {_show(path)} ({path.stat().st_size / 1e9:.2f} GB)")
+    write_atomic(str(folder / MANIFEST_NAME), manifest)
+    sums = "".join(f"{info['sha256']}  {name}\n"
+                   for name, info in sorted(manifest.items()))
+    (folder / SUMS_NAME).write_text(sums)
+    return folder
+
+
+def _read_manifest(folder):
+    path = Path(folder) / MANIFEST_NAME
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc})")
+
+
+def load(folder, refs=None, client=None, log=print):
+    """Check every archive against SHA256SUMS, then `docker load` it and
+    check the loaded image ID. Returns the references loaded."""
+    client = client or engine()
+    folder = Path(folder)
+    manifest = _read_manifest(folder)
+    if not manifest:
+        raise UserError(f"{folder} holds no {MANIFEST_NAME}; it was not made "
+                        f"by `invoke save`")
+    loaded = []
+    for name, info in sorted(manifest.items()):
+        if refs and info["ref"] not in refs:
+            continue
+        path = folder / name
+        if not path.is_file():
+            raise UserError(f"{path} is missing")
+        got = _sha256_file(path)
+        if got != info["sha256"]:
+            raise UserError(f"{path}: sha256 {got} does not match the "
+                            f"recorded {info['sha256']}; the archive is damaged")
+        with open(path, "rb") as handle:
+            client.images.load(handle)
+        image = _local_image(client, info["ref"])
+        if image is None or image.id != info["image_id"]:
+            raise UserError(f"loading {path} did not give {info['ref']} with "
+                            f"ID {info['image_id']}")
+        log(f"load: {info['ref']} ({info['image_id'][:19]})")
+        loaded.append(info["ref"])
+    if refs and set(refs) - set(loaded):
+        raise UserError(f"{folder} has no archive of "
+                        f"{', '.join(sorted(set(refs) - set(loaded)))}")
+    return loaded
