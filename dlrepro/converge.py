@@ -193,15 +193,6 @@ def _last_line(path):
     return lines[-1] if lines else None
 
 
-def _point_latest(out, run_dir):
-    link = Path(out) / LATEST
-    tmp = Path(out) / f".{LATEST}-{os.getpid()}"
-    if tmp.is_symlink() or tmp.exists():
-        tmp.unlink()
-    tmp.symlink_to(run_dir.name)
-    os.replace(tmp, link)
-
-
 def environments(specs, log=print, runtime=None):
     """{(framework, profile): its python (a Path), or why it cannot run
     here (a str)}; makes the native environments the specs need."""
@@ -270,7 +261,7 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
     resultfile.write_atomic(run_dir / "run.json", record)
     summary = summarise([r for r in results.values() if r is not None])
     resultfile.write_atomic(run_dir / "convergence.json", summary)
-    _point_latest(out, run_dir)
+    results_mod.point_latest(out, run_dir, LATEST)
     return run_dir, results
 
 

@@ -63,10 +63,11 @@ def create_run(out, suite_name):
     return run_dir
 
 
-def point_latest(out, run_dir):
-    """Make results/latest name `run_dir`, atomically (rename over it)."""
-    link = Path(out) / LATEST
-    tmp = Path(out) / f".{LATEST}-{os.getpid()}"
+def point_latest(out, run_dir, name=LATEST):
+    """Make results/<name> (`latest`) name `run_dir`, atomically (rename
+    over it)."""
+    link = Path(out) / name
+    tmp = Path(out) / f".{name}-{os.getpid()}"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()
     tmp.symlink_to(run_dir.name)
