@@ -480,3 +480,33 @@ def test_gpu_cell_without_a_gpu_says_why(tf_python, tmp_path):
                                                  iterations=1, warmup=0))
     assert result["status"] == "error"
     assert "sees no GPU" in result["error"]["message"]
+
+
+# --- TensorFlow 1.15 (the tf1 profile's version), where Python 3.7 exists --------
+
+def test_tf1_cell_runs_end_to_end(tmp_path):
+    import tf1_venv
+    python = tf1_venv.python()
+    result = run_cell(python, tmp_path, _cell())
+    assert result["status"] == "ok", result["error"]
+    env = result["environment"]
+    assert env["framework_version"] == "1.15.5"
+    assert env["python_version"].startswith("3.7.")
+    assert env["threads"]["framework"] == 1
+    assert result["timing"]["cpu_utilization"] < 1.3
+    assert result["model"]["framework_parameters"] == 89578
+    losses = result["loss"]["per_iteration"]
+    assert losses[-1] < result["loss"]["warmup"][0]
+
+
+def test_tf1_xla_option_compiles_the_step(tmp_path):
+    import tf1_venv
+    python = tf1_venv.python()
+    # TensorFlow 1.15's tf.function takes experimental_compile.
+    result = run_cell(python, tmp_path,
+                      _cell(network="fcn-r", dataset="mnist", batch_size=8,
+                            global_batch_size=8, iterations=2, warmup=1),
+                      env={"DLREPRO_TF_XLA": "1"})
+    assert result["status"] == "ok", result["error"]
+    assert result["environment"]["tf_xla"] is True
+    assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])

@@ -429,11 +429,15 @@ def _train_step(tf, model, optimizer, xla):
 
     if not xla:
         return tf.function(step)
-    try:
-        return tf.function(step, jit_compile=True)
-    except TypeError:
-        raise HarnessError("{}=1 needs TensorFlow 2.5 or newer (jit_compile); "
-                           "this is {}".format(XLA_ENV, tf.__version__))
+    # TensorFlow 2.5 renamed experimental_compile (1.15 to 2.4) jit_compile.
+    for option in ("jit_compile", "experimental_compile"):
+        try:
+            return tf.function(step, **{option: True})
+        except TypeError:
+            continue
+    raise HarnessError("{}=1 needs TensorFlow 1.15 or newer (XLA-compiled "
+                       "tf.function); this is {}".format(XLA_ENV,
+                                                         tf.__version__))
 
 
 class Session(object):
