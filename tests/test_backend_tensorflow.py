@@ -327,8 +327,9 @@ def ref_conv(x, wt, s, pad):
 
 rng = np.random.RandomState(0)
 report = {"pool": [], "conv": []}
-for size, k, s in ((16, 3, 2), (15, 3, 2), (8, 4, 2), (9, 2, 2)):
-    x = rng.randn(2, size, size, 3).astype(np.float32)
+for size, k, s in ((16, 3, 2), (9, 2, 2), (15, 3, 2), (10, 5, 2), (12, 5, 3)):
+    # All negative: padding that leaked into a max would show as 0.
+    x = (rng.randn(2, size, size, 3) - 4.0).astype(np.float32)
     for op in ("max", "avg"):
         network = nets.Network("probe", (3, size, size), "float32", 2,
                                [nets.Pool(op, k, s)], 0.1, 0.0, "synthetic", "")
@@ -381,13 +382,19 @@ def numeric(tf_python):
 
 
 def test_pooling_is_ceil_mode_with_in_bounds_averages(numeric):
-    layers = set()
+    routes = set()
     for case in numeric["pool"]:
         assert case["shape"] == case["expected_shape"], case
         assert case["error"] < 1e-5, case
-        layers.add(case["layer"])
-    # Both routes were exercised: SAME pooling and the explicit fallback.
-    assert {"MaxPooling2D", "AveragePooling2D", "CeilPool"} <= layers
+        size, kernel, stride, op = case["case"]
+        # Whether the last window runs off the edge (ceil > floor mode).
+        overhang = nets._pool_out(size, kernel, stride) > (
+            (size - kernel) // stride + 1)
+        routes.add((case["layer"], op, overhang))
+    # Every route was exercised, with windows running off the edge: SAME
+    # pooling and the explicit fallback, max and average.
+    assert {("MaxPooling2D", "max", True), ("AveragePooling2D", "avg", True),
+            ("CeilPool", "max", True), ("CeilPool", "avg", True)} <= routes
 
 
 def test_convolution_padding_matches_explicit_zero_padding(numeric):
