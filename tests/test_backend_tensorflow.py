@@ -342,7 +342,8 @@ for size, k, s in ((16, 3, 2), (9, 2, 2), (15, 3, 2), (10, 5, 2), (12, 5, 3)):
                                "expected_shape": list(want.shape[1:]),
                                "error": float(np.abs(got - want).max())})
 for size, k, s, pad in ((9, 3, 2, (1, 1)), (12, 11, 4, (3, 4)), (10, 7, 2, (3, 3)),
-                        (8, 3, 1, (1, 1)), (9, 1, 2, (0, 0))):
+                        (8, 3, 1, (1, 1)), (9, 1, 2, (0, 0)), (10, 3, 1, (0, 2)),
+                        (9, 3, 2, (2, 1))):
     x = rng.randn(2, size, size, 3).astype(np.float32)
     network = nets.Network("probe", (3, size, size), "float32", 2,
                            [nets.Conv(4, k, s, pad, False, None)], 0.1, 0.0,
