@@ -429,7 +429,8 @@ def _train_step(tf, model, optimizer, xla):
 
     if not xla:
         return tf.function(step)
-    # TensorFlow 2.5 renamed experimental_compile (1.15 to 2.4) jit_compile.
+    # TensorFlow 2.5 renamed experimental_compile (1.15 to 2.4) to
+    # jit_compile.
     for option in ("jit_compile", "experimental_compile"):
         try:
             return tf.function(step, **{option: True})
