@@ -518,3 +518,20 @@ def test_tf1_xla_option_compiles_the_step(tmp_path):
     assert result["status"] == "ok", result["error"]
     assert result["environment"]["tf_xla"] is True
     assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
+
+
+def test_cuda_versions_of_loaded_libraries():
+    # TensorFlow 1.15 on Linux has no build info: the backend reads the
+    # library files it mapped. A fake /proc/self/maps, as no GPU is here.
+    maps = "\n".join([
+        "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/lib/libc.so.6",
+        "7f0000002000-7f0000003000 r-xp 00000000 08:01 2 "
+        "/usr/local/cuda-10.0/lib64/libcudart.so.10.0.130",
+        "7f0000004000-7f0000005000 r-xp 00000000 08:01 3 "
+        "/usr/lib/x86_64-linux-gnu/libcudnn.so.7.6.5",
+        "7f0000006000-7f0000007000 r--p 00001000 08:01 3 "
+        "/usr/lib/x86_64-linux-gnu/libcudnn.so.7.6.5",
+    ])
+    assert tfb.loaded_cuda_versions(maps) == {"cuda_version": "10.0.130",
+                                              "cudnn_version": "7.6.5"}
+    assert tfb.loaded_cuda_versions("7f00-7f01 r-xp 0 0 1 /lib/libm.so.6") == {}

@@ -91,28 +91,34 @@ def _keras_version(tf):
 
 
 def _build_info(tf):
-    """CUDA and cuDNN versions TensorFlow was built against."""
+    """CUDA and cuDNN versions: TensorFlow's build info (>= 2.3); on 1.15,
+    which has none on Linux, the versions of the libraries it loaded."""
     get = getattr(tf.sysconfig, "get_build_info", None)
-    if get is not None:  # TensorFlow >= 2.3
+    if get is not None:
         return dict(get())
-    # TensorFlow 1.15 keeps them as module attributes.
     try:
-        from tensorflow.python.platform import build_info
-    except ImportError:
+        with open("/proc/self/maps") as handle:
+            return loaded_cuda_versions(handle.read())
+    except (IOError, OSError):
         return {}
-    return {"cuda_version": getattr(build_info, "cuda_version_number", None),
-            "cudnn_version": getattr(build_info, "cudnn_version_number", None)}
+
+
+def loaded_cuda_versions(maps):
+    """{"cuda_version", "cudnn_version"} from the real file names of the
+    libcudart/libcudnn mapped into this process (/proc/self/maps text),
+    e.g. libcudart.so.10.0.130 -> "10.0.130"."""
+    found = {}
+    for line in maps.splitlines():
+        name = line.rsplit("/", 1)[-1]
+        for library, key in (("libcudart.so.", "cuda_version"),
+                             ("libcudnn.so.", "cudnn_version")):
+            if name.startswith(library) and key not in found:
+                found[key] = name[len(library):]
+    return found
 
 
 def _version_text(value):
-    if value in (None, ""):
-        return None
-    text = str(value)
-    # Windows builds report "64_112" for CUDA 11.2.
-    if text.startswith("64_"):
-        text = text[3:]
-        text = text[:-1] + "." + text[-1] if len(text) > 1 else text
-    return text
+    return None if value in (None, "") else str(value)
 
 
 def configure(threads, device, seed):
