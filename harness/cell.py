@@ -11,7 +11,8 @@ import sys
 import time
 import traceback
 
-from . import backends, gpu, networks, provenance, resultfile, stats, threads
+from . import (backends, clocks, gpu, networks, provenance, resultfile,
+               stats, threads)
 from .errors import HarnessError
 from .timing import Series, run_loop
 
@@ -67,6 +68,7 @@ def validate_cell(cell):
     _positive_int(cell, "gpus", minimum=0)
     _positive_int(cell, "seed", minimum=0)
     _positive_int(cell, "threads", optional=True)
+    clocks.parse_policy(cell["clock_policy"])
     workers = max(cell["gpus"], 1)
     if cell["global_batch_size"] != cell["batch_size"] * workers:
         raise HarnessError("global_batch_size must be batch_size x workers "
@@ -164,6 +166,8 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     be read as a cell (nothing is written then).
     """
     cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
+    # GPU cells: NVML inventory, compatibility gate, clock policy, telemetry.
+    gpus = gpu.CellGpus(cell, spec, out_path)
     result = new_result(cell, spec.get("container"))
     series = Series()
     env = result["environment"]
@@ -177,9 +181,15 @@ def run_cell(spec, out_path, clock=time.perf_counter):
         result["model"] = _model_block(network, cell["global_batch_size"])
         result["gpu_clocks"] = gpu.clock_block(cell["clock_policy"],
                                                cell["device"])
+        env["gpus"] = gpus.open()
         if cell["gpus"] > 1:
             raise Unsupported("data-parallel throughput cells ({} GPUs) run "
                               "through the convergence mode".format(cell["gpus"]))
+        # Before the framework starts: a stack that cannot run on this GPU
+        # or driver ends here, with the reason.
+        refusal = gpus.gate(result)
+        if refusal:
+            raise Unsupported(refusal)
         try:
             backend = backends.load(cell["framework"])
         except ImportError as exc:
@@ -198,8 +208,10 @@ def run_cell(spec, out_path, clock=time.perf_counter):
         result["model"]["framework_parameters"] = session.parameters
         result["model"]["parameter_note"] = _parameter_note(network,
                                                             session.parameters)
-        run_loop(session.step, cell["iterations"], cell["warmup"], series,
-                 clock)
+        # Clocks set before the warm-up; restored in `finally` (and at exit).
+        warmup = gpus.apply_clocks(result, cell["warmup"])
+        run_loop(gpus.timed(session.step, warmup), cell["iterations"], warmup,
+                 series, clock)
         if series.diverged_at is not None:
             result["status"] = "diverged"
             result["error"] = {"type": "Diverged", "message":
@@ -221,8 +233,10 @@ def run_cell(spec, out_path, clock=time.perf_counter):
         # The full traceback goes to the cell's log for whoever debugs it.
         traceback.print_exc()
     finally:
+        gpus.close(result)
         signal.signal(signal.SIGTERM, previous_handler)
         _finish(result, series, cell)
+        gpus.summarize(result, backend)
         resultfile.write_atomic(out_path, result)
     return result
 

@@ -15,6 +15,9 @@ THREAD_ENV_VARS = (
     "MXNET_CPU_WORKER_NTHREADS",
     "MXNET_OMP_MAX_THREADS",
 )
+# Pools of workers that each run an OpenMP team: one worker, or N workers
+# could each run an N-thread team, N * N threads for a cell that asked for N.
+SINGLE_WORKER_VARS = ("MXNET_CPU_WORKER_NTHREADS",)
 
 
 def apply(threads, environ=None):
@@ -23,7 +26,7 @@ def apply(threads, environ=None):
     if threads is None:
         return
     for name in THREAD_ENV_VARS:
-        environ[name] = str(threads)
+        environ[name] = "1" if name in SINGLE_WORKER_VARS else str(threads)
 
 
 def snapshot(environ=None):

@@ -8,9 +8,13 @@ from . import Launch
 class Runtime:
     name = "native"
 
-    def __init__(self, matrix=None, venvs_dir=envs.VENVS_DIR, **_options):
+    def __init__(self, matrix=None, venvs_dir=envs.VENVS_DIR, python=None,
+                 **_options):
         self.matrix = matrix if matrix is not None else matrix_mod.load()
         self.venvs_dir = venvs_dir
+        # An existing interpreter to use for every framework (e.g. a GPU
+        # machine's own PyTorch) instead of the locked environments.
+        self.python = python
         self.pythons = {}
 
     def check(self):
@@ -20,6 +24,10 @@ class Runtime:
         reasons = {}
         for framework, profile in targets:
             entry = matrix_mod.entry(self.matrix, framework, profile)
+            if self.python:
+                self.pythons[(framework, profile)] = self.python
+                reasons[(framework, profile)] = None
+                continue
             reason = envs.unavailable_reason(entry, framework, profile)
             if reason is None:
                 self.pythons[(framework, profile)] = envs.ensure(

@@ -14,6 +14,8 @@ Each backend module provides:
                             a harness.data.Batch, is given)
   effective_threads()       the intra-op thread count the framework uses
   is_out_of_memory(exc)     whether an exception means the device ran out
+  math_mode(device)         optional: {"matmul", "conv"}: "fp32" or "tf32",
+                            what FP32 layers may run as (picks the MFU peak)
 
 A Session has `parameters` (as the framework counts them), `step()` (one
 training iteration; returns the loss as a float once the device has

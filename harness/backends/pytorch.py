@@ -67,6 +67,18 @@ def effective_threads():
     return _torch().get_num_threads()
 
 
+def math_mode(device):
+    """Whether FP32 matrix products and convolutions may run as TF32 on
+    tensor cores (Ampere and newer): it decides which peak MFU is measured
+    against. PyTorch's defaults: off for matmul, on for cuDNN convolutions."""
+    torch = _torch()
+    if device != "gpu":
+        return {"matmul": "fp32", "conv": "fp32"}
+    return {"matmul": "tf32" if torch.backends.cuda.matmul.allow_tf32
+            else "fp32",
+            "conv": "tf32" if torch.backends.cudnn.allow_tf32 else "fp32"}
+
+
 def is_out_of_memory(exc):
     torch = _torch()
     oom = getattr(torch.cuda, "OutOfMemoryError", None)

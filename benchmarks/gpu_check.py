@@ -1,0 +1,537 @@
+#!/usr/bin/env python3
+"""GPU device check (issue 5): the harness natively with PyTorch on a real GPU.
+
+Run it on a machine with an NVIDIA GPU, PyTorch and nvidia-ml-py, from the
+repository root, with that machine's own Python (no Docker, no venv):
+
+    python3 benchmarks/gpu_check.py              # ~3-6 minutes on one H200
+    OUT=/some/folder python3 benchmarks/gpu_check.py
+    python3 benchmarks/gpu_check.py --device cpu --quick   # smoke test, no GPU
+
+It runs fcn5, alexnet and resnet50 at two batch sizes each through
+`python -m harness run` (one process per cell, as the sweep does) and prints
+iteration times, the telemetry of each timed window, the compatibility
+gate's verdict for every GPU profile of dockerfiles/matrix.toml (and for the
+PyTorch it runs) against this GPU, and MFU. Everything lands in
+$OUT/summary.json and $OUT/report.txt (or under --out).
+
+It NEVER changes GPU settings: the clock policy is `observe` unless
+--clock-policy is given together with --i-own-this-gpu (for a machine that
+is yours to change; the harness restores what it changes).
+
+Without a GPU (or without CUDA in PyTorch) it says so and runs the same
+cells on the CPU, so that it can be smoke-tested anywhere.
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from harness import clocks, compat, resultfile  # noqa: E402  (path fix)
+from harness.errors import HarnessError  # noqa: E402
+from dlrepro import gpu_restore  # noqa: E402  (stdlib-only on this path)
+from harness.nvml import Nvml, device_info, system_versions  # noqa: E402
+
+NETWORKS = ("fcn5", "alexnet", "resnet50")
+# Two of the paper's GPU batch sizes per network.
+GPU_BATCHES = {"fcn5": (512, 4096), "alexnet": (64, 128),
+               "resnet50": (32, 64)}
+CPU_BATCHES = {"fcn5": (16, 64), "alexnet": (2, 4), "resnet50": (2, 4)}
+QUICK_BATCHES = {"fcn5": (2, 4), "alexnet": (1, 2), "resnet50": (1, 2)}
+# A cell needs a process start, the framework's import and its warm-up.
+MIN_CELL_S = 20
+
+TORCH_PROBE = r"""
+import json, torch
+info = {"version": torch.__version__, "cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(), "arch_list": [],
+        "devices": []}
+if info["cuda_available"]:
+    info["arch_list"] = torch.cuda.get_arch_list()
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        info["devices"].append({"name": p.name,
+                                "capability": "{}.{}".format(p.major, p.minor),
+                                "memory": p.total_memory})
+print(json.dumps(info))
+"""
+
+
+# --- measurement -------------------------------------------------------------
+
+def gpu_inventory():
+    """NVML's view of this machine's GPUs ([], reason) when there is none."""
+    nvml, reason = Nvml.open()
+    if nvml is None:
+        return [], reason
+    try:
+        driver, cuda = system_versions(nvml)
+        count, error = nvml.try_call("nvmlDeviceGetCount")
+        if error:
+            return [], "nvmlDeviceGetCount: " + error
+        return [device_info(nvml, i, driver, cuda)[1]
+                for i in range(count)], None
+    finally:
+        nvml.close()
+
+
+def torch_info(python):
+    proc = subprocess.run([python, "-c", TORCH_PROBE], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=300)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or ["(no output)"]
+        return None, lines[-1]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), None
+
+
+def torch_stack(info):
+    """The running PyTorch as a `stack` for the gate, from its arch list
+    (entries the gate cannot read are left out rather than failing every
+    cell's spec)."""
+    sass, ptx = [], []
+    for text in (info or {}).get("arch_list") or []:
+        try:
+            arch = compat.parse_arch(text)
+        except HarnessError:
+            continue
+        (sass if arch.kind == "sm" else ptx).append(text)
+    return {"sass": sass, "ptx": ptx, "min_driver": "",
+            "cuda": (info or {}).get("cuda") or "",
+            "framework_version": (info or {}).get("version")}
+
+
+def matrix_stacks(path):
+    """{"framework/profile": stack} of the matrix's GPU profiles, or a reason."""
+    try:
+        import tomllib  # Python 3.11+; the harness itself never needs it
+    except ImportError:
+        return {}, "Python {} has no tomllib (3.11+)".format(
+            sys.version.split()[0])
+    try:
+        with open(path, "rb") as f:
+            matrix = tomllib.load(f)
+    except (OSError, ValueError) as exc:
+        return {}, "cannot read {}: {}".format(path, exc)
+    stacks = {}
+    for framework in sorted(matrix):
+        for profile, entry in matrix[framework].items():
+            if entry.get("device") == "gpu":
+                stacks["{}/{}".format(framework, profile)] = {
+                    key: entry.get(key, "") for key in
+                    ("sass", "ptx", "min_driver", "cuda", "framework_version")}
+    return stacks, None if stacks else "the matrix has no GPU profiles yet"
+
+
+def verdicts(gpu, stacks):
+    table = {}
+    for name, stack in stacks.items():
+        try:
+            table[name] = compat.check(gpu.get("compute_capability"),
+                                       gpu.get("driver_version"), stack)
+        except HarnessError as exc:
+            table[name] = {"verdict": "invalid", "warnings": [],
+                           "reason": "the matrix entry: {}".format(exc)}
+    return table
+
+
+def run_harness(argv, env, timeout):
+    """Run one harness process; at the timeout SIGTERM it (it restores GPU
+    clocks and writes a partial result), SIGKILL only if it does not stop.
+    Returns (output, exit status or "timeout")."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT,
+                                universal_newlines=True)
+        try:
+            rc = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            rc = "timeout"
+        log.seek(0)
+        return log.read(), rc
+
+
+def run_cells(python, device, networks, batches, iterations, warmup, policy,
+              folder, timeout, stack, log, deadline=None):
+    """One harness process per cell. A cell that would start with less than
+    MIN_CELL_S left before `deadline` (time.monotonic()) is skipped; a
+    running one is stopped at the deadline."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # The repository's harness first; keep what the caller had after it.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    results = []
+    for network in networks:
+        for batch in batches[network]:
+            cell_id = "{}-b{}".format(network, batch)
+            spec = {"cell": {
+                "framework": "pytorch", "profile": "native",
+                "network": network, "dataset": "synthetic",
+                "batch_size": batch, "global_batch_size": batch,
+                "device": device, "gpus": 1 if device == "gpu" else 0,
+                "threads": None, "iterations": iterations, "warmup": warmup,
+                "runtime": "native", "seed": 0, "clock_policy": policy},
+                "container": None,
+                "clock_state": cell_id + ".clock-state.json"}
+            if device == "gpu" and stack is not None:
+                spec["stack"] = stack
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left < MIN_CELL_S:
+                log("skipping {} (batch {}): time budget spent".format(
+                    network, batch))
+                results.append({"id": cell_id, "network": network,
+                                "batch": batch, "exit": "skipped",
+                                "wall_s": 0.0, "result": None,
+                                "log_tail": ["skipped: the time budget was "
+                                             "spent"]})
+                continue
+            spec_path = os.path.join(folder, cell_id + ".spec.json")
+            out_path = os.path.join(folder, cell_id + ".json")
+            resultfile.write_atomic(spec_path, spec)
+            log("running {} (batch {}) ...".format(network, batch))
+            started = time.monotonic()
+            output, rc = run_harness(
+                [python, "-m", "harness", "run", "--spec", spec_path, "--out",
+                 out_path], env, timeout if left is None else min(timeout, left))
+            wall = time.monotonic() - started
+            # The harness restores what a clock policy changed; this catches
+            # a cell that could not (killed), as the sweep does.
+            leftover = gpu_restore.after_cell(out_path,
+                                              cell_id + ".clock-state.json")
+            if leftover:
+                log(leftover)
+            result = None
+            if os.path.exists(out_path):
+                with open(out_path) as handle:
+                    result = json.load(handle)
+            results.append({"id": cell_id, "network": network,
+                            "batch": batch, "exit": rc, "wall_s": wall,
+                            "result": result,
+                            "log_tail": output.strip().splitlines()[-15:]})
+    return results
+
+
+# --- presentation ---------------------------------------------------------------
+
+def _fmt(value, pattern, missing="-"):
+    return pattern.format(value) if value is not None else missing
+
+
+def format_inventory(gpus, reason, torch, torch_error, device, notes):
+    lines = ["== machine"]
+    lines.append("python {} ({})".format(sys.version.split()[0],
+                                         sys.executable))
+    if torch:
+        lines.append("torch {} (CUDA {}), cuda available: {}, arch list: "
+                     "{}".format(torch["version"], torch["cuda"],
+                                 torch["cuda_available"],
+                                 " ".join(torch["arch_list"]) or "-"))
+    else:
+        lines.append("torch: not importable ({})".format(torch_error))
+    if not gpus:
+        lines.append("GPUs: none seen by NVML ({})".format(reason))
+    for gpu in gpus:
+        lines.append(
+            "GPU {index}: {name}, sm_{cc}, {mem} GiB, driver {driver} (CUDA "
+            "{cuda}), max SM {sm} MHz, power limit {power} W, uuid {uuid}"
+            .format(index=gpu["index"], name=gpu["name"],
+                    cc=(gpu["compute_capability"] or "?").replace(".", ""),
+                    mem=_fmt(gpu["memory_total_bytes"] and
+                             gpu["memory_total_bytes"] / 2.0 ** 30, "{:.0f}"),
+                    driver=gpu["driver_version"],
+                    cuda=gpu["cuda_driver_version"],
+                    sm=gpu["max_sm_clock_mhz"],
+                    power=_fmt(gpu["power_limit_w"], "{:.0f}"),
+                    uuid=gpu["uuid"]))
+    lines.append("cells run on: {}".format(device))
+    lines.extend("NOTE: " + n for n in notes)
+    return lines
+
+
+def format_verdicts(title, table, reason):
+    lines = ["== compatibility gate: " + title]
+    if reason:
+        lines.append("  " + reason)
+    for name, verdict in sorted(table.items()):
+        lines.append("  {:<28} {:<15} {}".format(name, verdict["verdict"],
+                                                 verdict["reason"]))
+        lines.extend("  {:<28} {:<15} warning: {}".format("", "", w)
+                     for w in verdict["warnings"])
+    return lines
+
+
+def format_cells(cells):
+    lines = ["== cells",
+             "{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} {:>6} "
+             "{:>12} {}".format("cell", "status", "mean ms", "median", "cv",
+                                "samples/s", "SM MHz", "power W", "temp",
+                                "MFU", "flags")]
+    for cell in cells:
+        result = cell["result"] or {}
+        timing = result.get("timing") or {}
+        tele = (result.get("telemetry") or {}).get("gpus") or [{}]
+        mfu = (result.get("model") or {}).get("mfu") or {}
+        flags = [k for k, v in ((result.get("telemetry") or {})
+                                .get("flags") or {}).items() if v]
+        lines.append("{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} "
+                     "{:>6} {:>12} {}".format(
+                         cell["id"], result.get("status") or (
+                             "skipped" if cell["exit"] == "skipped"
+                             else "no result"),
+                         _fmt(timing.get("mean_s") and
+                              timing["mean_s"] * 1e3, "{:.2f}"),
+                         _fmt(timing.get("median_s") and
+                              timing["median_s"] * 1e3, "{:.2f}"),
+                         _fmt(timing.get("cv"), "{:.1%}"),
+                         _fmt(timing.get("samples_per_s"), "{:.0f}"),
+                         _fmt((tele[0].get("sm_clock_mhz") or {}).get("mean"),
+                              "{:.0f}"),
+                         _fmt((tele[0].get("power_w") or {}).get("mean"),
+                              "{:.0f}"),
+                         _fmt((tele[0].get("temperature_c") or {}).get("max"),
+                              "{:.0f}C"),
+                         _fmt(mfu.get("value"), "{:.1%}") +
+                         (" " + mfu["precision"] if mfu.get("precision")
+                          else ""),
+                         ",".join(flags) or "-"))
+    return lines
+
+
+def format_details(cells):
+    lines = ["== per cell"]
+    for cell in cells:
+        result = cell["result"]
+        lines.append("-- {} (exit {}, {:.0f} s wall)".format(
+            cell["id"], cell["exit"], cell["wall_s"]))
+        if result is None:
+            lines.extend("   | " + l for l in cell["log_tail"])
+            continue
+        if result.get("error"):
+            lines.append("   error: {}: {}".format(result["error"]["type"],
+                                                   result["error"]["message"]))
+        timing = result.get("timing") or {}
+        if timing.get("per_iteration_s"):
+            lines.append("   iteration ms: min {:.2f} p05 {:.2f} median {:.2f}"
+                         " p95 {:.2f} max {:.2f}; warm-up first {:.1f}".format(
+                             *[timing[k] * 1e3 for k in
+                               ("min_s", "p05_s", "median_s", "p95_s",
+                                "max_s")] +
+                             [(timing.get("warmup_s") or [0])[0] * 1e3]))
+        gate = result.get("compatibility")
+        if gate:
+            lines.append("   gate: {} ({})".format(gate["verdict"],
+                                                   gate["reason"]))
+        for record in (result.get("gpu_clocks") or {}).get("gpus", []):
+            original = record.get("original") or {}
+            lines.append("   clocks GPU {}: application {}, default {}, max {},"
+                         " autoboost {}".format(
+                             record["index"],
+                             _pair(original.get("applications_clocks")),
+                             _pair(original.get("default_applications_clocks")),
+                             _pair(original.get("max_clocks")),
+                             original.get("autoboost")))
+        env = result.get("environment") or {}
+        lines.append("   framework {} CUDA {} cuDNN {} NCCL {}".format(
+            env.get("framework_version"), env.get("cuda"), env.get("cudnn"),
+            env.get("nccl")))
+        for tele in (result.get("telemetry") or {}).get("gpus", []):
+            reasons = dict((k, v) for k, v in (tele.get("reasons") or {})
+                           .items() if v)
+            lines.append("   telemetry GPU {}: SM {} MHz, memory {} MHz, power"
+                         " {} W, temp {} C, util {} %, energy {} J, reasons {}"
+                         .format(tele["index"], _range(tele["sm_clock_mhz"]),
+                                 _range(tele["memory_clock_mhz"]),
+                                 _range(tele["power_w"]),
+                                 _range(tele["temperature_c"]),
+                                 _range(tele.get("utilization_pct")),
+                                 _fmt(tele["energy_j"], "{:.1f}"),
+                                 reasons or "none"))
+        mfu = (result.get("model") or {}).get("mfu")
+        if mfu and mfu.get("value") is not None:
+            lines.append("   MFU {:.2%} of {} peak {:.1f} TFLOP/s at {:.0f} MHz "
+                         "({}); achieved {:.2f} TFLOP/s; vs datasheet peak "
+                         "{:.2%}".format(mfu["value"], mfu["precision"],
+                                         mfu["peak_flops_per_s"] / 1e12,
+                                         mfu["clock_mhz"], mfu["clock_source"],
+                                         mfu["achieved_flops_per_s"] / 1e12,
+                                         mfu["value_at_datasheet_clock"]))
+        elif mfu:
+            lines.append("   MFU: {}".format(mfu.get("note")))
+        for warning in result.get("warnings", []):
+            lines.append("   warning: " + warning)
+    return lines
+
+
+def _pair(clocks):
+    if not clocks or "error" in clocks:
+        return (clocks or {}).get("error", "-")
+    return "{}/{} MHz (SM/memory)".format(clocks["graphics_mhz"],
+                                          clocks["memory_mhz"])
+
+
+def _range(stats):
+    if not stats:
+        return "-"
+    return "{:.0f}/{:.0f}/{:.0f}".format(stats["min"], stats["mean"],
+                                         stats["max"])
+
+
+# --- entry point ------------------------------------------------------------------
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        description="Run the harness natively with PyTorch on this machine's "
+                    "GPU (observe-only clocks) and report.")
+    parser.add_argument("--device", choices=("auto", "gpu", "cpu"),
+                        default="auto",
+                        help="gpu, cpu, or auto: gpu when NVML and PyTorch "
+                             "both see one (default)")
+    parser.add_argument("--python", default=sys.executable,
+                        help="the Python with PyTorch (default: this one)")
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--networks", default=",".join(NETWORKS),
+                        help="comma-separated subset of " + ", ".join(NETWORKS))
+    parser.add_argument("--matrix", default=os.path.join(
+        ROOT, "dockerfiles", "matrix.toml"),
+        help="the version matrix whose GPU profiles the gate checks")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny batches and 3 iterations (smoke test)")
+    parser.add_argument("--timeout", type=int, default=150,
+                        help="seconds per cell (default 150)")
+    parser.add_argument("--budget", type=int, default=330,
+                        help="seconds for all cells together; later cells "
+                             "are skipped once it is spent (default 330)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default: $OUT, else "
+                             "results/gpu-check-<time>)")
+    parser.add_argument("--clock-policy", default="observe",
+                        help="observe (default); anything else also needs "
+                             "--i-own-this-gpu")
+    parser.add_argument("--i-own-this-gpu", action="store_true",
+                        help="allow a clock policy that changes this "
+                             "machine's GPU settings")
+    args = parser.parse_args(argv)
+    try:
+        clocks.parse_policy(args.clock_policy)
+    except HarnessError as exc:
+        parser.error(str(exc))
+    if args.clock_policy != "observe" and not args.i_own_this_gpu:
+        parser.error("--clock-policy {} changes GPU settings; this check runs "
+                     "observe-only unless --i-own-this-gpu is given".format(
+                         args.clock_policy))
+    for name in ("iterations", "timeout", "budget"):
+        if getattr(args, name) < 1:
+            parser.error("--{} must be a positive integer".format(name))
+    if args.warmup < 0:
+        parser.error("--warmup must be >= 0")
+    args.networks = [n for n in args.networks.split(",") if n]
+    unknown = sorted(set(args.networks) - set(NETWORKS))
+    if unknown or not args.networks:
+        parser.error("--networks takes some of {}, got {}".format(
+            ", ".join(NETWORKS), ", ".join(unknown) or "none"))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.monotonic()
+
+    def log(line):
+        sys.stderr.write("[{:5.0f} s] {}\n".format(time.monotonic() - started,
+                                                  line))
+
+    gpus, nvml_reason = gpu_inventory()
+    torch, torch_error = torch_info(args.python)
+    notes = []
+    device = args.device
+    if device == "gpu" and not (gpus and torch and torch["cuda_available"]):
+        sys.stderr.write("gpu_check: --device gpu, but {}; use --device cpu "
+                         "for a smoke test\n".format(
+                             "NVML sees no GPU ({})".format(nvml_reason)
+                             if not gpus else "PyTorch sees no CUDA device"))
+        return 2
+    if device == "auto":
+        device = "gpu" if gpus and torch and torch["cuda_available"] else "cpu"
+        if device == "cpu":
+            notes.append("no usable GPU ({}): the cells run on the CPU as a "
+                         "smoke test; clocks, telemetry, gate and MFU need "
+                         "a GPU".format(nvml_reason if not gpus else
+                                        "PyTorch sees no CUDA device"))
+    if torch is None:
+        notes.append("PyTorch is not importable with {}: cells will fail"
+                     .format(args.python))
+    out = args.out or os.environ.get("OUT") or os.path.join(
+        ROOT, "results", "gpu-check-" +
+        datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y%m%dT%H%M%SZ"))
+    os.makedirs(out, exist_ok=True)
+    # $OUT brings back only a few files: keep the per-cell files apart.
+    cells_dir = tempfile.mkdtemp(prefix="gpu-check-cells-") \
+        if os.environ.get("OUT") and not args.out \
+        else os.path.join(out, "cells")
+    os.makedirs(cells_dir, exist_ok=True)
+    batches = QUICK_BATCHES if args.quick else (
+        GPU_BATCHES if device == "gpu" else CPU_BATCHES)
+    iterations, warmup = ((3, 1) if args.quick else
+                          (args.iterations, args.warmup))
+
+    stack = torch_stack(torch) if device == "gpu" else None
+    stacks, matrix_reason = matrix_stacks(args.matrix)
+    gate = {}
+    for gpu in gpus:
+        table = verdicts(gpu, stacks)
+        if torch and torch["arch_list"]:
+            table["this python: torch " + torch["version"]] = compat.check(
+                gpu["compute_capability"], gpu["driver_version"],
+                torch_stack(torch))
+        gate["GPU {} {}".format(gpu["index"], gpu["name"])] = table
+
+    log("{} cells on {} ({} iterations, {} warm-up), clock policy {}".format(
+        sum(len(batches[n]) for n in args.networks), device, iterations,
+        warmup, args.clock_policy))
+    cells = run_cells(args.python, device, args.networks, batches, iterations,
+                      warmup, args.clock_policy, cells_dir, args.timeout,
+                      stack, log, deadline=time.monotonic() + args.budget)
+
+    lines = format_inventory(gpus, nvml_reason, torch, torch_error, device,
+                             notes)
+    if not gpus:
+        lines += ["== compatibility gate", "  not evaluated: no GPU "
+                  "({}); matrix GPU profiles: {}".format(
+                      nvml_reason, ", ".join(sorted(stacks)) or
+                      matrix_reason or "none")]
+    for title, table in sorted(gate.items()):
+        lines += format_verdicts(title, table, matrix_reason)
+    lines += format_cells(cells) + format_details(cells)
+    lines.append("== done in {:.0f} s; results in {}".format(
+        time.monotonic() - started, out))
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    with open(os.path.join(out, "report.txt"), "w") as handle:
+        handle.write(text)
+    resultfile.write_atomic(os.path.join(out, "summary.json"), {
+        "device": device, "notes": notes, "gpus": gpus,
+        "nvml": nvml_reason, "torch": torch, "torch_error": torch_error,
+        "clock_policy": args.clock_policy, "gate": gate,
+        "matrix_gpu_profiles": sorted(stacks), "cells": cells,
+        "wall_s": time.monotonic() - started})
+    failed = [c for c in cells if (c["result"] or {}).get("status") != "ok"]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

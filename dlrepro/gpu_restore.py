@@ -1,0 +1,145 @@
+"""GPU clocks after a cell: check that the harness restored what its clock
+policy changed, and restore from the saved state when it could not (a
+SIGKILL, the OOM killer, a container killed by the engine).
+
+The harness writes `<cell>.clock-state.json` next to the result (on the host
+side of a container's mount) before it changes anything, records every
+change with the call that undoes it, and marks the file `restored` when it
+has undone them (harness/clocks.py). A file still `pending`, `changed` or
+`restore-failed` means the GPU may still run at the policy's clocks: the
+sweep calls `after_cell`, and `invoke gpu-restore` replays such files by
+hand. Restoring needs the same privileges as setting (root on the host).
+"""
+import json
+from pathlib import Path
+
+from harness import clocks, resultfile
+from harness.nvml import Nvml
+
+from . import results
+from .errors import UserError
+
+STATE_GLOB = "*.clock-state.json"
+
+
+def load_state(path):
+    """A state file as a dict; UserError when it is not one."""
+    path = Path(path)
+    try:
+        state = json.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read {path}: {exc.strerror or exc}")
+    except ValueError as exc:
+        raise UserError(f"{path} is not valid JSON: {exc}")
+    if not isinstance(state, dict) or \
+            state.get("format") != clocks.STATE_FORMAT:
+        raise UserError(f"{path} is not a GPU clock-state file (no "
+                        f"format {clocks.STATE_FORMAT!r})")
+    if state.get("version") != clocks.STATE_VERSION:
+        raise UserError(f"{path}: clock-state version {state.get('version')!r} "
+                        f"is not supported (this version reads "
+                        f"{clocks.STATE_VERSION})")
+    return state
+
+
+def outstanding(state):
+    """Whether the GPU may still be changed by this state's policy."""
+    return state.get("status") in clocks.OUTSTANDING
+
+
+def _open_nvml(state, path, module):
+    nvml, reason = Nvml.open(module)
+    if nvml is None:
+        raise UserError(f"cannot restore GPU clocks from {path}: {reason}; "
+                        f"run this on {state.get('host') or 'the GPU host'}, "
+                        f"as root")
+    return nvml
+
+
+def restore_file(path, module=None):
+    """Undo the outstanding changes of one state file and mark it. Returns a
+    one-line summary; UserError when an undo call failed."""
+    path = Path(path)
+    state = load_state(path)
+    if not outstanding(state):
+        return (f"{path.name}: nothing to restore (status {state['status']}"
+                f"{', by ' + state['restored_by'] if state.get('restored_by') else ''})")
+    nvml = _open_nvml(state, path, module)
+    try:
+        def handle_for(uuid):
+            value, error = nvml.try_call("nvmlDeviceGetHandleByUUID", uuid)
+            return value if error is None else None
+        clocks.undo_changes(nvml, state, handle_for, by="host")
+    finally:
+        nvml.close()
+    resultfile.write_atomic(str(path), state)
+    undone = [c for g in state["gpus"] for c in g["changes"]
+              if c.get("restored")]
+    failed = [f"GPU {g.get('uuid')}: {c['undo_call']} -> {c['restore_error']}"
+              for g in state["gpus"] for c in g["changes"]
+              if c.get("restore_error")]
+    if failed:
+        raise UserError(f"{path.name}: restore failed ({'; '.join(failed)}); "
+                        f"NO_PERMISSION means: run as root")
+    return f"{path.name}: restored ({len(undone)} change(s) undone)"
+
+
+def find_states(run_dir):
+    return sorted(Path(run_dir).glob(STATE_GLOB))
+
+
+def restore_run(run_dir, module=None):
+    """Restore every outstanding state file of a run, newest first, so that
+    the oldest original settings are the ones left in place."""
+    states = []
+    for path in find_states(run_dir):
+        state = load_state(path)
+        states.append((state.get("created_unix") or 0, path, state))
+    if not states:
+        return [f"{run_dir}: no clock-state files (no cell changed GPU clocks)"]
+    pending = sorted(((c, p) for c, p, s in states if outstanding(s)),
+                     reverse=True)
+    if not pending:
+        return [f"{run_dir}: nothing to restore ({len(states)} clock-state "
+                f"file(s), none outstanding)"]
+    return [restore_file(path, module) for _created, path in pending]
+
+
+def restore(state=None, run=None, out="results", module=None):
+    """What `invoke gpu-restore` does: one file, or a run's files."""
+    if state and run:
+        raise UserError("give --state or --run, not both")
+    if state:
+        return [restore_file(state, module)]
+    return restore_run(results.resolve_run(out, run or "latest"), module)
+
+
+def state_path_for(result_path, clock_state=None):
+    """Where the harness put the state file of the cell whose result is
+    `result_path` (the spec's `clock_state`, or the default name)."""
+    return Path(clocks.state_path(str(result_path), clock_state))
+
+
+def after_cell(result_path, clock_state=None, restore=True, module=None):
+    """Call when a cell's process has ended. None when its clock policy left
+    nothing changed; else a one-line message saying what was found and, with
+    `restore`, that it was restored (or how to restore it)."""
+    path = state_path_for(result_path, clock_state)
+    if not path.exists():
+        return None
+    try:
+        state = load_state(path)
+    except UserError as exc:
+        return (f"the cell's clock-state file is unreadable ({exc}); check "
+                f"the GPU's clocks by hand (nvidia-smi -q -d CLOCK)")
+    if not outstanding(state):
+        return None
+    found = (f"the cell left GPU clocks changed (clock-state {path.name}: "
+             f"{state['status']})")
+    if not restore:
+        return f"{found}; run `invoke gpu-restore --state {path}`"
+    try:
+        done = restore_file(path, module)
+    except UserError as exc:
+        return f"{found}; restoring failed: {exc}"
+    return f"{found}; {done}"

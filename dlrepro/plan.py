@@ -1,0 +1,146 @@
+"""From a suite and the command line to the list of cells a sweep runs.
+
+Pure functions: nothing here touches a runtime, a file or the clock, so a
+dry run prints exactly what a real run would do.
+"""
+import itertools
+from typing import NamedTuple, Optional
+
+from harness.cell import CELL_FIELDS
+
+from . import matrix as matrix_mod
+from .errors import UserError
+
+CLOCK_POLICY_DEFAULT = "observe"
+
+
+class Options(NamedTuple):
+    """What the user asked for on the command line (None: the suite's)."""
+    frameworks: tuple
+    profile: Optional[str] = None
+    networks: tuple = ()
+    batch_sizes: tuple = ()
+    device: Optional[str] = None
+    threads: tuple = ()
+    iterations: Optional[int] = None
+    warmup: Optional[int] = None
+    runtime: str = "native"
+    seed: int = 0
+    clock_policy: str = CLOCK_POLICY_DEFAULT
+    timeout_s: Optional[int] = None
+
+
+class Host(NamedTuple):
+    cpus: int
+    gpus: int
+
+
+class Planned(NamedTuple):
+    id: str
+    cell: dict
+    timeout_s: int
+    # Why the cell cannot run on this host (it is recorded as `unsupported`
+    # without starting anything), or None.
+    skip_reason: Optional[str] = None
+
+
+def cell_id(cell):
+    """A readable, unique file name for a cell."""
+    parts = [cell["framework"], cell["profile"], cell["network"],
+             cell["device"], f"b{cell['batch_size']}"]
+    if cell["device"] == "gpu":
+        parts.append(f"g{cell['gpus']}")
+    if cell["threads"] is not None:
+        parts.append(f"t{cell['threads']}")
+    return "-".join(parts)
+
+
+def _profile(m, framework, device, requested):
+    if requested is None:
+        return matrix_mod.default_profile(m, framework, device)
+    entry = matrix_mod.entry(m, framework, requested)
+    if entry["device"] != device:
+        raise UserError(f"profile {framework}/{requested} is for "
+                        f"{entry['device']} cells, not {device}")
+    return requested
+
+
+def build(suite, options, m, host):
+    """Every cell of `suite` narrowed and overridden by `options`."""
+    groups = list(suite["groups"])
+    if options.networks:
+        present = {n for g in groups for n in g["networks"]}
+        missing = [n for n in options.networks if n not in present]
+        if missing and not options.batch_sizes:
+            raise UserError(f"network(s) {', '.join(missing)} are not in suite "
+                            f"{suite['name']}; give --batch-size for them")
+        groups = [dict(g, networks=[n for n in g["networks"]
+                                    if n in options.networks]) for g in groups]
+        if missing:
+            groups.append(dict(suite["groups"][0], networks=missing))
+    planned = {}
+    for group in groups:
+        device = options.device or group["device"]
+        frameworks = [f for f in options.frameworks
+                      if group["frameworks"] is None or f in group["frameworks"]]
+        batch_sizes = options.batch_sizes or group["batch_sizes"]
+        if device == "cpu":
+            thread_counts = options.threads or group["threads"] or [host.cpus]
+            gpu_counts = [0]
+        else:
+            thread_counts = [None]
+            gpu_counts = group["gpus"]
+        for framework, network, batch, threads, gpus in itertools.product(
+                frameworks, group["networks"], batch_sizes, thread_counts,
+                gpu_counts):
+            cell = {
+                "framework": framework,
+                "profile": _profile(m, framework, device, options.profile),
+                "network": network,
+                "dataset": "synthetic",
+                "batch_size": batch,
+                "global_batch_size": batch * max(gpus, 1),
+                "device": device,
+                "gpus": gpus,
+                "threads": threads,
+                "iterations": options.iterations or group["iterations"],
+                "warmup": (options.warmup if options.warmup is not None
+                           else group["warmup"]),
+                "runtime": options.runtime,
+                "seed": options.seed,
+                "clock_policy": options.clock_policy,
+            }
+            assert tuple(cell) == CELL_FIELDS
+            item = Planned(cell_id(cell), cell,
+                           options.timeout_s or group["timeout_s"],
+                           _skip_reason(cell, host))
+            previous = planned.get(item.id)
+            if previous is not None and previous.cell != cell:
+                raise UserError(f"suite {suite['name']} defines cell {item.id} "
+                                f"twice with different settings")
+            planned[item.id] = item
+    if not planned:
+        raise UserError(f"nothing to run: suite {suite['name']} has no cells "
+                        f"for the frameworks and networks given")
+    return list(planned.values())
+
+
+def _skip_reason(cell, host):
+    if cell["device"] == "cpu" and cell["threads"] > host.cpus:
+        return (f"needs {cell['threads']} CPU threads; this host has "
+                f"{host.cpus} usable CPUs")
+    if cell["device"] == "gpu" and max(cell["gpus"], 1) > host.gpus:
+        return (f"needs {max(cell['gpus'], 1)} GPU(s); this host has "
+                f"{host.gpus}")
+    return None
+
+
+def format_plan(plan):
+    """Lines describing a plan, for --dry-run."""
+    lines = [f"{len(plan)} cells:"]
+    for item in plan:
+        c = item.cell
+        note = f"  [unsupported: {item.skip_reason}]" if item.skip_reason else ""
+        lines.append(f"  {item.id:<48} iterations={c['iterations']} "
+                     f"warmup={c['warmup']} runtime={c['runtime']}{note}")
+    return lines

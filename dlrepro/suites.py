@@ -1,0 +1,147 @@
+"""Benchmark suites as data (benchmarks/suites/*.toml).
+
+A suite has a name, a description, `defaults` and a list of `[[group]]`
+tables. A group names networks and batch sizes, and may override any
+default. Example:
+
+    name = "smoke"
+    description = "every network, one small batch"
+    [defaults]
+    device = "cpu"
+    iterations = 5
+    warmup = 2
+    [[group]]
+    networks = ["fcn5", "fcn8"]
+    batch_sizes = [32]
+
+Keys of `defaults` and of groups: device ("cpu" or "gpu"), threads (list of
+thread counts, CPU only), gpus (list of GPU counts; the batch size is per
+GPU), iterations, warmup, timeout_s, frameworks (list; default: all).
+"""
+import tomllib
+from pathlib import Path
+
+from harness import networks
+
+from . import ROOT
+from .errors import UserError
+
+SUITES_DIR = ROOT / "benchmarks" / "suites"
+
+GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
+              "iterations", "warmup", "timeout_s", "frameworks"}
+TOP_KEYS = {"name", "description", "defaults", "group"}
+DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
+            "warmup": 5, "timeout_s": 1800, "frameworks": None}
+
+
+def available():
+    """{name: path} of the suites shipped in benchmarks/suites."""
+    return {p.stem: p for p in sorted(SUITES_DIR.glob("*.toml"))}
+
+
+def find(name_or_path):
+    """A suite file from a shipped suite's name or a path to a TOML file."""
+    shipped = available()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        if not path.is_file():
+            raise UserError(f"suite file {path} does not exist")
+        return path
+    raise UserError(f"unknown suite {name_or_path!r}; valid suites: "
+                    f"{', '.join(shipped)} (or a path to a .toml file)")
+
+
+def load(name_or_path):
+    """Parse and validate a suite; returns a dict with resolved groups."""
+    path = find(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"cannot read suite {path}: {exc.strerror}")
+    except UnicodeDecodeError:
+        raise UserError(f"suite {path} is not UTF-8 text")
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"suite {path} is not valid TOML: {exc}")
+    return parse(data, path)
+
+
+def parse(data, path):
+    where = str(path)
+    unknown = set(data) - TOP_KEYS
+    if unknown:
+        raise UserError(f"{where}: unknown keys {', '.join(sorted(unknown))}; "
+                        f"valid: {', '.join(sorted(TOP_KEYS))}")
+    if not isinstance(data.get("name"), str) or not data["name"]:
+        raise UserError(f"{where}: `name` must be a non-empty string")
+    defaults = dict(DEFAULTS)
+    defaults.update(_check_group(data.get("defaults", {}), f"{where} [defaults]",
+                                 needs_networks=False))
+    groups = data.get("group")
+    if not isinstance(groups, list) or not groups:
+        raise UserError(f"{where}: needs at least one [[group]] with networks "
+                        f"and batch_sizes")
+    resolved = []
+    for i, group in enumerate(groups, 1):
+        checked = _check_group(group, f"{where} [[group]] #{i}",
+                               needs_networks=True)
+        merged = dict(defaults)
+        merged.update(checked)
+        resolved.append(merged)
+    return {"name": data["name"], "description": data.get("description", ""),
+            "path": str(path), "groups": resolved}
+
+
+def _check_group(group, where, needs_networks):
+    if not isinstance(group, dict):
+        raise UserError(f"{where}: must be a table")
+    unknown = set(group) - GROUP_KEYS
+    if unknown:
+        raise UserError(f"{where}: unknown keys {', '.join(sorted(unknown))}; "
+                        f"valid: {', '.join(sorted(GROUP_KEYS))}")
+    if not needs_networks and {"networks", "batch_sizes"} & set(group):
+        raise UserError(f"{where}: networks and batch_sizes belong in groups")
+    if needs_networks:
+        for key in ("networks", "batch_sizes"):
+            if key not in group:
+                raise UserError(f"{where}: missing `{key}`")
+        _string_list(group, "networks", where)
+        for name in group["networks"]:
+            if name not in networks.NETWORKS:
+                raise UserError(f"{where}: unknown network {name!r}; valid "
+                                f"networks: {', '.join(sorted(networks.NETWORKS))}")
+        _int_list(group, "batch_sizes", where)
+    if "device" in group and group["device"] not in ("cpu", "gpu"):
+        raise UserError(f"{where}: device must be cpu or gpu, got "
+                        f"{group['device']!r}")
+    for key in ("threads", "gpus"):
+        if key in group:
+            _int_list(group, key, where)
+    for key, minimum in (("iterations", 1), ("warmup", 0), ("timeout_s", 1)):
+        if key in group:
+            _int(group[key], f"{where}: {key}", minimum)
+    if "frameworks" in group:
+        _string_list(group, "frameworks", where)
+    return group
+
+
+def _int(value, what, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{what} must be an integer >= {minimum}, got {value!r}")
+
+
+def _int_list(group, key, where):
+    values = group[key]
+    if not isinstance(values, list) or not values:
+        raise UserError(f"{where}: `{key}` must be a non-empty list of integers")
+    for value in values:
+        _int(value, f"{where}: {key}")
+
+
+def _string_list(group, key, where):
+    values = group[key]
+    if not isinstance(values, list) or not values or not all(
+            isinstance(v, str) for v in values):
+        raise UserError(f"{where}: `{key}` must be a non-empty list of strings")

@@ -1,0 +1,469 @@
+"""MXNet backend: Gluon HybridBlocks built from harness.networks.
+
+The fast path an MXNet expert would time: the network and the loss
+hybridized with static memory and shapes (one cached graph per block),
+gluon.Trainer with SGD, and the iteration ended by mx.nd.waitall() because
+the engine runs everything asynchronously. On GPU, cuDNN autotuning is on
+(MXNET_CUDNN_AUTOTUNE_DEFAULT=1, as the paper's scripts set it). kvstore is
+off for a single device; 'device' is the multi-GPU choice (convergence mode).
+
+Threads: MXNet reads its thread settings from the environment when the
+library loads (harness.threads sets OMP_NUM_THREADS and MXNET_OMP_MAX_THREADS
+before the import; configure() keeps one engine worker). MXNet has no getter
+for the OpenMP count its operators use; effective_threads() recomputes it
+with MXNet's own rule (src/engine/openmp.cc) from those variables and the
+OpenMP runtime MXNet loaded.
+"""
+import ctypes
+import os
+
+from .. import cudalibs
+from .. import networks as nets
+from ..errors import HarnessError
+
+NAME = "mxnet"
+DEVICES = ("cpu", "gpu")
+
+# The compile-time features a result records (mx.runtime.Features()).
+BUILD_FEATURES = ("CUDA", "CUDNN", "NCCL", "MKLDNN", "OPENMP", "BLAS_OPEN",
+                  "BLAS_MKL", "DIST_KVSTORE")
+
+
+def _mx():
+    # Imported here so that `harness.backends` never loads a framework the
+    # cell does not use, and so that configure() can set MXNet's
+    # environment variables before the library reads them.
+    import mxnet
+    return mxnet
+
+
+def versions(device):
+    mx = _mx()
+    features = mx.runtime.Features()
+    info = {"framework_version": mx.__version__, "cuda": None, "cudnn": None,
+            "nccl": None,
+            "framework_build": dict((name, features.is_enabled(name))
+                                    for name in BUILD_FEATURES
+                                    if name in features)}
+    if device == "gpu":
+        found, sources = cudalibs.library_versions(fallback=_library_path(mx))
+        info.update(found)
+        info["version_sources"] = sources
+    else:
+        info["version_sources"] = dict(
+            (key, "cpu cell: not applicable") for key in ("cuda", "cudnn",
+                                                          "nccl"))
+    return info
+
+
+def _library_path(mx):
+    """Where libmxnet.so was loaded from (asked when CUDA is linked in)."""
+    return getattr(getattr(mx.base, "_LIB", None), "_name", None)
+
+
+def configure(threads, device, seed):
+    if device == "gpu":
+        # Read when the convolution operators are created; set before the
+        # import so that no operator sees the library default.
+        os.environ["MXNET_CUDNN_AUTOTUNE_DEFAULT"] = "1"
+    # harness.threads has set one engine worker with OpenMP teams of
+    # `threads` before this import.
+    mx = _mx()
+    if device == "gpu":
+        _check_gpu(mx)
+    # Thread pools are fixed by the environment at import (harness.threads);
+    # MXSetNumOMPThreads would only change the calling Python thread, which
+    # runs no operators, so it is deliberately not called.
+    mx.random.seed(seed)
+
+
+def _check_gpu(mx):
+    from ..cell import Unsupported  # only here: cell imports the backends
+    if not mx.runtime.Features().is_enabled("CUDA"):
+        raise Unsupported("this MXNet {} build has no CUDA support (a CPU "
+                          "wheel)".format(mx.__version__))
+    if mx.context.num_gpus() < 1:
+        raise HarnessError("device gpu requested but MXNet sees no GPU")
+    try:
+        mx.nd.ones((1,), ctx=mx.gpu(0)).asnumpy()
+    except mx.base.MXNetError as exc:
+        # MXNet 1.9.1 wheels carry kernels for sm_50..sm_86 and no PTX, so
+        # a newer GPU fails on its first kernel.
+        if "no kernel image" in str(exc):
+            major, minor = _compute_capability(mx)
+            raise Unsupported("MXNet {} has no kernels for this GPU (sm_{}{})"
+                              .format(mx.__version__, major, minor))
+        raise
+
+
+def _compute_capability(mx):
+    try:
+        cc = mx.util.get_cuda_compute_capability(mx.gpu(0))
+        return cc // 10, cc % 10
+    except Exception:  # best effort, only for the message
+        return "?", "?"
+
+
+def _openmp():
+    """The OpenMP runtime MXNet loaded (ctypes.CDLL), or None."""
+    paths = cudalibs.loaded_libraries()
+    for prefix in ("libgomp", "libiomp5", "libomp"):
+        path = cudalibs.find_loaded(prefix, paths)
+        if path:
+            return ctypes.CDLL(path)
+    return None
+
+
+def effective_threads():
+    """The OpenMP thread count MXNet's CPU operators use, by MXNet's own rule
+    (src/engine/openmp.cc): MXNET_OMP_MAX_THREADS if set; else, with
+    OMP_NUM_THREADS set, the runtime's omp_get_max_threads(); else half the
+    processors on x86. Engine worker threads (MXNET_CPU_WORKER_NTHREADS) are
+    reported in the result's thread environment, not here."""
+    _mx()
+    limit = _int_env("MXNET_OMP_MAX_THREADS")
+    if limit is not None:
+        return limit
+    omp = _openmp()
+    if omp is None:
+        return None
+    if _int_env("OMP_NUM_THREADS") is not None:
+        return int(omp.omp_get_max_threads())
+    procs = int(omp.omp_get_num_procs())
+    if os.uname()[4] in ("x86_64", "i386", "i686", "AMD64"):
+        procs >>= 1
+    return max(procs, 1)
+
+
+def _int_env(name):
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def is_out_of_memory(exc):
+    text = str(exc).lower()
+    return isinstance(exc, MemoryError) or "out of memory" in text or \
+        "failed to allocate" in text
+
+
+# --- translation -------------------------------------------------------------
+
+def _glorot():
+    # Xavier with these settings is Glorot-uniform, limit sqrt(6 / (fan_in +
+    # fan_out)), with MXNet's fans (in x receptive field, out x receptive
+    # field): the same numbers as the description's.
+    return _mx().init.Xavier(rnd_type="uniform", factor_type="avg",
+                             magnitude=3)
+
+
+def _activation(name):
+    return [] if name is None else [_mx().gluon.nn.Activation(name)]
+
+
+def _dense(r, build):
+    nn = _mx().gluon.nn
+    layer = r.layer
+    return [nn.Dense(layer.units, activation=layer.activation,
+                     in_units=r.in_shape[0], weight_initializer=_glorot(),
+                     bias_initializer="zeros")]
+
+
+def _time_dense(r, build):
+    nn = _mx().gluon.nn
+    return [nn.Dense(r.layer.units, flatten=False, in_units=r.in_shape[1],
+                     weight_initializer=_glorot(), bias_initializer="zeros")]
+
+
+def _conv(r, build):
+    nn = _mx().gluon.nn
+    layer = r.layer
+    before, after = layer.pad
+    blocks = []
+    if before != after:
+        # Convolution pads symmetrically: the asymmetric (TensorFlow SAME)
+        # case gets an explicit pad op on the spatial axes first.
+        blocks.append(_block("Pad")(before, after))
+        before = 0
+    blocks.append(nn.Conv2D(layer.filters, layer.kernel, strides=layer.stride,
+                            padding=before, in_channels=r.in_shape[0],
+                            use_bias=layer.bias, activation=layer.activation,
+                            weight_initializer=_glorot(),
+                            bias_initializer="zeros"))
+    return blocks
+
+
+def _batch_norm(r, build):
+    nn = _mx().gluon.nn
+    layer = r.layer
+    # MXNet's momentum is the decay of the running statistics, as in the
+    # description.
+    return [nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps,
+                         in_channels=r.in_shape[0])] + \
+        _activation(layer.activation)
+
+
+def _activation_layer(r, build):
+    return _activation(r.layer.fn)
+
+
+def _pool(r, build):
+    nn = _mx().gluon.nn
+    layer = r.layer
+    # ceil_mode is pooling_convention='full': the last window that runs off
+    # the edge is kept; averages divide by the in-bounds count.
+    if layer.op == "max":
+        return [nn.MaxPool2D(layer.kernel, layer.stride, ceil_mode=True)]
+    return [nn.AvgPool2D(layer.kernel, layer.stride, ceil_mode=True,
+                         count_include_pad=False)]
+
+
+def _global_avg_pool(r, build):
+    nn = _mx().gluon.nn
+    return [nn.GlobalAvgPool2D(), nn.Flatten()]
+
+
+def _flatten(r, build):
+    return [_mx().gluon.nn.Flatten()]
+
+
+def _residual(r, build):
+    body, shortcut = r.children
+    return [_block("Residual")(build(body),
+                               None if shortcut is None else build(shortcut),
+                               r.layer.activation)]
+
+
+def _subsample_pad(r, build):
+    return [_block("SubsamplePad")(r.layer.stride,
+                                   r.layer.channels - r.in_shape[0])]
+
+
+def _embedding(r, build):
+    nn = _mx().gluon.nn
+    layer = r.layer
+    return [nn.Embedding(layer.vocab, layer.dim,
+                         weight_initializer=_mx().init.Uniform(0.05))]
+
+
+def _lstm(r, build):
+    rnn = _mx().gluon.rnn
+    layer = r.layer
+    # Gluon keeps two bias vectors per gate (i2h and h2h) like PyTorch:
+    # networks.lstm_extra_bias accounts for the second one.
+    return [rnn.LSTM(layer.hidden, num_layers=layer.layers, layout="NTC",
+                     input_size=r.in_shape[1],
+                     i2h_weight_initializer=_glorot(),
+                     h2h_weight_initializer=_glorot(),
+                     i2h_bias_initializer="zeros",
+                     h2h_bias_initializer="zeros")]
+
+
+# Layer kind -> translator returning a list of Gluon blocks. Every kind in
+# networks.LAYER_KINDS must be here (tests/test_backend_mxnet.py checks).
+TRANSLATORS = {
+    nets.Dense: _dense,
+    nets.TimeDense: _time_dense,
+    nets.Conv: _conv,
+    nets.BatchNorm: _batch_norm,
+    nets.Activation: _activation_layer,
+    nets.Pool: _pool,
+    nets.GlobalAvgPool: _global_avg_pool,
+    nets.Flatten: _flatten,
+    nets.Residual: _residual,
+    nets.SubsamplePad: _subsample_pad,
+    nets.Embedding: _embedding,
+    nets.LSTM: _lstm,
+}
+
+
+def _build_sequential(resolved_layers):
+    sequential = _mx().gluon.nn.HybridSequential()
+    for r in resolved_layers:
+        translate = TRANSLATORS.get(type(r.layer))
+        if translate is None:
+            raise HarnessError("mxnet backend cannot build {}".format(
+                type(r.layer).__name__))
+        for block in translate(r, _build_sequential):
+            sequential.add(block)
+    return sequential
+
+
+_BLOCKS = {}
+
+
+def _block(name):
+    # HybridBlock subclasses are defined on first use: gluon must not be
+    # imported when the module is.
+    if not _BLOCKS:
+        gluon = _mx().gluon
+
+        class Pad(gluon.HybridBlock):
+            def __init__(self, before, after, **kwargs):
+                super(Pad, self).__init__(**kwargs)
+                # MXNet's pad only pads spatial axes of a 4-D input.
+                self.width = (0, 0, 0, 0, before, after, before, after)
+
+            def hybrid_forward(self, F, x):
+                return F.pad(x, mode="constant", constant_value=0,
+                             pad_width=self.width)
+
+        class Residual(gluon.HybridBlock):
+            def __init__(self, body, shortcut, activation, **kwargs):
+                super(Residual, self).__init__(**kwargs)
+                self.body = body
+                self.shortcut = shortcut
+                self.activation = activation
+
+            def hybrid_forward(self, F, x):
+                out = self.body(x)
+                out = out + (x if self.shortcut is None else self.shortcut(x))
+                if self.activation is None:
+                    return out
+                return F.Activation(out, act_type=self.activation)
+
+        class SubsamplePad(gluon.HybridBlock):
+            def __init__(self, stride, extra_channels, **kwargs):
+                super(SubsamplePad, self).__init__(**kwargs)
+                self.stride = stride
+                self.extra = extra_channels
+
+            def hybrid_forward(self, F, x):
+                none = (None, None, None, None)
+                x = F.slice(x, begin=none, end=none,
+                            step=(1, 1, self.stride, self.stride))
+                if not self.extra:
+                    return x
+                zeros = F.broadcast_axis(
+                    F.zeros_like(F.slice_axis(x, axis=1, begin=0, end=1)),
+                    axis=1, size=self.extra)
+                return F.concat(x, zeros, dim=1)
+
+        _BLOCKS.update(Pad=Pad, Residual=Residual, SubsamplePad=SubsamplePad)
+    return _BLOCKS[name]
+
+
+def build_model(network, ctx=None):
+    """The network as a Gluon HybridSequential, initialised as described on
+    `ctx` (a Context or a list of them for data parallelism; default CPU).
+    Not hybridized: the caller chooses how."""
+    mx = _mx()
+    model = _build_sequential(nets.resolve(network))
+    # Every parameter carries its own initializer; the default here is never
+    # used.
+    model.initialize(mx.init.Zero(), ctx=ctx if ctx is not None else mx.cpu())
+    return model
+
+
+def count_parameters(model):
+    """Trainable parameters of an initialised Gluon block."""
+    total = 0
+    for name, param in model.collect_params().items():
+        if param.grad_req == "null":  # running mean/variance of batch norm
+            continue
+        if param.shape is None or 0 in param.shape:
+            raise HarnessError("parameter {} has an unknown shape {}: "
+                               "initialise the model first".format(
+                                   name, param.shape))
+        size = 1
+        for d in param.shape:
+            size *= d
+        total += size
+    return total
+
+
+def hybridize(block):
+    """MXNet's fast path for a fixed-shape training loop: one cached graph
+    with memory and shapes planned once."""
+    block.hybridize(static_alloc=True, static_shape=True)
+    return block
+
+
+def loss_block():
+    """Mean softmax cross-entropy per sample (per token averaged over the
+    sequence for the LSTMs; gluon.Trainer.step(batch) then averages over the
+    batch)."""
+    return hybridize(_mx().gluon.loss.SoftmaxCrossEntropyLoss(axis=-1))
+
+
+# --- training ------------------------------------------------------------------
+
+class Session(object):
+    def __init__(self, network, model, inputs, labels, batch_size):
+        mx = _mx()
+        self.network = network
+        self.model = hybridize(model)
+        self.inputs = inputs
+        self.labels = labels
+        self.batch_size = batch_size
+        self.parameters = count_parameters(model)
+        self.loss = loss_block()
+        # kvstore=None: one device needs no parameter server; 'device' is
+        # the multi-GPU setting.
+        self.trainer = mx.gluon.Trainer(
+            model.collect_params(), "sgd",
+            {"learning_rate": network.learning_rate,
+             "momentum": network.momentum},
+            kvstore=None)
+        self._autograd = mx.autograd
+        self._waitall = mx.nd.waitall
+
+    def step(self):
+        with self._autograd.record():
+            loss = self.loss(self.model(self.inputs), self.labels)
+        loss.backward()
+        mean = loss.mean()
+        self.trainer.step(self.batch_size)
+        # The engine is asynchronous: the iteration ends when the update too
+        # has run, not when the loss alone is ready.
+        self._waitall()
+        return float(mean.asscalar())
+
+    def output_shape(self):
+        return tuple(self.model(self.inputs).shape[1:])
+
+
+def _context(mx, device):
+    return mx.gpu(0) if device == "gpu" else mx.cpu()
+
+
+def _random_batch(mx, network, batch_size, ctx):
+    shape = (batch_size,) + tuple(network.input_shape)
+    if network.input_dtype == "int64":
+        # Token ids travel as float32 (exact below 2**24), the type Gluon's
+        # Embedding and loss take.
+        inputs = mx.nd.random.randint(0, network.classes, shape=shape,
+                                      ctx=ctx).astype("float32")
+        labels = mx.nd.random.randint(0, network.classes, shape=shape,
+                                      ctx=ctx).astype("float32")
+    else:
+        inputs = mx.nd.random.normal(0, 1, shape=shape, ctx=ctx)
+        labels = mx.nd.random.randint(0, network.classes, shape=(batch_size,),
+                                      ctx=ctx).astype("float32")
+    return inputs, labels
+
+
+def _given_batch(mx, network, batch, ctx):
+    import numpy  # MXNet's own dependency
+    dtype = numpy.int64 if network.input_dtype == "int64" else numpy.float32
+    inputs = numpy.frombuffer(batch.inputs, dtype=dtype).reshape(
+        batch.input_shape)
+    labels = numpy.frombuffer(batch.labels, dtype=numpy.int64).reshape(
+        batch.label_shape)
+    return (mx.nd.array(inputs, ctx=ctx, dtype="float32"),
+            mx.nd.array(labels, ctx=ctx, dtype="float32"))
+
+
+def prepare(network, batch_size, device, seed, batch=None):
+    mx = _mx()
+    ctx = _context(mx, device)
+    mx.random.seed(seed)
+    model = build_model(network, ctx)
+    if batch is None:
+        inputs, labels = _random_batch(mx, network, batch_size, ctx)
+    else:
+        inputs, labels = _given_batch(mx, network, batch, ctx)
+        batch_size = batch.input_shape[0]
+    mx.nd.waitall()
+    return Session(network, model, inputs, labels, batch_size)

@@ -1,0 +1,345 @@
+"""The CNTK backend.
+
+CNTK 2.7 exists only for Python <= 3.6, which these machines cannot have.
+Two groups of tests:
+- static ones that always run: Python 3.6 syntax (vermin), import without
+  CNTK, a translator for every layer kind, and the plain-Python shape,
+  padding, batch-norm and minibatch arithmetic the translation relies on;
+- framework ones that run where `cntk` imports (the CNTK image, or a Python
+  named by DLREPRO_CNTK_PYTHON or at .venvs/cntk-cpu): they are skipped
+  elsewhere, with the reason, and only they.
+"""
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jsonschema
+import layer_reference as ref
+import pytest
+
+from harness import networks as nets
+from harness.backends import cntk as backend
+
+MODULE = Path(backend.__file__)
+TIMEOUT = 900
+
+
+def _walk(resolved):
+    for r in resolved:
+        yield r
+        if r.children is not None:
+            body, shortcut = r.children
+            yield from _walk(body)
+            if shortcut is not None:
+                yield from _walk(shortcut)
+
+
+def _layers(kind):
+    for network in nets.NETWORKS.values():
+        for r in _walk(nets.resolve(network)):
+            if type(r.layer) is kind:
+                yield network.name, r
+
+
+# --- static: always run ----------------------------------------------------------
+
+def test_module_is_python36_compatible(root):
+    vermin = Path(sys.executable).parent / "vermin"
+    proc = subprocess.run([str(vermin), "-t=3.6-", "--violations", "--no-tips",
+                           "--eval-annotations", str(MODULE)],
+                          cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_module_imports_without_cntk_or_numpy(root):
+    code = ("import sys, harness.backends.cntk; "
+            "print(sorted(m for m in ('cntk', 'numpy', 'scipy') "
+            "if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
+                          capture_output=True, text=True)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_top_level_imports_are_standard_library_or_harness():
+    tree = ast.parse(MODULE.read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            assert [a.name for a in node.names] == ["math"], ast.dump(node)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level > 0, ast.dump(node)
+
+
+def test_every_layer_kind_has_a_translator():
+    assert set(backend.TRANSLATORS) == set(nets.LAYER_KINDS)
+
+
+def _calls(name):
+    tree = ast.parse(MODULE.read_text())
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == name]
+
+
+def test_training_is_train_minibatch_with_classic_momentum():
+    assert _calls("train_minibatch")
+    momentum = _calls("momentum_sgd")
+    assert len(momentum) == 1
+    unit_gain = [k for k in momentum[0].keywords if k.arg == "unit_gain"]
+    # CNTK's unit-gain momentum scales gradients by (1 - momentum); the
+    # other frameworks do not.
+    assert len(unit_gain) == 1 and unit_gain[0].value.value is False
+
+
+def test_pooling_keeps_partial_windows_and_excludes_padding():
+    (pool,) = _calls("pooling")
+    keywords = dict((k.arg, k.value.value) for k in pool.keywords
+                    if isinstance(k.value, ast.Constant))
+    assert keywords["ceil_out_dim"] is True
+    assert keywords["include_pad"] is False
+
+
+@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+def test_planned_shapes_follow_the_description_layer_by_layer(name):
+    for r in _walk(nets.resolve(nets.get(name))):
+        assert backend.planned_shape(r) == r.out_shape, r.layer
+
+
+def test_automatic_padding_only_where_it_equals_the_description():
+    seen = set()
+    for name, r in _layers(nets.Conv):
+        layer = r.layer
+        mode = backend.conv_padding(layer)
+        seen.add(mode if isinstance(mode, str) else "explicit")
+        if mode == "auto":
+            assert layer.kernel % 2 == 1
+            assert layer.pad == (layer.kernel // 2, layer.kernel // 2)
+        elif mode == "none":
+            assert layer.pad == (0, 0)
+        else:
+            assert mode == layer.pad
+    assert seen == {"auto", "none", "explicit"}
+    alexnet_first = nets.resolve(nets.get("alexnet"))[0].layer
+    assert backend.conv_padding(alexnet_first) == (3, 4)
+
+
+@pytest.mark.parametrize("size", range(1, 40))
+@pytest.mark.parametrize("kernel, stride", [(1, 1), (1, 2), (3, 1), (3, 2),
+                                            (5, 1), (7, 2), (11, 4)])
+def test_centred_automatic_padding_matches_explicit_arithmetic(size, kernel,
+                                                               stride):
+    pad = kernel // 2
+    layer = nets.Conv(8, kernel, stride, (pad, pad), False, None)
+    assert backend.conv_padding(layer) == ("none" if kernel == 1 else "auto")
+    assert backend.conv_size(size, layer) == \
+        (size + 2 * pad - kernel) // stride + 1
+
+
+@pytest.mark.parametrize("samples", [1, 11, 16, 128, 4096])
+def test_batch_norm_time_constant_blends_like_momentum(samples):
+    constant = backend.bn_time_constant(0.9, samples)
+    # CNTK's running-statistics blend factor per minibatch.
+    assert 1 - math.exp(-samples / constant) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("name", ["lstm", "lstm32", "lstm64"])
+def test_lstm_minibatch_is_sequences_and_the_rate_is_per_token(name):
+    network = nets.get(name)
+    plan = backend.minibatch_plan(network, 128)
+    assert plan == {"sequences": 128,
+                    "samples": 128 * network.input_shape[0]}
+
+
+def test_image_minibatch_counts_samples():
+    assert backend.minibatch_plan(nets.get("alexnet-r"), 128) == \
+        {"sequences": 128, "samples": 128}
+
+
+def test_glorot_fans_are_the_descriptions():
+    first = nets.resolve(nets.get("alexnet"))[0]
+    assert backend.fans(first) == (3 * 121, 96 * 121)
+    dense = nets.resolve(nets.get("fcn5"))[0]
+    assert backend.fans(dense) == (26752, 2048)
+    time_dense = nets.resolve(nets.get("lstm"))[-1]
+    assert backend.fans(time_dense) == (256, 10000)
+    assert backend.glorot_limit(256, 1024) == pytest.approx(
+        math.sqrt(6.0 / 1280))
+
+
+# --- with CNTK: where it imports ---------------------------------------------------
+
+def _cntk_python(root):
+    candidates = [os.environ.get("DLREPRO_CNTK_PYTHON"),
+                  str(root / ".venvs" / "cntk-cpu" / "bin" / "python")]
+    for python in candidates:
+        if not python or not os.path.exists(python):
+            continue
+        proc = subprocess.run([python, "-c", "import cntk"],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            return python
+    return None
+
+
+@pytest.fixture(scope="module")
+def cntk_python(root):
+    python = _cntk_python(root)
+    if python is None:
+        pytest.skip("cntk does not import here: CNTK 2.7 needs Python <= 3.6 "
+                    "(run in the CNTK image or set DLREPRO_CNTK_PYTHON)")
+    return python
+
+
+def run_probe(python, root, code):
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run([python, "-s", "-c", textwrap.dedent(code)],
+                          cwd=root, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+NETWORKS_PROBE = """
+    import json
+    from harness import threads, networks as nets
+    threads.apply(2)
+    from harness.backends import cntk as backend
+    backend.configure(2, "cpu", 0)
+    out = {}
+    for name, network in sorted(nets.NETWORKS.items()):
+        session = backend.prepare(network, 2, "cpu", 0)
+        out[name] = {"parameters": session.parameters,
+                     "output_shape": list(session.output_shape())}
+    print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def built(cntk_python, root):
+    return run_probe(cntk_python, root, NETWORKS_PROBE)
+
+
+@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+def test_parameter_count_is_the_description(built, name):
+    # One bias vector per LSTM gate, as the description counts.
+    assert built[name]["parameters"] == nets.parameter_count(nets.get(name))
+
+
+@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+def test_output_shape_is_the_description(built, name):
+    assert tuple(built[name]["output_shape"]) == \
+        nets.output_shape(nets.get(name))
+
+
+CONVENTIONS_PROBE = """
+    import json, random
+    import numpy as np
+    from harness import networks as nets
+    from harness.backends import cntk as backend
+    backend.configure(None, "cpu", 0)
+
+    def run(layer, shape, ones=False):
+        network = nets.Network("probe", shape, "float32", 2, [layer], 0.1,
+                               0.0, "synthetic", "one layer")
+        model = backend.build_model(network, 1)
+        if ones:
+            for parameter in model.parameters:
+                parameter.value = np.ones(parameter.shape, dtype=np.float32)
+        rng = random.Random(7)
+        x = [rng.uniform(-1, 1) for _ in range(2 * shape[1] * shape[2])]
+        data = np.array(x, dtype=np.float32).reshape((1,) + shape)
+        out = np.asarray(model.eval({model.arguments[0]: data}))
+        return {"x": x, "y": out.ravel().tolist(), "shape": list(out.shape[1:])}
+
+    print(json.dumps({
+        "max": run(nets.Pool("max", 3, 2), (2, 6, 8)),
+        "avg": run(nets.Pool("avg", 3, 2), (2, 6, 8)),
+        "pad34": run(nets.Conv(1, 11, 4, (3, 4), False, None), (2, 24, 27),
+                     ones=True),
+        "pad11": run(nets.Conv(1, 3, 2, (1, 1), False, None), (2, 7, 6),
+                     ones=True),
+        "shortcut": run(nets.SubsamplePad(2, 5), (2, 5, 6)),
+    }))
+"""
+
+
+@pytest.fixture(scope="module")
+def conventions(cntk_python, root):
+    return run_probe(cntk_python, root, CONVENTIONS_PROBE)
+
+
+@pytest.mark.parametrize("op", ["max", "avg"])
+def test_cntk_pooling_matches_the_reference(conventions, op):
+    result = conventions[op]
+    assert result["shape"] == [2, 3, 4]
+    assert result["y"] == pytest.approx(
+        ref.pool(ref.grid(result["x"], 2, 6, 8), op, 3, 2), abs=1e-5)
+
+
+@pytest.mark.parametrize("case, k, s, before, after, shape", [
+    ("pad34", 11, 4, 3, 4, (24, 27)),
+    ("pad11", 3, 2, 1, 1, (7, 6)),
+])
+def test_cntk_padding_matches_the_reference(conventions, case, k, s, before,
+                                            after, shape):
+    result = conventions[case]
+    x = ref.grid(result["x"], 2, shape[0], shape[1])
+    assert result["y"] == pytest.approx(ref.ones_conv(x, k, s, before, after),
+                                        abs=1e-4)
+
+
+def test_cntk_subsample_shortcut_matches_the_reference(conventions):
+    result = conventions["shortcut"]
+    x = ref.grid(result["x"], 2, 5, 6)
+    assert result["shape"] == [5, 3, 3]
+    assert result["y"] == pytest.approx(ref.subsample(x, 2) + [0.0] * 27)
+
+
+LOSS_PROBE = """
+    import json
+    from harness import threads, networks as nets, data
+    threads.apply(2)
+    from harness.backends import cntk as backend
+    backend.configure(2, "cpu", 0)
+    out = {}
+    for name in ("fcn-r", "alexnet-r", "lstm"):
+        network = nets.get(name)
+        session = backend.prepare(network, 16, "cpu", 0,
+                                  batch=data.fixed_batch(network, 16, 1))
+        out[name] = [session.step() for _ in range(6)]
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("name", ["fcn-r", "alexnet-r", "lstm"])
+def test_cntk_first_loss_is_chance_and_training_lowers_it(cntk_python, root,
+                                                          name):
+    values = run_probe(cntk_python, root, LOSS_PROBE)[name]
+    assert abs(values[0] - math.log(nets.get(name).classes)) < 0.5
+    assert min(values[1:]) < values[0]
+
+
+def test_cntk_cell_is_valid_and_one_thread_is_really_used(cntk_python, root,
+                                                          tmp_path):
+    cell = {"framework": "cntk", "profile": "cpu", "network": "alexnet-r",
+            "dataset": "cifar10", "batch_size": 32, "global_batch_size": 32,
+            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 8,
+            "warmup": 2, "runtime": "native", "seed": 0,
+            "clock_policy": "observe"}
+    spec, out = tmp_path / "spec.json", tmp_path / "result.json"
+    spec.write_text(json.dumps({"cell": cell, "container": None}))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run([cntk_python, "-s", "-m", "harness", "run",
+                           "--spec", str(spec), "--out", str(out)], cwd=root,
+                          env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    schema = json.loads((root / "harness" / "result.schema.json").read_text())
+    jsonschema.validate(result, schema)
+    assert result["status"] == "ok", result["error"]
+    assert result["environment"]["threads"]["framework"] == 1
+    assert result["timing"]["cpu_utilization"] < 1.3

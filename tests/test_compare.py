@@ -1,0 +1,49 @@
+"""Then vs now: matching our results to the 2016 reference records."""
+import pytest
+
+from dlrepro import compare
+
+
+def pair(framework, network, batch, mean, device="gpu", status="ok"):
+    cell = {"framework": framework, "network": network, "device": device,
+            "gpus": 1 if device == "gpu" else 0, "global_batch_size": batch}
+    result = {"status": status, "timing": {"mean_s": mean},
+              "environment": {"gpus": [{"name": "NVIDIA H200"}]}}
+    return {"cell": cell}, result
+
+
+def test_reference_skips_failed_2016_runs():
+    reference = compare.load_reference()
+    assert reference and all(r["seconds_per_minibatch"] for r in reference)
+
+
+def test_matches_tool_network_and_batch():
+    reference = compare.load_reference()
+    rows = compare.rows([pair("mxnet", "fcn-r", 4096, 0.01)], reference)
+    # mxnet fcn-r b4096 was run on a GTX 1080 and a K80 in 2016
+    assert sorted(r["then_gpu"] for r in rows) == [
+        "GeForce GTX 1080", "Tesla K80 (one GK210)"]
+    gtx = [r for r in rows if r["then_gpu"] == "GeForce GTX 1080"][0]
+    assert gtx["then_s"] == pytest.approx(0.05940224)
+    assert gtx["speedup"] == pytest.approx(5.940224)
+
+
+def test_pytorch_is_set_beside_torch7_with_a_note():
+    rows = compare.rows([pair("pytorch", "resnet-56", 128, 0.02)],
+                        compare.load_reference())
+    assert rows and all(r["then_tool"] == "torch" for r in rows)
+    assert "Torch7" in rows[0]["note"]
+
+
+def test_cntk_lstm_carries_the_token_counting_caveat():
+    rows = compare.rows([pair("cntk", "lstm", 128, 0.02)],
+                        compare.load_reference())
+    assert rows and "tokens" in rows[0]["note"]
+
+
+def test_cpu_and_failed_cells_are_left_out():
+    reference = compare.load_reference()
+    assert compare.rows([pair("mxnet", "fcn-r", 4096, 0.5, device="cpu"),
+                         pair("mxnet", "fcn-r", 4096, None, status="oom")],
+                        reference) == []
+    assert "no result in this run" in compare.format_rows([])[0]

@@ -1,0 +1,160 @@
+"""Host-side GPU clock restore (dlrepro/gpu_restore.py, `invoke
+gpu-restore`): after a SIGKILL the state file on disk is all that is left,
+and it must be enough."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import fake_nvml
+from dlrepro import gpu_restore
+from dlrepro.errors import UserError
+from harness import clocks
+from harness.nvml import Nvml, device_info
+from test_clocks import TESTS, gpu_cell, start_cell, wait_until_timing
+
+ROOT = os.path.dirname(TESTS)
+INVOKE = os.path.join(os.path.dirname(sys.executable), "invoke")
+
+
+def test_sigkill_leaves_a_record_the_host_restores(tmp_path):
+    proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()], gpu_cell())
+    wait_until_timing(proc, paths)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    device = fake_nvml.use_file(str(paths["fake"]))["devices"][0]
+    assert device["app"] == [2505, 562] and device["autoboost"] == [0, 0]
+    assert not paths["result"].exists()  # nothing ran after the kill
+    state = json.loads(paths["state"].read_text())
+    assert state["status"] == "changed"
+
+    message = gpu_restore.after_cell(paths["result"], "cell.clock-state.json",
+                                     module=fake_nvml)
+    assert "left GPU clocks changed" in message and "restored" in message
+    device = fake_nvml.device_state(0)
+    assert device["app"] is None and device["autoboost"] == [1, 1]
+    state = json.loads(paths["state"].read_text())
+    assert state["status"] == "restored" and state["restored_by"] == "host"
+    assert gpu_restore.after_cell(paths["result"], "cell.clock-state.json",
+                                  module=fake_nvml) is None
+
+
+def _changed_cell(folder, name, policy="disable-boost"):
+    """A cell's clock session that was never restored (as after SIGKILL)."""
+    nvml, _ = Nvml.open(fake_nvml)
+    gpus = [(0,) + device_info(nvml, 0)]
+    session = clocks.ClockSession(nvml, clocks.parse_policy(policy), gpus,
+                                  str(folder / name), log=lambda line: None)
+    session.apply()
+    import atexit
+    atexit.unregister(session.restore)
+    return folder / name
+
+
+def test_restore_run_undoes_newest_first(tmp_path):
+    fake_nvml.configure([fake_nvml.pascal_p100()])
+    run = tmp_path / "results" / "run-1"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    (tmp_path / "results" / "latest").symlink_to("run-1")
+    _changed_cell(run, "b.clock-state.json", "lock=1000")
+    # the second cell found the first cell's clocks and took them as original
+    _changed_cell(run, "a.clock-state.json", "disable-boost")
+    assert fake_nvml.device_state(0)["app"] == [715, 1328]
+    lines = gpu_restore.restore(run="latest", out=str(tmp_path / "results"),
+                                module=fake_nvml)
+    assert [l.split(":")[0] for l in lines] == ["a.clock-state.json",
+                                                 "b.clock-state.json"]
+    assert fake_nvml.device_state(0)["app"] is None
+    again = gpu_restore.restore(run="latest", out=str(tmp_path / "results"),
+                                module=fake_nvml)
+    assert "nothing to restore" in again[0]
+
+
+def test_restore_without_permission_is_a_user_error(tmp_path):
+    fake_nvml.configure([fake_nvml.ampere_a100()])
+    path = _changed_cell(tmp_path, "c.clock-state.json")
+    fake_nvml.state()["root"] = False
+    with pytest.raises(UserError, match="NO_PERMISSION.*root"):
+        gpu_restore.restore_file(path, module=fake_nvml)
+    assert json.loads(path.read_text())["status"] == "restore-failed"
+    fake_nvml.state()["root"] = True
+    assert "restored" in gpu_restore.restore_file(path, module=fake_nvml)
+    assert fake_nvml.device_state(0)["locked"] is None
+
+
+def test_restore_without_nvml_says_where_to_run(tmp_path):
+    fake_nvml.configure([fake_nvml.ampere_a100()])
+    path = _changed_cell(tmp_path, "c.clock-state.json")
+    fake_nvml.state()["loaded"] = False
+    with pytest.raises(UserError, match="LIBRARY_NOT_FOUND.*run this on"):
+        gpu_restore.restore_file(path, module=fake_nvml)
+
+
+def test_gpu_missing_from_this_host_fails_loudly(tmp_path):
+    fake_nvml.configure([fake_nvml.ampere_a100()])
+    path = _changed_cell(tmp_path, "c.clock-state.json")
+    fake_nvml.state()["devices"][0]["uuid"] = "GPU-another-board"
+    with pytest.raises(UserError, match="GPU_NOT_FOUND"):
+        gpu_restore.restore_file(path, module=fake_nvml)
+
+
+def _invoke(tmp_path, *args, fake=None):
+    shim = tmp_path / "shim"
+    shim.mkdir(exist_ok=True)
+    fake_nvml.write_shim(shim)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), TESTS,
+                                                       ROOT]))
+    if fake:
+        env["FAKE_NVML_STATE"] = str(fake)
+    return subprocess.run([INVOKE, "gpu-restore"] + list(args), cwd=ROOT,
+                          env=env, capture_output=True, text=True)
+
+
+def test_invoke_gpu_restore_state_file(tmp_path):
+    fake = tmp_path / "fake.json"
+    fake_nvml.configure([fake_nvml.volta_v100()], path=str(fake))
+    path = _changed_cell(tmp_path, "cell-7.clock-state.json")
+    assert fake_nvml.device_state(0)["locked"] == [1312, 1312]
+    proc = _invoke(tmp_path, "--state", str(path), fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    assert "cell-7.clock-state.json: restored (1 change(s) undone)" in \
+        proc.stdout
+    assert fake_nvml.use_file(str(fake))["devices"][0]["locked"] is None
+    proc = _invoke(tmp_path, "--state", str(path), fake=fake)
+    assert proc.returncode == 0 and "nothing to restore" in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--state", "/nonexistent/x.clock-state.json"], "cannot read"),
+    (["--state", "{root}/pyproject.toml"], "not valid JSON"),
+    (["--state", "a", "--run", "latest"], "not both"),
+    (["--run", "no-such-run", "--out", "{tmp}"], "no run 'no-such-run'"),
+], ids=["missing", "not-json", "both", "unknown-run"])
+def test_invoke_gpu_restore_bad_input(tmp_path, args, message):
+    args = [a.format(root=ROOT, tmp=tmp_path) for a in args]
+    proc = _invoke(tmp_path, *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_not_a_state_file(tmp_path):
+    path = tmp_path / "x.clock-state.json"
+    path.write_text(json.dumps({"schema_version": 1}))
+    with pytest.raises(UserError, match="not a GPU clock-state file"):
+        gpu_restore.load_state(path)
+
+
+def test_after_cell_without_state_file_is_silent(tmp_path):
+    assert gpu_restore.after_cell(tmp_path / "cell.json") is None
+
+
+def test_after_cell_with_a_torn_state_file_says_so(tmp_path):
+    (tmp_path / "cell.clock-state.json").write_text("{")
+    message = gpu_restore.after_cell(tmp_path / "cell.json")
+    assert "unreadable" in message and "nvidia-smi" in message

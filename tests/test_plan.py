@@ -1,0 +1,84 @@
+"""Planning: suite x flags -> cells, with narrowing, overrides and skips."""
+import pytest
+
+from dlrepro import matrix, plan, suites
+from dlrepro.errors import UserError
+
+M = matrix.load()
+# Planning only needs a GPU profile to exist; its contents do not matter.
+M.setdefault("pytorch", {}).setdefault(
+    "cuda", dict(M["pytorch"]["cpu"], device="gpu"))
+HOST = plan.Host(cpus=2, gpus=0)
+
+
+def build(suite="smoke", **options):
+    options.setdefault("frameworks", ("pytorch",))
+    return plan.build(suites.load(suite), plan.Options(**options), M, HOST)
+
+
+def test_smoke_plan_has_one_cell_per_network_and_framework():
+    cells = build(frameworks=("pytorch", "mxnet"))
+    assert len(cells) == 20
+    first = cells[0].cell
+    assert first["threads"] == 2 and first["gpus"] == 0
+    assert first["dataset"] == "synthetic"
+    assert cells[0].id == "pytorch-cpu-fcn5-cpu-b16-t2"
+
+
+def test_networks_narrow_and_batch_sizes_override():
+    cells = build(networks=("fcn-r",), batch_sizes=(32, 64))
+    assert [c.id for c in cells] == ["pytorch-cpu-fcn-r-cpu-b32-t2",
+                                     "pytorch-cpu-fcn-r-cpu-b64-t2"]
+
+
+def test_network_outside_the_suite_needs_a_batch_size():
+    with pytest.raises(UserError, match="give --batch-size"):
+        build("paper-synthetic-cpu", networks=("lstm",))
+    cells = build("paper-synthetic-cpu", networks=("lstm",), batch_sizes=(8,),
+                  threads=(1,))
+    assert [c.id for c in cells] == ["pytorch-cpu-lstm-cpu-b8-t1"]
+
+
+def test_iterations_warmup_and_seed_override():
+    cell = build(networks=("fcn5",), iterations=7, warmup=0, seed=3)[0].cell
+    assert (cell["iterations"], cell["warmup"], cell["seed"]) == (7, 0, 3)
+
+
+def test_thread_counts_beyond_the_host_are_unsupported():
+    cells = build("paper-synthetic-cpu", networks=("fcn5",))
+    reasons = {c.cell["threads"]: c.skip_reason for c in cells}
+    assert reasons[1] is None and reasons[2] is None
+    assert reasons[4] == "needs 4 CPU threads; this host has 2 usable CPUs"
+
+
+def test_gpu_cells_without_gpus_are_unsupported():
+    cells = build("paper-multi-gpu", frameworks=("pytorch",))
+    assert all(c.skip_reason.startswith("needs") for c in cells)
+    split = [c.cell for c in cells if c.cell["network"] == "fcn-r"]
+    assert [(c["batch_size"], c["gpus"], c["global_batch_size"])
+            for c in split] == [(4096, 1, 4096), (2048, 2, 4096),
+                                (1024, 4, 4096)]
+
+
+def test_device_override_moves_cells_to_the_gpu():
+    cell = build(networks=("fcn5",), device="gpu")[0]
+    assert cell.cell["threads"] is None and cell.cell["gpus"] == 1
+    assert cell.skip_reason == "needs 1 GPU(s); this host has 0"
+
+
+def test_profile_must_match_the_device():
+    with pytest.raises(UserError, match="is for gpu cells, not cpu"):
+        build(profile="cuda")
+    with pytest.raises(UserError, match="unknown profile 'rocm'"):
+        build(profile="rocm")
+
+
+def test_nothing_to_run_is_an_error():
+    with pytest.raises(UserError, match="nothing to run"):
+        build(frameworks=())
+
+
+def test_format_plan_lists_every_cell():
+    lines = plan.format_plan(build(networks=("fcn5", "fcn8")))
+    assert lines[0] == "2 cells:"
+    assert "pytorch-cpu-fcn8-cpu-b16-t2" in lines[2]

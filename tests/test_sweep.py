@@ -1,0 +1,153 @@
+"""The sweep with real processes: timeouts, crashes, kills, invalid results
+and resume. A scripted harness (tests/fake_harness.py) stands in for the
+frameworks; each network name picks a behaviour."""
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlrepro import matrix, plan, results, sweep
+from dlrepro.runtimes import Launch
+
+MODES = {"fcn5": "ok", "fcn8": "slow", "alexnet": "stubborn",
+         "resnet50": "crash", "lstm32": "kill", "lstm64": "invalid"}
+
+
+class ScriptedRuntime:
+    name = "native"
+
+    def __init__(self):
+        self.launched = []
+
+    def check(self):
+        pass
+
+    def prepare(self, targets, log=print):
+        return {t: None for t in targets}
+
+    def describe(self, framework, profile):
+        return None
+
+    def launch(self, cell, run_dir, cell_id):
+        self.launched.append(cell_id)
+        return Launch(argv=[sys.executable, str(Path(__file__).parent /
+                                                 "fake_harness.py"),
+                            MODES[cell["network"]],
+                            "--spec", str(run_dir / f"{cell_id}.spec.json"),
+                            "--out", str(run_dir / f"{cell_id}.json")])
+
+
+SUITE = {"name": "t", "description": "", "path": "t.toml", "groups": [
+    {"networks": list(MODES), "batch_sizes": [4], "device": "cpu",
+     "threads": [1], "gpus": [1], "iterations": 3, "warmup": 1,
+     "timeout_s": 4, "frameworks": None}]}
+
+
+@pytest.fixture
+def sweep_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(sweep, "GRACE_S", 2)
+    m = matrix.load()
+
+    def _run(networks, run_dir=None, record=None, done=None):
+        options = plan.Options(frameworks=("pytorch",), networks=tuple(networks))
+        cells = plan.build(SUITE, options, m, plan.Host(cpus=2, gpus=0))
+        runtime = ScriptedRuntime()
+        if run_dir is None:
+            run_dir = results.create_run(tmp_path, "t")
+            record = sweep.new_record(run_dir, "test", SUITE, "native", cells)
+        else:
+            done = sweep.merge_plan(record, cells)
+        sweep.execute(cells, runtime, run_dir, record, m, done=done)
+        return run_dir, runtime
+    return _run
+
+
+def _result(run_dir, network):
+    cell_id = f"pytorch-cpu-{network}-cpu-b4-t1"
+    result = json.loads((run_dir / f"{cell_id}.json").read_text())
+    assert results.validation_errors(result) == []
+    return result
+
+
+def test_every_failure_ends_in_a_valid_result_and_the_sweep_goes_on(sweep_run):
+    start = time.monotonic()
+    run_dir, runtime = sweep_run(list(MODES))
+    assert len(runtime.launched) == 6
+    assert _result(run_dir, "fcn5")["status"] == "ok"
+
+    slow = _result(run_dir, "fcn8")
+    assert slow["status"] == "timeout"
+    assert slow["error"]["message"].startswith("cell exceeded its 4 s timeout")
+    # the harness wrote what it had measured before SIGTERM
+    assert slow["timing"]["completed_iterations"] >= 1
+
+    stubborn = _result(run_dir, "alexnet")
+    assert stubborn["status"] == "timeout" and stubborn["timing"] is None
+
+    crash = _result(run_dir, "resnet50")
+    assert crash["status"] == "error"
+    assert "status 3" in crash["error"]["message"]
+    assert "boom: the framework crashed" in crash["error"]["message"]
+
+    assert _result(run_dir, "lstm32")["status"] == "oom"
+
+    invalid = _result(run_dir, "lstm64")
+    assert invalid["error"]["type"] == "InvalidResult"
+    assert (run_dir / "pytorch-cpu-lstm64-cpu-b4-t1.invalid.json").exists()
+
+    record = results.read_run(run_dir)
+    assert record["status"] == "complete"
+    assert [c["status"] for c in record["cells"]] == [
+        "ok", "timeout", "timeout", "error", "oom", "error"]
+    # two timeouts of 4 s, one of them plus the 2 s grace: well under a minute
+    assert time.monotonic() - start < 40
+
+
+def test_resume_skips_cells_done_with_the_same_definition(sweep_run):
+    run_dir, first = sweep_run(["fcn5", "resnet50"])
+    record = results.read_run(run_dir)
+    _, second = sweep_run(["fcn5", "resnet50", "lstm32"], run_dir, record)
+    # fcn5 was ok: skipped; resnet50 errored: retried; lstm32 is new
+    assert second.launched == ["pytorch-cpu-resnet50-cpu-b4-t1",
+                               "pytorch-cpu-lstm32-cpu-b4-t1"]
+    record = results.read_run(run_dir)
+    assert [c["id"] for c in record["cells"]] == [
+        "pytorch-cpu-fcn5-cpu-b4-t1", "pytorch-cpu-resnet50-cpu-b4-t1",
+        "pytorch-cpu-lstm32-cpu-b4-t1"]
+
+
+def test_unsupported_cells_never_start(sweep_run, tmp_path):
+    m = matrix.load()
+    options = plan.Options(frameworks=("pytorch",), networks=("fcn5",),
+                           threads=(8,))
+    cells = plan.build(SUITE, options, m, plan.Host(cpus=2, gpus=0))
+    runtime = ScriptedRuntime()
+    run_dir = results.create_run(tmp_path, "t")
+    record = sweep.new_record(run_dir, "test", SUITE, "native", cells)
+    sweep.execute(cells, runtime, run_dir, record, m)
+    assert runtime.launched == []
+    result = _result_id(run_dir, "pytorch-cpu-fcn5-cpu-b4-t8")
+    assert result["status"] == "unsupported"
+    assert result["error"]["message"] == ("needs 8 CPU threads; this host has "
+                                          "2 usable CPUs")
+
+
+def _result_id(run_dir, cell_id):
+    result = json.loads((run_dir / f"{cell_id}.json").read_text())
+    assert results.validation_errors(result) == []
+    return result
+
+
+def test_run_json_is_rewritten_after_every_cell(sweep_run, monkeypatch):
+    seen = []
+    original = results.write_run
+
+    def spy(run_dir, record):
+        seen.append([c["status"] for c in record["cells"]])
+        original(run_dir, record)
+    monkeypatch.setattr(results, "write_run", spy)
+    sweep_run(["fcn5", "resnet50"])
+    assert ["ok", "pending"] in seen
+    assert seen[-1] == ["ok", "error"]

@@ -1,0 +1,66 @@
+"""The timing loop with a fake clock: exact intervals, no sleeping."""
+import math
+
+import pytest
+
+from harness.timing import Series, run_loop
+
+
+class FakeClock:
+    """Advances by the given durations as the loop's steps run."""
+
+    def __init__(self, durations):
+        self.now = 100.0
+        self.durations = list(durations)
+
+    def __call__(self):
+        return self.now
+
+    def step(self, loss=1.0):
+        self.now += self.durations.pop(0)
+        return loss
+
+
+def test_intervals_between_consecutive_iterations():
+    clock = FakeClock([0.5, 0.4, 0.1, 0.2, 0.3])
+    series = run_loop(clock.step, iterations=3, warmup=2, clock=clock,
+                      cpu_clock=lambda: 0.0)
+    assert series.warmup_s == pytest.approx([0.5, 0.4])
+    assert series.times == pytest.approx([0.1, 0.2, 0.3])
+    assert series.losses == [1.0, 1.0, 1.0]
+    assert series.diverged_at is None
+
+
+def test_cpu_time_covers_timed_iterations_only():
+    clock = FakeClock([1.0] * 4)
+    cpu = iter([5.0, 7.5])  # read after warm-up, then at the end
+    series = run_loop(clock.step, iterations=2, warmup=2, clock=clock,
+                      cpu_clock=lambda: next(cpu))
+    assert series.cpu_s == 2.5
+
+
+def test_nan_loss_stops_the_loop():
+    clock = FakeClock([0.1] * 10)
+    losses = iter([2.0, 1.5, float("nan"), 1.0])
+    series = run_loop(lambda: clock.step(next(losses)), iterations=5,
+                      warmup=1, clock=clock, cpu_clock=lambda: 0.0)
+    assert series.diverged_at == 2
+    assert len(series.times) == 2 and math.isnan(series.losses[-1])
+
+
+def test_interrupted_loop_keeps_completed_iterations():
+    clock = FakeClock([0.1] * 10)
+    calls = []
+
+    def step():
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return clock.step()
+
+    series = Series()
+    with pytest.raises(KeyboardInterrupt):
+        run_loop(step, iterations=5, warmup=1, series=series, clock=clock,
+                 cpu_clock=lambda: 0.0)
+    assert series.times == pytest.approx([0.1, 0.1])
+    assert series.cpu_s == 0.0
