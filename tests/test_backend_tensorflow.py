@@ -373,6 +373,9 @@ got = tfb.build_model(network, "channels_last")(tf.constant(x)).numpy()
 report["subsample"] = {"shape": list(got.shape[1:]),
                        "kept": float(np.abs(got[..., :2] - x[:, ::2, ::2, :]).max()),
                        "padded": float(np.abs(got[..., 2:]).max())}
+report["math_mode"] = [tfb.math_mode("cpu"), tfb.math_mode("gpu")]
+tf.config.experimental.enable_tensor_float_32_execution(False)
+report["math_mode"].append(tfb.math_mode("gpu"))
 print(json.dumps(report))
 """
 
@@ -520,18 +523,37 @@ def test_tf1_xla_option_compiles_the_step(tmp_path):
     assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
 
 
-def test_cuda_versions_of_loaded_libraries():
-    # TensorFlow 1.15 on Linux has no build info: the backend reads the
-    # library files it mapped. A fake /proc/self/maps, as no GPU is here.
-    maps = "\n".join([
-        "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/lib/libc.so.6",
-        "7f0000002000-7f0000003000 r-xp 00000000 08:01 2 "
-        "/usr/local/cuda-10.0/lib64/libcudart.so.10.0.130",
-        "7f0000004000-7f0000005000 r-xp 00000000 08:01 3 "
-        "/usr/lib/x86_64-linux-gnu/libcudnn.so.7.6.5",
-        "7f0000006000-7f0000007000 r--p 00001000 08:01 3 "
-        "/usr/lib/x86_64-linux-gnu/libcudnn.so.7.6.5",
-    ])
-    assert tfb.loaded_cuda_versions(maps) == {"cuda_version": "10.0.130",
-                                              "cudnn_version": "7.6.5"}
-    assert tfb.loaded_cuda_versions("7f00-7f01 r-xp 0 0 1 /lib/libm.so.6") == {}
+
+def test_math_mode_follows_tensorflows_tf32_switch(numeric):
+    fp32 = {"matmul": "fp32", "conv": "fp32"}
+    # TensorFlow allows TF32 by default; the CPU has none.
+    assert numeric["math_mode"] == [fp32, {"matmul": "tf32", "conv": "tf32"},
+                                    fp32]
+
+
+class _FakeTf(object):
+    """TensorFlow's build info for a CUDA build (none can be installed
+    here); `sysconfig` without get_build_info stands for TensorFlow 1.15."""
+
+    def __init__(self, build=None):
+        class sysconfig(object):
+            pass
+        if build is not None:
+            sysconfig.get_build_info = staticmethod(lambda: build)
+        self.sysconfig = sysconfig
+
+
+def test_cuda_versions_come_from_build_info_then_loaded_libraries():
+    found, sources = tfb._cuda_versions(_FakeTf(
+        {"cuda_version": "12.5.1", "cudnn_version": "9", "is_cuda_build": True}))
+    assert found["cuda"] == "12.5.1" and found["cudnn"] == "9"
+    assert sources["cuda"] == "tf.sysconfig.get_build_info()"
+    # NCCL is not in the build info; no GPU library is loaded in this process.
+    assert found["nccl"] is None
+    assert "no libnccl is loaded" in sources["nccl"]
+
+
+def test_cuda_versions_on_tensorflow_1_come_from_loaded_libraries():
+    found, sources = tfb._cuda_versions(_FakeTf())
+    assert found == {"cuda": None, "cudnn": None, "nccl": None}
+    assert "no libcudart is loaded" in sources["cuda"]

@@ -18,6 +18,7 @@ docs/backends.md for what was verified on which version.
 """
 import os
 
+from .. import cudalibs
 from .. import networks as nets
 from ..errors import HarnessError
 
@@ -72,11 +73,48 @@ def versions(device):
             "tf_data_format": data_format(device),
             "keras_version": _keras_version(tf)}
     if device == "gpu":
-        build = _build_info(tf)
-        info["cuda"] = _version_text(build.get("cuda_version"))
-        info["cudnn"] = _version_text(build.get("cudnn_version"))
-        info["nccl"] = _version_text(build.get("nccl_version"))
+        found, sources = _cuda_versions(tf)
+        info.update(found)
+        info["version_sources"] = sources
+    else:
+        info["version_sources"] = dict(
+            (key, "cpu cell: not applicable") for key in ("cuda", "cudnn",
+                                                          "nccl"))
     return info
+
+
+def _cuda_versions(tf):
+    """CUDA and cuDNN as TensorFlow reports them (get_build_info, 2.3 and
+    newer); what it does not report (NCCL always, everything on 1.15, which
+    has no build info on Linux) is read off the libraries it has loaded."""
+    found, sources = {}, {}
+    get = getattr(tf.sysconfig, "get_build_info", None)
+    build = dict(get()) if get is not None else {}
+    for key in ("cuda", "cudnn"):
+        value = build.get(key + "_version")
+        if value:
+            found[key] = str(value)
+            sources[key] = "tf.sysconfig.get_build_info()"
+    missing = [k for k in ("cuda", "cudnn", "nccl") if k not in found]
+    if missing:
+        loaded, reasons = cudalibs.library_versions()
+        for key in missing:
+            found[key] = loaded[key]
+            sources[key] = reasons[key]
+    return found, sources
+
+
+def math_mode(device):
+    """Whether FP32 matrix products and convolutions may run as TF32 on
+    tensor cores: TensorFlow allows it for both by default since 2.4."""
+    if device != "gpu":
+        return {"matmul": "fp32", "conv": "fp32"}
+    tf = _tf()
+    enabled = getattr(tf.config.experimental,
+                      "tensor_float_32_execution_enabled", None)
+    # TensorFlow < 2.4 predates TF32.
+    mode = "tf32" if enabled is not None and enabled() else "fp32"
+    return {"matmul": mode, "conv": mode}
 
 
 def _keras_version(tf):
@@ -88,37 +126,6 @@ def _keras_version(tf):
         except ImportError:
             version = None
     return version
-
-
-def _build_info(tf):
-    """CUDA and cuDNN versions: TensorFlow's build info (>= 2.3); on 1.15,
-    which has none on Linux, the versions of the libraries it loaded."""
-    get = getattr(tf.sysconfig, "get_build_info", None)
-    if get is not None:
-        return dict(get())
-    try:
-        with open("/proc/self/maps") as handle:
-            return loaded_cuda_versions(handle.read())
-    except (IOError, OSError):
-        return {}
-
-
-def loaded_cuda_versions(maps):
-    """{"cuda_version", "cudnn_version"} from the real file names of the
-    libcudart/libcudnn mapped into this process (/proc/self/maps text),
-    e.g. libcudart.so.10.0.130 -> "10.0.130"."""
-    found = {}
-    for line in maps.splitlines():
-        name = line.rsplit("/", 1)[-1]
-        for library, key in (("libcudart.so.", "cuda_version"),
-                             ("libcudnn.so.", "cudnn_version")):
-            if name.startswith(library) and key not in found:
-                found[key] = name[len(library):]
-    return found
-
-
-def _version_text(value):
-    return None if value in (None, "") else str(value)
 
 
 def configure(threads, device, seed):
