@@ -557,3 +557,33 @@ def test_cuda_versions_on_tensorflow_1_come_from_loaded_libraries():
     found, sources = tfb._cuda_versions(_FakeTf())
     assert found == {"cuda": None, "cudnn": None, "nccl": None}
     assert "no libcudart is loaded" in sources["cuda"]
+
+
+# --- the benchmark script runs and reports (no timing asserted) -----------------
+
+def _benchmark(python, *args):
+    return subprocess.run(
+        [str(python), str(ROOT / "benchmarks" / "idiomatic_tensorflow.py")]
+        + list(args), cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def test_idiomatic_benchmark_reports_both_loops(tf_python):
+    proc = _benchmark(tf_python, "--networks", "alexnet-r", "--rounds", "2",
+                      "--block", "1", "--warmup", "1", "--threads", "1",
+                      "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["threads"] == 1 and report["versions"]["tf_xla"] is False
+    (row,) = report["rows"]
+    assert row["network"] == "alexnet-r" and row["batch_size"] == 128
+    assert len(row["round_ratios"]) == 2
+    assert row["harness_mean_s"] > 0 and row["fit_mean_s"] > 0
+    assert row["ratio_of_means"] == pytest.approx(
+        row["harness_mean_s"] / row["fit_mean_s"])
+
+
+def test_idiomatic_benchmark_rejects_unknown_networks(tf_python):
+    proc = _benchmark(tf_python, "--networks", "vgg16")
+    assert proc.returncode == 2
+    assert "unknown networks vgg16" in proc.stderr
