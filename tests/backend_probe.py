@@ -1,0 +1,94 @@
+"""Build networks with one framework's backend and report what it built.
+
+Runs INSIDE a framework's environment, with the repository on PYTHONPATH:
+
+    PYTHONPATH=. .venvs/tensorflow-cpu/bin/python tests/backend_probe.py \\
+        --framework tensorflow --networks fcn-r,lstm:4 --steps 4 --out probe.json
+
+For each network (an optional `:N` sets its batch size, else --batch), the
+backend builds the model and the harness's fixed batch for that seed
+(harness.data.fixed_batch, the same values in every framework), then takes
+--steps SGD steps. The JSON written maps each network to the framework's
+parameter count, the per-sample output shape and the loss of every step
+(the first is the loss at initialisation), or to the error that stopped it.
+Generic: any backend in harness.backends.BACKENDS that imports will do.
+"""
+import argparse
+import gc
+import json
+import sys
+import time
+import traceback
+
+from harness import backends, data, networks, resultfile
+
+
+def parse_networks(text, default_batch):
+    """"a,b:4" -> [("a", default_batch), ("b", 4)], names checked."""
+    chosen = []
+    for item in text.split(","):
+        name, _, size = item.strip().partition(":")
+        networks.get(name)
+        batch = int(size) if size else default_batch
+        if batch < 1:
+            raise ValueError("batch size of {} must be >= 1".format(name))
+        chosen.append((name, batch))
+    return chosen
+
+
+def probe(backend, name, batch_size, steps, seed):
+    network = networks.get(name)
+    started = time.time()
+    batch = data.fixed_batch(network, batch_size, seed)
+    session = backend.prepare(network, batch_size, "cpu", seed, batch=batch)
+    report = {"batch_size": batch_size,
+              "parameters": int(session.parameters),
+              "output_shape": [int(d) for d in session.output_shape()]}
+    report["losses"] = [resultfile.finite_or_none(float(session.step()))
+                        for _ in range(steps)]
+    report["seconds"] = round(time.time() - started, 3)
+    return report
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", required=True,
+                        choices=sorted(backends.BACKENDS))
+    parser.add_argument("--networks", default=",".join(networks.NETWORKS),
+                        help="comma-separated names, each optionally :BATCH")
+    parser.add_argument("--batch", type=int, default=2,
+                        help="batch size for networks without :BATCH")
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", default="-", help="JSON file, or - (stdout)")
+    args = parser.parse_args(argv)
+    chosen = parse_networks(args.networks, args.batch)
+
+    backend = backends.load(args.framework)
+    backend.configure(args.threads, "cpu", args.seed)
+    report = {"framework": args.framework, "seed": args.seed,
+              "steps": args.steps, "versions": backend.versions("cpu"),
+              "networks": {}}
+    for name, batch_size in chosen:
+        try:
+            report["networks"][name] = probe(backend, name, batch_size,
+                                             args.steps, args.seed)
+        except Exception as exc:
+            traceback.print_exc()
+            report["networks"][name] = {"error": "{}: {}".format(
+                type(exc).__name__, exc)}
+        # One model at a time: fcn8 alone holds half a gigabyte of weights.
+        gc.collect()
+        sys.stderr.write("probe {} {}: {}\n".format(
+            args.framework, name, "error" if "error" in report["networks"][name]
+            else "ok"))
+    if args.out == "-":
+        sys.stdout.write(resultfile.dumps(report))
+    else:
+        resultfile.write_atomic(args.out, report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

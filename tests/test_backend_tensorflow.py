@@ -1,0 +1,589 @@
+"""The TensorFlow backend's translation of harness.networks.
+
+Pure helpers (padding and layout choices) are plain Python and run here;
+everything that needs TensorFlow runs in .venvs/tensorflow-cpu, made from the
+same lock as the CPU image, through a subprocess that prints JSON.
+"""
+import json
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from dlrepro import envs, matrix
+from harness import networks as nets
+from harness.backends import tensorflow as tfb
+from harness.errors import HarnessError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- pure helpers (no TensorFlow) ---------------------------------------------
+
+def test_data_format_is_nchw_on_gpu_and_nhwc_on_cpu():
+    assert tfb.data_format("gpu") == "channels_first"
+    assert tfb.data_format("cpu") == "channels_last"
+
+
+def test_input_shape_is_transposed_for_images_only():
+    assert tfb.input_shape(nets.get("alexnet"), "channels_last") == (224, 224, 3)
+    assert tfb.input_shape(nets.get("alexnet"), "channels_first") == (3, 224, 224)
+    assert tfb.input_shape(nets.get("lstm"), "channels_last") == (32,)
+    assert tfb.input_shape(nets.get("fcn5"), "channels_last") == (26752,)
+
+
+@pytest.mark.parametrize("size, kernel, stride, pads", [
+    (224, 11, 4, (3, 4)),   # alexnet's first conv: the description's pads
+    (224, 7, 2, (2, 3)),    # TensorFlow puts the odd pixel after
+    (56, 3, 2, (0, 1)),
+    (32, 3, 1, (1, 1)),
+    (32, 1, 1, (0, 0)),
+    (7, 3, 2, (1, 1)),
+])
+def test_same_padding_follows_tensorflow(size, kernel, stride, pads):
+    assert tfb.same_padding(size, kernel, stride) == pads
+
+
+def _convs_and_pools():
+    def walk(resolved):
+        for r in resolved:
+            yield r
+            if r.children is not None:
+                body, shortcut = r.children
+                for child in walk(body + (shortcut or [])):
+                    yield child
+    for network in nets.NETWORKS.values():
+        for r in walk(nets.resolve(network)):
+            if type(r.layer) in (nets.Conv, nets.Pool):
+                yield network.name, r
+
+
+def _conv_out(n, kernel, stride, padding, extra):
+    if padding == "same":
+        return -(-n // stride)
+    before, after = extra or (0, 0)
+    return (n + before + after - kernel) // stride + 1
+
+
+def test_conv_padding_reproduces_every_described_conv():
+    seen = 0
+    for name, r in _convs_and_pools():
+        if type(r.layer) is not nets.Conv:
+            continue
+        layer = r.layer
+        padding, extra = tfb.conv_padding(r.in_shape[1:], layer.kernel,
+                                          layer.stride, layer.pad)
+        out = _conv_out(r.in_shape[1], layer.kernel, layer.stride, padding,
+                        extra)
+        assert out == r.out_shape[1], (name, layer)
+        if padding == "same":
+            assert tfb.same_padding(r.in_shape[1], layer.kernel,
+                                    layer.stride) == layer.pad
+        seen += 1
+    assert seen > 100  # resnet50 and resnet-56 alone have 110
+
+
+def test_conv_padding_takes_same_when_exact_else_zero_padding():
+    assert tfb.conv_padding((224, 224), 11, 4, (3, 4)) == ("same", None)
+    assert tfb.conv_padding((224, 224), 7, 2, (3, 3)) == ("valid", (3, 3))
+    assert tfb.conv_padding((56, 56), 3, 2, (1, 1)) == ("valid", (1, 1))
+    assert tfb.conv_padding((56, 56), 1, 2, (0, 0)) == ("valid", None)
+    assert tfb.conv_padding((32, 32), 3, 1, (1, 1)) == ("same", None)
+
+
+def test_pool_padding_is_same_for_every_described_pool():
+    pools = [(name, r) for name, r in _convs_and_pools()
+             if type(r.layer) is nets.Pool]
+    assert {name for name, _ in pools} == {"alexnet", "resnet50", "alexnet-r"}
+    for name, r in pools:
+        assert tfb.pool_padding(r.in_shape[1:], r.layer.kernel,
+                                r.layer.stride) == "same", name
+
+
+def test_pool_padding_falls_back_where_same_differs_from_ceil_mode():
+    # Odd sizes: SAME yields one window more than ceil mode.
+    assert tfb.pool_padding((15, 15), 3, 2) is None
+    # SAME would pad one pixel before the input.
+    assert tfb.pool_padding((8, 8), 4, 2) is None
+    assert tfb.pool_padding((16, 16), 3, 2) == "same"
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, False), ("", False), ("0", False), ("off", False), ("1", True),
+    ("true", True), ("ON", True)])
+def test_xla_switch(value, expected):
+    environ = {} if value is None else {tfb.XLA_ENV: value}
+    assert tfb.xla_requested(environ) is expected
+
+
+def test_xla_switch_rejects_other_values():
+    with pytest.raises(HarnessError, match="DLREPRO_TF_XLA must be 0 or 1"):
+        tfb.xla_requested({tfb.XLA_ENV: "fast"})
+
+
+# --- in TensorFlow's environment ------------------------------------------------
+
+@pytest.fixture(scope="session")
+def tf_python():
+    m = matrix.load()
+    entry = matrix.entry(m, "tensorflow", "cpu")
+    reason = envs.unavailable_reason(entry, "tensorflow", "cpu")
+    assert reason is None, reason
+    return envs.ensure("tensorflow", "cpu", entry, log=lambda *_: None)
+
+
+def run_in_tf(python, code, env=None, timeout=600):
+    """Run `code` in TensorFlow's venv; it prints one JSON document last."""
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    full_env.update(env or {})
+    proc = subprocess.run([str(python), "-c", code], cwd=ROOT, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# Builds every network in both layouts (NCHW is only traced symbolically: the
+# CPU has no NCHW kernels) and reports what the translation made of it.
+BUILD_CHECKS = r"""
+import json, math
+import numpy as np
+from harness import networks as nets
+from harness.backends import tensorflow as tfb
+tfb.configure(None, "cpu", 0)
+report = {}
+for name, network in sorted(nets.NETWORKS.items()):
+    entry = {}
+    for fmt in ("channels_last", "channels_first"):
+        model = tfb.build_model(network, fmt)
+        entry[fmt] = {"parameters": tfb.parameter_count(model),
+                      "output_shape": list(model.output_shape[1:]),
+                      "input_shape": list(model.input_shape[1:])}
+    model = tfb.build_model(network, "channels_last")
+    layers = []
+    for layer in model.layers:
+        config = layer.get_config()
+        layers.append({"type": type(layer).__name__,
+                       "padding": config.get("padding"),
+                       "strides": config.get("strides"),
+                       "data_format": config.get("data_format")})
+    entry["layers"] = layers
+    bounds = []
+    for layer in model.layers:
+        kind = type(layer).__name__
+        weights = [w.numpy() for w in layer.trainable_weights]
+        if kind in ("Dense", "Conv2D"):
+            kernel = weights[0]
+            receptive = int(np.prod(kernel.shape[:-2])) if kernel.ndim == 4 else 1
+            fan_in = kernel.shape[-2] * receptive
+            fan_out = kernel.shape[-1] * receptive
+            limit = math.sqrt(6.0 / (fan_in + fan_out))
+            bounds.append({"kind": kind, "max_abs": float(np.abs(kernel).max()),
+                           "limit": limit, "std": float(kernel.std()),
+                           "bias_max": float(np.abs(weights[1]).max())
+                           if len(weights) > 1 else 0.0})
+        elif kind == "BatchNormalization":
+            bounds.append({"kind": kind, "gamma": float(np.abs(weights[0] - 1).max()),
+                           "beta": float(np.abs(weights[1]).max()),
+                           "momentum": layer.momentum, "epsilon": layer.epsilon})
+        elif kind == "Embedding":
+            bounds.append({"kind": kind, "max_abs": float(np.abs(weights[0]).max()),
+                           "limit": 0.05})
+        elif kind == "LSTM":
+            config = layer.get_config()
+            bounds.append({"kind": kind, "shapes": [list(w.shape) for w in weights],
+                           "bias_max": float(np.abs(weights[2]).max()),
+                           "unit_forget_bias": config["unit_forget_bias"],
+                           "return_sequences": config["return_sequences"],
+                           "recurrent_initializer":
+                               config["recurrent_initializer"]["class_name"]
+                               if isinstance(config["recurrent_initializer"], dict)
+                               else str(config["recurrent_initializer"])})
+    entry["init"] = bounds
+    optimizer = tfb.make_optimizer(network)
+    config = optimizer.get_config()
+    entry["optimizer"] = {"learning_rate": float(config["learning_rate"]),
+                          "momentum": float(config["momentum"])}
+    report[name] = entry
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def built(tf_python):
+    return run_in_tf(tf_python, BUILD_CHECKS)
+
+
+@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+def test_models_match_the_description_in_both_layouts(built, name):
+    network = nets.get(name)
+    for fmt in ("channels_last", "channels_first"):
+        entry = built[name][fmt]
+        # TensorFlow's LSTM keeps one bias per gate: no extra parameters.
+        assert entry["parameters"] == nets.parameter_count(network), fmt
+        assert tuple(entry["output_shape"]) == nets.output_shape(network), fmt
+        assert tuple(entry["input_shape"]) == tfb.input_shape(network, fmt)
+
+
+@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+def test_weights_are_initialised_as_described(built, name):
+    network = nets.get(name)
+    for init in built[name]["init"]:
+        if init["kind"] in ("Dense", "Conv2D"):
+            # Glorot-uniform: inside the limit, and filling it (a uniform's
+            # std is limit / sqrt(3)).
+            assert init["max_abs"] <= init["limit"] * (1 + 1e-6)
+            assert init["std"] == pytest.approx(init["limit"] / math.sqrt(3),
+                                                rel=0.2)
+            assert init["bias_max"] == 0.0
+        elif init["kind"] == "BatchNormalization":
+            assert init["gamma"] == 0.0 and init["beta"] == 0.0
+            assert init["momentum"] == pytest.approx(0.9)
+            assert init["epsilon"] == pytest.approx(1e-5)
+        elif init["kind"] == "Embedding":
+            assert 0.04 < init["max_abs"] <= 0.05
+        elif init["kind"] == "LSTM":
+            assert init["bias_max"] == 0.0
+            assert init["unit_forget_bias"] is False
+            assert init["return_sequences"] is True
+            assert init["recurrent_initializer"] == "GlorotUniform"
+            hidden = init["shapes"][1][0]
+            assert init["shapes"][2] == [4 * hidden]  # one bias per gate
+    assert built[name]["optimizer"] == {
+        "learning_rate": pytest.approx(network.learning_rate),
+        "momentum": pytest.approx(network.momentum)}
+
+
+def _types(built, name):
+    return [layer["type"] for layer in built[name]["layers"]]
+
+
+def test_layer_mapping_of_alexnet(built):
+    assert _types(built, "alexnet") == [
+        "InputLayer", "Conv2D", "MaxPooling2D", "Conv2D", "MaxPooling2D",
+        "Conv2D", "Conv2D", "Conv2D", "MaxPooling2D", "Flatten", "Dense",
+        "Dense", "Dense"]
+    first = built["alexnet"]["layers"][1]
+    # (3, 4) is exactly TensorFlow's SAME padding: one op, no ZeroPadding2D.
+    assert first["padding"] == "same" and list(first["strides"]) == [4, 4]
+    assert first["data_format"] == "channels_last"
+    pools = [l for l in built["alexnet"]["layers"] if l["type"] == "MaxPooling2D"]
+    assert all(p["padding"] == "same" for p in pools)
+
+
+def test_layer_mapping_of_resnet50_stem(built):
+    assert _types(built, "resnet50")[1:5] == [
+        "ZeroPadding2D", "Conv2D", "BatchNormalization", "Activation"]
+    assert built["resnet50"]["layers"][2]["padding"] == "valid"
+    types = _types(built, "resnet50")
+    assert types.count("Add") == 16
+    assert types.count("Conv2D") == 53
+
+
+def test_layer_mapping_of_resnet56_and_lstm(built):
+    types = _types(built, "resnet-56")
+    assert types.count("Add") == 27
+    assert types.count("SubsamplePad") == 2
+    assert types.count("GlobalAveragePooling2D") == 1
+    assert _types(built, "lstm") == ["InputLayer", "Embedding", "LSTM", "LSTM",
+                                     "Dense"]
+
+
+# Pooling and padding against numpy references written from the description's
+# conventions (ceil mode, max over in-bounds values, averages over the
+# in-bounds count; explicit zero padding before/after).
+NUMERIC_CHECKS = r"""
+import json
+import numpy as np
+import tensorflow as tf
+from harness import networks as nets
+from harness.backends import tensorflow as tfb
+tfb.configure(None, "cpu", 0)
+
+def ref_pool(x, op, k, s):
+    n, h, w, c = x.shape
+    oh, ow = nets._pool_out(h, k, s), nets._pool_out(w, k, s)
+    out = np.zeros((n, oh, ow, c), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            win = x[:, i * s:min(i * s + k, h), j * s:min(j * s + k, w), :]
+            out[:, i, j, :] = win.max(axis=(1, 2)) if op == "max" else win.mean(axis=(1, 2))
+    return out
+
+def ref_conv(x, wt, s, pad):
+    b, a = pad
+    x = np.pad(x, ((0, 0), (b, a), (b, a), (0, 0)))
+    k = wt.shape[0]
+    oh = (x.shape[1] - k) // s + 1
+    ow = (x.shape[2] - k) // s + 1
+    out = np.zeros((x.shape[0], oh, ow, wt.shape[3]))
+    for i in range(oh):
+        for j in range(ow):
+            patch = x[:, i * s:i * s + k, j * s:j * s + k, :]
+            out[:, i, j, :] = np.tensordot(patch, wt, axes=([1, 2, 3], [0, 1, 2]))
+    return out
+
+rng = np.random.RandomState(0)
+report = {"pool": [], "conv": []}
+for size, k, s in ((16, 3, 2), (9, 2, 2), (15, 3, 2), (10, 5, 2), (12, 5, 3)):
+    # All negative: padding that leaked into a max would show as 0.
+    x = (rng.randn(2, size, size, 3) - 4.0).astype(np.float32)
+    for op in ("max", "avg"):
+        network = nets.Network("probe", (3, size, size), "float32", 2,
+                               [nets.Pool(op, k, s)], 0.1, 0.0, "synthetic", "")
+        model = tfb.build_model(network, "channels_last")
+        got = model(tf.constant(x)).numpy()
+        want = ref_pool(x.astype(np.float64), op, k, s)
+        report["pool"].append({"case": [size, k, s, op],
+                               "layer": type(model.layers[1]).__name__,
+                               "shape": list(got.shape[1:]),
+                               "expected_shape": list(want.shape[1:]),
+                               "error": float(np.abs(got - want).max())})
+for size, k, s, pad in ((9, 3, 2, (1, 1)), (12, 11, 4, (3, 4)), (10, 7, 2, (3, 3)),
+                        (8, 3, 1, (1, 1)), (9, 1, 2, (0, 0)), (10, 3, 1, (0, 2)),
+                        (9, 3, 2, (2, 1))):
+    x = rng.randn(2, size, size, 3).astype(np.float32)
+    network = nets.Network("probe", (3, size, size), "float32", 2,
+                           [nets.Conv(4, k, s, pad, False, None)], 0.1, 0.0,
+                           "synthetic", "")
+    model = tfb.build_model(network, "channels_last")
+    conv = [l for l in model.layers if type(l).__name__ == "Conv2D"][0]
+    got = model(tf.constant(x)).numpy()
+    want = ref_conv(x.astype(np.float64), conv.kernel.numpy().astype(np.float64), s, pad)
+    report["conv"].append({"case": [size, k, s, list(pad)],
+                           "shape": list(got.shape[1:]),
+                           "expected_shape": list(want.shape[1:]),
+                           "error": float(np.abs(got - want).max())})
+
+# The loss: ln(classes) for uniform logits; mean over tokens for sequences.
+logits = tf.zeros((4, 7, 10))
+labels = tf.constant(rng.randint(0, 10, (4, 7)).astype(np.int32))
+report["uniform_loss"] = float(tfb.loss(labels, logits).numpy())
+logits = tf.constant(rng.randn(4, 7, 10).astype(np.float32))
+flat = tfb.loss(tf.reshape(labels, (-1,)), tf.reshape(logits, (-1, 10)))
+report["token_mean"] = [float(tfb.loss(labels, logits).numpy()), float(flat.numpy())]
+
+# Option-A shortcut: every second pixel, zero channels appended.
+x = rng.randn(1, 6, 6, 2).astype(np.float32)
+network = nets.Network("probe", (2, 6, 6), "float32", 2,
+                       [nets.SubsamplePad(2, 5)], 0.1, 0.0, "synthetic", "")
+got = tfb.build_model(network, "channels_last")(tf.constant(x)).numpy()
+report["subsample"] = {"shape": list(got.shape[1:]),
+                       "kept": float(np.abs(got[..., :2] - x[:, ::2, ::2, :]).max()),
+                       "padded": float(np.abs(got[..., 2:]).max())}
+report["math_mode"] = [tfb.math_mode("cpu"), tfb.math_mode("gpu")]
+tf.config.experimental.enable_tensor_float_32_execution(False)
+report["math_mode"].append(tfb.math_mode("gpu"))
+print(json.dumps(report))
+"""
+
+
+@pytest.fixture(scope="module")
+def numeric(tf_python):
+    return run_in_tf(tf_python, NUMERIC_CHECKS)
+
+
+def test_pooling_is_ceil_mode_with_in_bounds_averages(numeric):
+    routes = set()
+    for case in numeric["pool"]:
+        assert case["shape"] == case["expected_shape"], case
+        assert case["error"] < 1e-5, case
+        size, kernel, stride, op = case["case"]
+        # Whether the last window runs off the edge (ceil > floor mode).
+        overhang = nets._pool_out(size, kernel, stride) > (
+            (size - kernel) // stride + 1)
+        routes.add((case["layer"], op, overhang))
+    # Every route was exercised, with windows running off the edge: SAME
+    # pooling and the explicit fallback, max and average.
+    assert {("MaxPooling2D", "max", True), ("AveragePooling2D", "avg", True),
+            ("CeilPool", "max", True), ("CeilPool", "avg", True)} <= routes
+
+
+def test_convolution_padding_matches_explicit_zero_padding(numeric):
+    for case in numeric["conv"]:
+        assert case["shape"] == case["expected_shape"], case
+        assert case["error"] < 1e-4, case
+
+
+def test_loss_is_mean_cross_entropy_over_tokens(numeric):
+    assert numeric["uniform_loss"] == pytest.approx(math.log(10), rel=1e-6)
+    mean, flat = numeric["token_mean"]
+    assert mean == pytest.approx(flat, rel=1e-6)
+
+
+def test_subsample_pad_keeps_strided_pixels_and_adds_zero_channels(numeric):
+    assert numeric["subsample"] == {"shape": [3, 3, 5], "kept": 0.0,
+                                    "padded": 0.0}
+
+
+# --- whole cells through `python -m harness run` ---------------------------------
+
+def _cell(**overrides):
+    cell = {"framework": "tensorflow", "profile": "cpu", "network": "alexnet-r",
+            "dataset": "cifar10", "batch_size": 16, "global_batch_size": 16,
+            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 12,
+            "warmup": 3, "runtime": "native", "seed": 0,
+            "clock_policy": "observe"}
+    cell.update(overrides)
+    return cell
+
+
+def run_cell(python, tmp_path, cell, env=None):
+    spec = tmp_path / "spec.json"
+    out = tmp_path / "result.json"
+    spec.write_text(json.dumps({"cell": cell, "container": None}))
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+    full_env.update(env or {})
+    proc = subprocess.run([str(python), "-m", "harness", "run", "--spec",
+                           str(spec), "--out", str(out)], cwd=ROOT,
+                          env=full_env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads(out.read_text())
+    schema = json.loads((ROOT / "harness" / "result.schema.json").read_text())
+    jsonschema.validate(result, schema)
+    return result
+
+
+def test_one_thread_cell_uses_one_core(tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path, _cell())
+    assert result["status"] == "ok", result["error"]
+    env = result["environment"]
+    assert env["threads"]["requested"] == 1
+    assert env["threads"]["framework"] == 1
+    assert env["threads"]["environment"]["TF_NUM_INTRAOP_THREADS"] == "1"
+    # Process CPU seconds over wall seconds: one busy core is ~1.
+    assert result["timing"]["cpu_utilization"] < 1.3
+    assert len(result["timing"]["per_iteration_s"]) == 12
+    assert result["model"]["framework_parameters"] == 89578
+    assert result["model"]["parameter_note"] is None
+    assert env["framework_version"].startswith("2.")
+    assert env["tf_xla"] is False and env["tf_data_format"] == "channels_last"
+    assert env["cuda"] is None and env["cudnn"] is None
+    losses = result["loss"]["per_iteration"]
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < result["loss"]["warmup"][0]
+
+
+def test_xla_option_compiles_the_step_and_is_reported(tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path,
+                      _cell(network="fcn-r", dataset="mnist", batch_size=8,
+                            global_batch_size=8, threads=None, iterations=3,
+                            warmup=1),
+                      env={"DLREPRO_TF_XLA": "1"})
+    assert result["status"] == "ok", result["error"]
+    assert result["environment"]["tf_xla"] is True
+    assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
+
+
+def test_bad_xla_value_is_a_one_line_error(tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path, _cell(iterations=1, warmup=0),
+                      env={"DLREPRO_TF_XLA": "maybe"})
+    assert result["status"] == "error"
+    assert result["error"]["message"] == ("DLREPRO_TF_XLA must be 0 or 1, "
+                                          "got 'maybe'")
+
+
+def test_gpu_cell_without_a_gpu_says_why(tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path, _cell(device="gpu", gpus=1, threads=None,
+                                                 iterations=1, warmup=0))
+    assert result["status"] == "error"
+    assert "sees no GPU" in result["error"]["message"]
+
+
+# --- TensorFlow 1.15 (the tf1 profile's version), where Python 3.7 exists --------
+
+def test_tf1_cell_runs_end_to_end(tmp_path):
+    import tf1_venv
+    python = tf1_venv.python()
+    result = run_cell(python, tmp_path, _cell())
+    assert result["status"] == "ok", result["error"]
+    env = result["environment"]
+    assert env["framework_version"] == "1.15.5"
+    assert env["python_version"].startswith("3.7.")
+    assert env["threads"]["framework"] == 1
+    assert result["timing"]["cpu_utilization"] < 1.3
+    assert result["model"]["framework_parameters"] == 89578
+    losses = result["loss"]["per_iteration"]
+    assert losses[-1] < result["loss"]["warmup"][0]
+
+
+def test_tf1_xla_option_compiles_the_step(tmp_path):
+    import tf1_venv
+    python = tf1_venv.python()
+    # TensorFlow 1.15's tf.function takes experimental_compile.
+    result = run_cell(python, tmp_path,
+                      _cell(network="fcn-r", dataset="mnist", batch_size=8,
+                            global_batch_size=8, iterations=2, warmup=1),
+                      env={"DLREPRO_TF_XLA": "1"})
+    assert result["status"] == "ok", result["error"]
+    assert result["environment"]["tf_xla"] is True
+    assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
+
+
+
+def test_math_mode_follows_tensorflows_tf32_switch(numeric):
+    fp32 = {"matmul": "fp32", "conv": "fp32"}
+    # TensorFlow allows TF32 by default; the CPU has none.
+    assert numeric["math_mode"] == [fp32, {"matmul": "tf32", "conv": "tf32"},
+                                    fp32]
+
+
+class _FakeTf(object):
+    """TensorFlow's build info for a CUDA build (none can be installed
+    here); `sysconfig` without get_build_info stands for TensorFlow 1.15."""
+
+    def __init__(self, build=None):
+        class sysconfig(object):
+            pass
+        if build is not None:
+            sysconfig.get_build_info = staticmethod(lambda: build)
+        self.sysconfig = sysconfig
+
+
+def test_cuda_versions_come_from_build_info_then_loaded_libraries():
+    found, sources = tfb._cuda_versions(_FakeTf(
+        {"cuda_version": "12.5.1", "cudnn_version": "9", "is_cuda_build": True}))
+    assert found["cuda"] == "12.5.1" and found["cudnn"] == "9"
+    assert sources["cuda"] == "tf.sysconfig.get_build_info()"
+    # NCCL is not in the build info; no GPU library is loaded in this process.
+    assert found["nccl"] is None
+    assert "no libnccl is loaded" in sources["nccl"]
+
+
+def test_cuda_versions_on_tensorflow_1_come_from_loaded_libraries():
+    found, sources = tfb._cuda_versions(_FakeTf())
+    assert found == {"cuda": None, "cudnn": None, "nccl": None}
+    assert "no libcudart is loaded" in sources["cuda"]
+
+
+# --- the benchmark script runs and reports (no timing asserted) -----------------
+
+def _benchmark(python, *args):
+    return subprocess.run(
+        [str(python), str(ROOT / "benchmarks" / "idiomatic_tensorflow.py")]
+        + list(args), cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def test_idiomatic_benchmark_reports_both_loops(tf_python):
+    proc = _benchmark(tf_python, "--networks", "alexnet-r", "--rounds", "2",
+                      "--block", "1", "--warmup", "1", "--threads", "1",
+                      "--json")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["threads"] == 1 and report["versions"]["tf_xla"] is False
+    (row,) = report["rows"]
+    assert row["network"] == "alexnet-r" and row["batch_size"] == 128
+    assert len(row["round_ratios"]) == 2
+    assert row["harness_mean_s"] > 0 and row["fit_mean_s"] > 0
+    assert row["ratio_of_means"] == pytest.approx(
+        row["harness_mean_s"] / row["fit_mean_s"])
+
+
+def test_idiomatic_benchmark_rejects_unknown_networks(tf_python):
+    proc = _benchmark(tf_python, "--networks", "vgg16")
+    assert proc.returncode == 2
+    assert "unknown networks vgg16" in proc.stderr
