@@ -2,9 +2,11 @@
 that the framework's CPU image installs (one environment per framework:
 their pins conflict, e.g. MXNet needs numpy<1.24)."""
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from . import ROOT, matrix as matrix_mod
 from .errors import UserError
@@ -16,11 +18,32 @@ def venv_dir(framework, profile, root=VENVS_DIR):
     return root / f"{framework}-{profile}"
 
 
+def _runs_as(python, version):
+    """Whether `python` starts, is `version` and can make a venv."""
+    try:
+        proc = subprocess.run(
+            [python, "-c", "import sys, venv; "
+             "print('%d.%d' % sys.version_info[:2])"],
+            capture_output=True, text=True, timeout=60)
+    except OSError:
+        return False
+    return proc.returncode == 0 and proc.stdout.strip() == version
+
+
 def python_for(version):
-    """An interpreter for `version` ("3.11") on this host, or None."""
+    """A working interpreter for `version` ("3.11") on this host, or None:
+    this one, then PATH, then pyenv's versions. Each candidate is run,
+    because a pyenv shim on PATH can exist without the version behind it."""
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
         return sys.executable
-    return shutil.which(f"python{version}")
+    candidates = [shutil.which(f"python{version}")]
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted((str(p) for p in pyenv.glob(
+        f"versions/{version}*/bin/python{version}")), reverse=True)
+    for python in candidates:
+        if python and _runs_as(python, version):
+            return python
+    return None
 
 
 def unavailable_reason(entry, framework, profile):

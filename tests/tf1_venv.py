@@ -6,42 +6,23 @@ installed by pyenv), tests make .venvs/tensorflow-1.15-test from the
 hash-pinned tests/locks/tensorflow-1.15-cpu.txt and run the TensorFlow
 backend there; elsewhere they are skipped, saying why.
 """
-import glob
 import hashlib
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from dlrepro import envs
+
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "tests" / "locks" / "tensorflow-1.15-cpu.txt"
 VENV = ROOT / ".venvs" / "tensorflow-1.15-test"
 
 
-def _works(python):
-    try:
-        proc = subprocess.run([python, "-c", "import sys, venv; "
-                               "print('%d.%d' % sys.version_info[:2])"],
-                              capture_output=True, text=True, timeout=60)
-    except OSError:
-        return False
-    return proc.returncode == 0 and proc.stdout.strip() == "3.7"
-
-
 def find_python37():
-    """A working Python 3.7, or None. PATH first; a pyenv shim on PATH may
-    exist without the version behind it, so each candidate is run."""
-    candidates = [shutil.which("python3.7")]
-    pyenv_root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates += sorted(glob.glob(os.path.join(pyenv_root, "versions",
-                                                "3.7*", "bin", "python3.7")),
-                         reverse=True)
-    for python in candidates:
-        if python and _works(python):
-            return python
-    return None
+    """A working Python 3.7 (PATH or pyenv), or None."""
+    return envs.python_for("3.7")
 
 
 def python():
