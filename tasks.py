@@ -32,6 +32,13 @@ def _print_lines(lines):
         print(line)
 
 
+def _print_side_by_side(report, pairs):
+    table = report.side_by_side(pairs)
+    if table:
+        print("\nside by side (mean seconds per iteration):")
+        _print_lines(table)
+
+
 @task(name="list")
 @user_errors
 def list_(c):
@@ -156,6 +163,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
                                 runtime_options)
     record, pairs = bench_mod.summary(run_dir, {c.id for c in cells})
     _print_lines(report.format_table(report.summary_rows(pairs)))
+    _print_side_by_side(report, pairs)
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
 
@@ -177,6 +185,7 @@ def report(c, run="latest", out="results", json=False):
         return
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
+    _print_side_by_side(report_mod, pairs)
 
 
 @task(help={"run": "run id, `latest` (default) or a run folder",

@@ -58,3 +58,28 @@ def status_counts(pairs):
     for entry, _ in pairs:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
     return counts
+
+
+def side_by_side(pairs):
+    """Lines of a table with one row per cell setting (network, device,
+    batch, threads) and one column per framework: mean s/iter, or the status
+    when not ok. None when the run has a single framework."""
+    frameworks = []
+    rows = {}
+    for entry, result in pairs:
+        cell = entry["cell"]
+        if cell["framework"] not in frameworks:
+            frameworks.append(cell["framework"])
+        key = (cell["network"], cell["device"], cell["global_batch_size"],
+               "-" if cell["threads"] is None else str(cell["threads"]))
+        timing = (result or {}).get("timing") or {}
+        rows.setdefault(key, {})[cell["framework"]] = (
+            _fmt_s(timing.get("mean_s")) if entry["status"] == "ok"
+            else entry["status"])
+    if len(frameworks) < 2:
+        return None
+    columns = ("network", "device", "batch", "threads") + tuple(
+        f"{f} s/iter" for f in frameworks)
+    table = [(n, d, str(b), t) + tuple(values.get(f, "-") for f in frameworks)
+             for (n, d, b, t), values in rows.items()]
+    return format_table(table, columns)
