@@ -80,11 +80,15 @@ def validate_cell(cell):
     return dict((k, cell[k]) for k in CELL_FIELDS)
 
 
-def _utc_now():
+# The result blocks below are shared with harness.converge, so that
+# throughput and convergence results describe models, timings and losses in
+# exactly the same way.
+
+def utc_now():
     return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
 
 
-def _model_block(network, global_batch):
+def model_block(network, global_batch):
     flops = networks.flops_per_iteration(network, global_batch)
     return {
         "parameters": networks.parameter_count(network),
@@ -97,7 +101,7 @@ def _model_block(network, global_batch):
     }
 
 
-def _parameter_note(network, counted):
+def parameter_note(network, counted):
     expected = networks.parameter_count(network)
     extra = networks.lstm_extra_bias(network)
     if counted == expected:
@@ -109,7 +113,7 @@ def _parameter_note(network, counted):
         counted, expected)
 
 
-def _timing_block(series, cell):
+def timing_block(series, cell):
     block = {"per_iteration_s": list(series.times),
              "warmup_s": list(series.warmup_s),
              "completed_iterations": len(series.times)}
@@ -125,7 +129,7 @@ def _timing_block(series, cell):
     return block
 
 
-def _loss_block(series):
+def loss_block(series):
     values = [resultfile.finite_or_none(v) for v in series.losses]
     return {"per_iteration": values,
             "warmup": [resultfile.finite_or_none(v) for v in series.warmup_loss],
@@ -150,12 +154,12 @@ def new_result(cell, container=None):
         },
         "gpu_clocks": None,
         "warnings": [],
-        "started_at": _utc_now(),
+        "started_at": utc_now(),
         "finished_at": None,
     }
 
 
-def _on_sigterm(signum, frame):
+def on_sigterm(signum, frame):
     raise Terminated("terminated by signal {}".format(signum))
 
 
@@ -172,13 +176,13 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     series = Series()
     env = result["environment"]
     backend = None
-    previous_handler = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         # Before any framework loads: thread pools read these at import.
         threads.apply(cell["threads"])
         env.update(provenance.host_environment())
         network = networks.get(cell["network"])
-        result["model"] = _model_block(network, cell["global_batch_size"])
+        result["model"] = model_block(network, cell["global_batch_size"])
         result["gpu_clocks"] = gpu.clock_block(cell["clock_policy"],
                                                cell["device"])
         env["gpus"] = gpus.open()
@@ -206,7 +210,7 @@ def run_cell(spec, out_path, clock=time.perf_counter):
         session = backend.prepare(network, cell["batch_size"], cell["device"],
                                   cell["seed"])
         result["model"]["framework_parameters"] = session.parameters
-        result["model"]["parameter_note"] = _parameter_note(network,
+        result["model"]["parameter_note"] = parameter_note(network,
                                                             session.parameters)
         # Clocks set before the warm-up; restored in `finally` (and at exit).
         warmup = gpus.apply_clocks(result, cell["warmup"])
@@ -243,8 +247,8 @@ def run_cell(spec, out_path, clock=time.perf_counter):
 
 def _finish(result, series, cell):
     if series.times or series.warmup_s:
-        result["timing"] = _timing_block(series, cell)
-        result["loss"] = _loss_block(series)
+        result["timing"] = timing_block(series, cell)
+        result["loss"] = loss_block(series)
         mean = result["timing"]["mean_s"]
         if result["model"] is not None and mean:
             result["model"]["achieved_flops_per_s"] = (
@@ -252,4 +256,4 @@ def _finish(result, series, cell):
         if series.times:
             result["warnings"].extend(stats.warnings_for(series.times,
                                                          cell["warmup"]))
-    result["finished_at"] = _utc_now()
+    result["finished_at"] = utc_now()

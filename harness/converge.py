@@ -186,7 +186,7 @@ def run_convergence(spec, out_path, log=_log):
     env = result["environment"]
     env.update(provenance.host_environment())
     network = networks.get(conv["network"])
-    result["model"] = cells._model_block(network, conv["global_batch_size"])
+    result["model"] = cells.model_block(network, conv["global_batch_size"])
     result["gpu_clocks"] = gpu.clock_block(conv["clock_policy"], conv["device"])
     plan = {
         "network": conv["network"], "device": conv["device"],
@@ -212,7 +212,7 @@ def run_convergence(spec, out_path, log=_log):
     block.update(figures.run_figures([], None, conv["target_loss"]))
     result["convergence"] = block
     curves = None
-    previous_handler = signal.signal(signal.SIGTERM, cells._on_sigterm)
+    previous_handler = signal.signal(signal.SIGTERM, cells.on_sigterm)
     try:
         env["gpus"] = gpus.open()
         refusal = gpus.gate(result)
@@ -244,7 +244,7 @@ def run_convergence(spec, out_path, log=_log):
         parameters = curves.get("framework_parameters")
         result["model"]["framework_parameters"] = parameters
         if parameters is not None:
-            result["model"]["parameter_note"] = cells._parameter_note(
+            result["model"]["parameter_note"] = cells.parameter_note(
                 network, parameters)
         if curves.get("diverged_at") is not None:
             result["status"] = "diverged"
@@ -268,7 +268,7 @@ def run_convergence(spec, out_path, log=_log):
         signal.signal(signal.SIGTERM, previous_handler)
         if curves is not None:
             _fill(result, curves, conv)
-        result["finished_at"] = cells._utc_now()
+        result["finished_at"] = cells.utc_now()
         resultfile.write_atomic(out_path, common.json_safe(result))
     return result
 
@@ -281,8 +281,8 @@ def _fill(result, curves, conv):
     block["per_epoch"] = curves["epochs"]
     block["diverged_at"] = curves.get("diverged_at")
     timed = seconds[1:]
-    result["timing"] = cells._timing_block(_Series(seconds, losses), result["cell"])
-    result["loss"] = cells._loss_block(_Series(seconds, losses))
+    result["timing"] = cells.timing_block(_Series(seconds, losses), result["cell"])
+    result["loss"] = cells.loss_block(_Series(seconds, losses))
     mean = result["timing"]["mean_s"]
     if mean:
         result["model"]["achieved_flops_per_s"] = (
