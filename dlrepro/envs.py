@@ -49,8 +49,8 @@ def python_for(version):
 def unavailable_reason(entry, framework, profile):
     """Why this profile cannot have a native environment here (or None)."""
     if not entry["native"]:
-        return (f"{framework}/{profile} runs in its image only: "
-                f"{entry['notes']}")
+        return (f"{framework}/{profile} runs in its image only (see its notes "
+                f"in dockerfiles/matrix.toml); use --runtime docker")
     if entry["device"] != "cpu":
         return f"{framework}/{profile} is a GPU image profile; natively use cpu"
     if python_for(entry["python"]) is None:
