@@ -119,6 +119,9 @@ class _Trainer(object):
         # num_quantization_bits=32: full-precision aggregation (plain SGD).
         learner = self.distributed.data_parallel_distributed_learner(
             learner, num_quantization_bits=32, distributed_after=0)
+        # barrier() is an instance method of the learner's communicator
+        # (Communicator's rank() and num_workers() are static).
+        self.communicator = learner.communicator()
         self.trainer = C.Trainer(self.model, (self.loss, self.error),
                                  [learner])
         self.backend = backend
@@ -165,7 +168,7 @@ class _Trainer(object):
                 wrong += float(self.trainer.test_minibatch(values)) * tokens
                 count += tokens
             result = (total / count, 1.0 - wrong / count)
-        self.distributed.Communicator.barrier()
+        self.communicator.barrier()
         return result
 
 
