@@ -2,12 +2,14 @@
 overhead of running a cell in a container instead of natively.
 
     .venv/bin/python benchmarks/image_build.py [--frameworks pytorch,mxnet]
-        [--rounds 6] [--skip-cold] [--network fcn-r] [--batch-size 64]
-        [--threads 1] [--iterations 50] [--base-image IMAGE] [--json FILE]
+        [--rounds 6] [--skip-cold] [--skip-overhead] [--network fcn-r]
+        [--batch-size 64] [--threads 1] [--iterations 50]
+        [--base-image [FROM=]IMAGE ...] [--json FILE]
 
 Cold builds use the existing wheelhouses (downloads are not timed) and no
 layer cache, under a separate name prefix whose images are removed
-afterwards. The container-versus-native comparison runs the same PyTorch
+afterwards; each image builds FROM the debootstrap stand-in of its base
+(.ci/base-image.sh), or what --base-image says (as for `invoke build`). The container-versus-native comparison runs the same PyTorch
 cell through runtimes.native and runtimes.docker alternately, `--rounds`
 times each, in this one process, and reports the ratio of mean (and
 median) iteration times and each path's start-up cost (process wall time
@@ -32,21 +34,25 @@ from dlrepro.runtimes.docker import cpuset  # noqa: E402
 from harness import resultfile  # noqa: E402
 
 BENCH_PREFIX = "dlrepro-docker-bench"
-DEFAULT_BASE = "dlrepro-docker-test/bookworm-python3:minbase"
+DEFAULT_BASES = ["python:3.11.9-slim-bookworm="
+                 "dlrepro-docker-test/bookworm-python3:minbase",
+                 "ubuntu:18.04=dlrepro-docker-test/bionic:minbase"]
 CELL = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "dataset": "synthetic", "batch_size": 64, "global_batch_size": 64,
         "device": "cpu", "gpus": 0, "threads": 1, "iterations": 50,
         "warmup": 5, "seed": 0, "clock_policy": "observe"}
 
 
-def measure_builds(frameworks, base_image, client, cold=True):
-    """{framework: {"cold_s", "noop_s", "size_bytes", "tag"}}."""
+def measure_builds(frameworks, bases, client, cold=True):
+    """{framework: {"cold_s", "noop_s", "size_bytes", "tag"}}; `bases` as
+    `invoke build --base-image` takes them."""
     m = matrix.load()
     figures = {}
     for framework in frameworks:
+        base_image = images.base_for(m[framework]["cpu"], bases)
         plan = images.plan(framework, "cpu", m, base_image=base_image,
                            client=client, name_prefix=BENCH_PREFIX)
-        entry = {"tag": plan.tag}
+        entry = {"tag": plan.tag, "base": plan.base}
         if images.wheelhouse_files(framework, "cpu", plan.entry) is None:
             images.make_wheelhouse(framework, "cpu", plan.entry)
         if cold:
@@ -107,13 +113,14 @@ def run_cell(runtime, cell, run_dir, cell_id):
     return wall, result
 
 
-def measure_overhead(base_image, rounds, cell=CELL):
+def measure_overhead(bases, rounds, cell=CELL):
     """Alternating native and docker runs of `cell`."""
     native = get("native")
     native.prepare([(cell["framework"], cell["profile"])], log=lambda _m: None)
+    entry = matrix.load()[cell["framework"]][cell["profile"]]
     docker = get("docker", name_prefix=BENCH_PREFIX,
-                 base_overrides={matrix.load()[cell["framework"]][cell["profile"]]
-                                 ["base_image"]: base_image})
+                 base_overrides={entry["base_image"]:
+                                 images.base_for(entry, bases)})
     reasons = docker.prepare([(cell["framework"], cell["profile"])],
                              log=lambda _m: None)
     if any(reasons.values()):
@@ -154,15 +161,18 @@ def summarize_overhead(rows):
 
 
 def format_report(builds, bare_start_s, overhead, cell):
-    lines = ["CPU images (base: debootstrap bookworm; wheelhouse present, not timed)",
-             f"  {'framework':<11} {'cold build':>11} {'no-op':>8} {'size':>9}"]
+    lines = ["CPU images (debootstrap bases; wheelhouse present, not timed)",
+             f"  {'framework':<11} {'cold build':>11} {'no-op':>8} {'size':>9}"
+             f"  base"]
     for framework, f in builds.items():
         cold = f"{f['cold_s']:.1f} s" if "cold_s" in f else "-"
         lines.append(f"  {framework:<11} {cold:>11} {f['noop_s']:>6.2f} s "
-                     f"{f['size_bytes'] / 1e9:>6.2f} GB")
+                     f"{f['size_bytes'] / 1e9:>6.2f} GB  {f['base']}")
     lines.append(f"bare container start (docker run --rm IMAGE true): "
                  f"{bare_start_s:.2f} s")
     o = overhead
+    if o is None:
+        return lines
     lines += [
         f"cell {cell['framework']} {cell['network']} batch {cell['batch_size']}, "
         f"{cell['threads']} threads, {cell['iterations']} iterations, "
@@ -195,7 +205,12 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=CELL["threads"])
     parser.add_argument("--iterations", type=int, default=CELL["iterations"])
     parser.add_argument("--skip-cold", action="store_true")
-    parser.add_argument("--base-image", default=DEFAULT_BASE)
+    parser.add_argument("--skip-overhead", action="store_true",
+                        help="measure the images only, not the PyTorch cell "
+                             "natively against its container")
+    parser.add_argument("--base-image", action="append",
+                        help="REF or MATRIX_BASE=REF (repeatable; default: "
+                             + ", ".join(DEFAULT_BASES) + ")")
     parser.add_argument("--json", help="also write the figures here")
     parser.add_argument("--keep", action="store_true",
                         help=f"keep the {BENCH_PREFIX}/* images")
@@ -205,17 +220,20 @@ def main(argv=None):
     cell = dict(CELL, network=args.network, batch_size=args.batch_size,
                 global_batch_size=args.batch_size, threads=args.threads,
                 iterations=args.iterations)
+    bases = args.base_image or DEFAULT_BASES
+    rows = []
     try:
-        builds = measure_builds(frameworks, args.base_image, client,
+        builds = measure_builds(frameworks, bases, client,
                                 cold=not args.skip_cold)
         bare = measure_container_start(next(iter(builds.values()))["tag"])
-        rows, _tag = measure_overhead(args.base_image, args.rounds, cell)
+        if not args.skip_overhead:
+            rows, _tag = measure_overhead(bases, args.rounds, cell)
     finally:
         if not args.keep:
             for image in client.images.list(name=f"{BENCH_PREFIX}/*"):
                 for tag in image.tags:
                     _remove(client, tag)
-    overhead = summarize_overhead(rows)
+    overhead = summarize_overhead(rows) if rows else None
     print("\n".join(format_report(builds, bare, overhead, cell)))
     if args.json:
         resultfile.write_atomic(args.json, {"builds": builds,

@@ -404,6 +404,9 @@ def fetch_source(source, folder, log=print):
         if got != source["sha256"]:
             raise UserError(f"{source['url']}: sha256 {got} does not match the "
                             f"matrix's {source['sha256']}")
+        # mkstemp's 0600 would reach the build context as it is: apt's
+        # unprivileged downloader could not read a .deb installed from it.
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as exc:
         raise UserError(f"cannot fetch {source['url']}: {exc}")

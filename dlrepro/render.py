@@ -48,6 +48,7 @@ def environment(templates_dir=None):
         autoescape=False)
     env.filters["dq"] = _double_quoted
     env.tests["startswith"] = lambda value, prefix: str(value).startswith(prefix)
+    env.tests["endswith"] = lambda value, suffix: str(value).endswith(suffix)
     env.globals["fail"] = _fail
     return env
 

@@ -1,8 +1,10 @@
 """Framework environments for tests that run framework code: the same
 .venvs/<framework>-cpu that `invoke env` makes from the lock files, created
-on first use (never skipped: CI makes them too)."""
+on first use (never skipped: CI makes them too); for CNTK, which has no
+native environment, its image's Python (tests/cntkenv.py)."""
 import pytest
 
+import cntkenv
 from dlrepro import envs, matrix
 
 
@@ -11,6 +13,8 @@ def framework_python():
     made = {}
 
     def python(framework):
+        if framework == "cntk":
+            return cntkenv.python()
         if framework not in made:
             m = matrix.load()
             made[framework] = envs.ensure(framework, "cpu",

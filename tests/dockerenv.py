@@ -1,5 +1,7 @@
-"""What the Docker tests share: the engine, the debootstrap base image that
-.ci/base-image.sh imports, and the CPU images built FROM it.
+"""What the Docker tests share: the engine, the debootstrap base images that
+.ci/base-image.sh imports (Debian bookworm with Python 3.11 for
+python:3.11-slim, Ubuntu 18.04 for ubuntu:18.04), and the CPU images built
+FROM them.
 
 Tests that need the engine fail when it is absent and DLREPRO_REQUIRE_DOCKER
 is set (CI sets it: .ci/run installs and starts the engine first); without
@@ -14,10 +16,16 @@ from dlrepro.errors import UserError
 
 BASE_IMAGE = os.environ.get("DLREPRO_TEST_BASE_IMAGE",
                             "dlrepro-docker-test/bookworm-python3:minbase")
+BIONIC_IMAGE = os.environ.get("DLREPRO_TEST_BIONIC_IMAGE",
+                              "dlrepro-docker-test/bionic:minbase")
 # Images the tests build are named apart from a user's dlrepro/* images.
 PREFIX = "dlrepro-docker-test"
 CPU_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 PYTHON_SLIM = "python:3.11.9-slim-bookworm"
+UBUNTU_1804 = "ubuntu:18.04"
+# What `invoke bench --runtime docker` is told (DLREPRO_BASE_OVERRIDES) so
+# that every CPU image builds FROM the stand-ins.
+BASE_OVERRIDES = f"{PYTHON_SLIM}={BASE_IMAGE},{UBUNTU_1804}={BIONIC_IMAGE}"
 
 
 def _unavailable(reason):
@@ -33,11 +41,11 @@ def engine_or_skip():
         _unavailable(f"no Docker engine: {exc} (run .ci/docker-engine.sh)")
 
 
-def base_or_skip(client):
-    if images._local_image(client, BASE_IMAGE) is None:
-        _unavailable(f"test base image {BASE_IMAGE} is missing "
+def base_or_skip(client, ref=BASE_IMAGE):
+    if images._local_image(client, ref) is None:
+        _unavailable(f"test base image {ref} is missing "
                      f"(run .ci/base-image.sh)")
-    return BASE_IMAGE
+    return ref
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +66,23 @@ def cpu_images(docker_client, test_base):
     return {framework: images.ensure(framework, "cpu", m, base_image=test_base,
                                      client=docker_client, name_prefix=PREFIX)
             for framework in CPU_FRAMEWORKS}
+
+
+_CNTK = {}
+
+
+def cntk_image_or_skip():
+    """The tag of the cntk.cpu image FROM the Ubuntu 18.04 stand-in, built
+    from its wheelhouse when missing (a no-op when it exists)."""
+    if "tag" not in _CNTK:
+        client = engine_or_skip()
+        base = base_or_skip(client, BIONIC_IMAGE)
+        _CNTK["tag"] = images.ensure("cntk", "cpu", matrix.load(),
+                                     base_image=base, client=client,
+                                     name_prefix=PREFIX, log=lambda _m: None)
+    return _CNTK["tag"]
+
+
+@pytest.fixture(scope="session")
+def cntk_image():
+    return cntk_image_or_skip()

@@ -26,9 +26,9 @@ from harness.parallel import common
 
 ROOT = Path(__file__).resolve().parent.parent
 # Data parallelism reuses each backend's build_model: a framework is tested
-# here once its backend is in the tree (TensorFlow and MXNet come from their
-# own branches; CNTK cannot run on this machine).
-FRAMEWORKS = [f for f in ("pytorch", "tensorflow", "mxnet")
+# here once its backend is in the tree. CNTK trains in its image, under the
+# image's mpirun (tests/cntkenv.py).
+FRAMEWORKS = [f for f in ("pytorch", "tensorflow", "mxnet", "cntk")
               if (ROOT / "harness" / "backends" / f"{f}.py").exists()]
 # 1 vs 2 workers: the same global batches, gradients averaged over the
 # global batch, so the curves differ only by float32 reduction order

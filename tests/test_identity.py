@@ -18,10 +18,11 @@ framework's own venv), and we assert:
 
 Besides each framework's CPU environment, TensorFlow's backend also runs on
 TensorFlow 1.15 (the `tf1` profile's version) where a Python 3.7 exists
-(tests/tf1_venv.py). A framework without a backend module, or whose
-environment cannot be made here (CNTK: Python 3.6 only, image only), is
-reported as skipped with the reason; a backend that exists but fails in its
-own environment fails.
+(tests/tf1_venv.py), and CNTK, which has no native environment (Python 3.6
+and OpenMPI 1.10), runs in its image (tests/cntkenv.py). A framework
+without a backend module, or whose environment cannot be had here (no
+Docker engine for CNTK, outside CI), is reported as skipped with the
+reason; a backend that exists but fails in its own environment fails.
 """
 import json
 import math
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+import cntkenv
 import tf1_venv
 from dlrepro import envs, matrix
 from harness import backends, networks as nets
@@ -91,6 +93,10 @@ def framework_python(variant):
     if not backend_file(framework).exists():
         pytest.skip("{} backend not written yet: {} does not exist".format(
             framework, backend_file(framework).relative_to(ROOT)))
+    if framework == "cntk":
+        # Image only: its Python, run as if it were native.
+        _PYTHONS[variant] = cntkenv.python()
+        return _PYTHONS[variant]
     m = matrix.load()
     entry = matrix.entry(m, framework, "cpu")
     reason = envs.unavailable_reason(entry, framework, "cpu")

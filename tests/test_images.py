@@ -20,8 +20,8 @@ import pytest
 from dlrepro import images, matrix, render
 from dlrepro.errors import UserError
 
-from dockerenv import (BASE_IMAGE, PREFIX, cpu_images,  # noqa: F401 fixtures
-                       docker_client, test_base)
+from dockerenv import (BASE_IMAGE, BIONIC_IMAGE, PREFIX,  # noqa: F401 fixtures
+                       cntk_image, cpu_images, docker_client, test_base)
 
 SIX_LOCK = ("# demo-cpu: test lock\n"
             "six==1.17.0 \\\n    --hash=sha256:"
@@ -69,6 +69,33 @@ def test_cpu_image_runs_the_locked_framework_offline(cpu_images, framework,
                   "sh", "-c", f"test ! -e /tmp/dlrepro && /opt/venv/bin/python "
                   f"-c 'import {module}; print({module}.__version__)'")
     assert proc.stdout.strip().splitlines()[-1].startswith(version)
+
+
+def test_cntk_image_from_the_ubuntu_stand_in(cntk_image, docker_client):
+    """CNTK's image, FROM the debootstrapped Ubuntu 18.04: its labels, and
+    OpenMPI 1.10 from Ubuntu 16.04's packages, registered with dpkg at the
+    pinned version, with no package file left behind."""
+    entry = matrix.load()["cntk"]["cpu"]
+    plan = images.plan("cntk", "cpu", matrix.load(), base_image=BIONIC_IMAGE,
+                       client=docker_client, name_prefix=PREFIX)
+    assert cntk_image == plan.tag
+    labels = docker_client.images.get(cntk_image).labels
+    assert labels["org.dlrepro.framework-version"] == entry["framework_version"]
+    assert labels["org.dlrepro.python"] == "3.6"
+    assert labels["org.opencontainers.image.base.name"] == BIONIC_IMAGE
+    assert labels["org.dlrepro.base-image-id"] == docker_client.images.get(
+        BIONIC_IMAGE).id
+    versions = {source["name"].split("_")[0]: source["name"].split("_")[1]
+                for source in entry["sources"]}
+    proc = docker("run", "--rm", "--network", "none", cntk_image, "sh", "-c",
+                  "test ! -e /tmp/dlrepro && dpkg-query -W "
+                  + " ".join(sorted(versions)) + " && mpirun --version 2>&1 "
+                  "| head -1 && /opt/venv/bin/python -W ignore -c "
+                  "'import cntk; print(cntk.__version__)'")
+    lines = proc.stdout.strip().splitlines()
+    assert dict(line.split("\t") for line in lines[:3]) == versions
+    assert lines[3] == "mpirun (Open MPI) 1.10.2"
+    assert lines[4] == "2.7"
 
 
 def test_unchanged_rebuild_is_a_no_op(cpu_images, docker_client, test_base):

@@ -23,6 +23,7 @@ The shape and padding arithmetic below is plain Python, so tests check it
 on machines where CNTK cannot be installed.
 """
 import math
+import os
 
 from .. import cudalibs
 from .. import networks as nets
@@ -35,10 +36,8 @@ DEVICES = ("cpu", "gpu")
 # the loaded libraries cannot be asked.
 BUNDLED = {"cuda": "10.0", "cudnn": "7.3.1"}
 
-# SWIG's snake_case of CNTK::SetMaxNumCPUThreads has varied between
-# releases; the first name that exists is used.
-_SET_THREADS = ("set_max_num_cpu_threads", "set_max_num_cputhreads")
-_GET_THREADS = ("get_max_num_cpu_threads", "get_max_num_cputhreads")
+# The wheels CNTK 2.7 was published as.
+_DISTRIBUTIONS = ("cntk", "cntk-gpu")
 
 
 def _cntk():
@@ -180,10 +179,30 @@ def _loaded(prefix):
     return cudalibs.find_loaded(prefix, cudalibs.loaded_libraries())
 
 
+def distribution(C):
+    """(name, version) of the installed wheel, e.g. ("cntk", "2.7.post2"):
+    cntk.__version__ says only "2.7", which does not tell the
+    post-releases apart. Read from the wheel's dist-info beside the package
+    (Python 3.6 has no importlib.metadata); None when there is none."""
+    site = os.path.dirname(os.path.dirname(os.path.abspath(C.__file__)))
+    for entry in sorted(os.listdir(site)):
+        name = entry.split("-", 1)[0].lower().replace("_", "-")
+        if not entry.endswith(".dist-info") or name not in _DISTRIBUTIONS:
+            continue
+        with open(os.path.join(site, entry, "METADATA")) as handle:
+            for line in handle:
+                if line.startswith("Version:"):
+                    return name, line.split(":", 1)[1].strip()
+    return None
+
+
 def versions(device):
     C = _cntk()
-    info = {"framework_version": C.__version__, "cuda": None, "cudnn": None,
-            "nccl": None}
+    wheel = distribution(C)
+    info = {"framework_version": wheel[1] if wheel else C.__version__,
+            "cuda": None, "cudnn": None, "nccl": None,
+            "framework_build": {"distribution": wheel[0] if wheel else None,
+                                "module_version": C.__version__}}
     if device != "gpu":
         info["version_sources"] = dict(
             (key, "cpu cell: not applicable") for key in ("cuda", "cudnn",
@@ -199,14 +218,6 @@ def versions(device):
     info.update(found)
     info["version_sources"] = sources
     return info
-
-
-def _first(module, names):
-    for name in names:
-        function = getattr(module, name, None)
-        if function is not None:
-            return function
-    return None
 
 
 def configure(threads, device, seed):
@@ -227,19 +238,15 @@ def configure(threads, device, seed):
     if threads is not None:
         # Must precede the Trainer, which otherwise sets the hardware
         # concurrency; the OMP/MKL variables (harness.threads) cover the
-        # libraries CNTK loads.
-        setter = _first(C.cntk_py, _SET_THREADS)
-        if setter is None:
-            raise HarnessError("CNTK {} exposes none of {}: cannot constrain "
-                               "its threads".format(C.__version__,
-                                                    ", ".join(_SET_THREADS)))
-        setter(threads)
+        # libraries CNTK loads (its bundled MKL-ML and Intel OpenMP).
+        # set_max_num_cputhreads is SWIG's name for
+        # CNTK::SetMaxNumCPUThreads in 2.7.
+        C.cntk_py.set_max_num_cputhreads(threads)
     C.cntk_py.set_fixed_random_seed(seed)
 
 
 def effective_threads():
-    getter = _first(_cntk().cntk_py, _GET_THREADS)
-    return int(getter()) if getter is not None else None
+    return int(_cntk().cntk_py.get_max_num_cputhreads())
 
 
 def is_out_of_memory(exc):

@@ -1,0 +1,65 @@
+"""An interpreter with CNTK for tests: the Python of the cntk.cpu image.
+
+CNTK 2.7 has wheels for Python <= 3.6 only and links OpenMPI 1.10; no
+current host has either, its image has both. `python()` writes a launcher
+that runs the image's Python as if it were a native one: this repository
+(read-only) and the temporary directory mounted at their own paths, the
+caller's working directory, PYTHONPATH and PYTHONUNBUFFERED, no network,
+the caller's user. Tests that run framework code as `[python, args...]`
+(the CNTK backend, identity and convergence tests) therefore run CNTK's
+unchanged. DLREPRO_CNTK_PYTHON names another interpreter with cntk
+instead (a machine with CNTK installed).
+
+Without an engine or the Ubuntu 18.04 base image the calling test skips,
+saying what to run; with DLREPRO_REQUIRE_DOCKER set (CI) it fails.
+"""
+import os
+import shlex
+import tempfile
+from pathlib import Path
+
+from dockerenv import cntk_image_or_skip
+
+ROOT = Path(__file__).resolve().parent.parent
+LAUNCHER = ROOT / "build" / "test-pythons" / "cntk-cpu"
+PYTHON_IN_IMAGE = "/opt/venv/bin/python"
+# What the tests' subprocesses are given besides their arguments.
+PASSED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED")
+ENV_OVERRIDE = "DLREPRO_CNTK_PYTHON"
+
+
+def launcher_text(tag, root, tmp, uid, gid):
+    """The launcher script for image `tag` (a plain function: tested)."""
+    argv = ["docker", "run", "--rm", "--interactive", "--init",
+            "--network", "none", "--label", "org.dlrepro.test=cntkenv",
+            "--user", f"{uid}:{gid}",
+            "--volume", f"{root}:{root}:ro", "--volume", f"{tmp}:{tmp}",
+            "--env", f"HOME={tmp}"]
+    for name in PASSED_ENV:
+        argv += ["--env", name]
+    quoted = " ".join(shlex.quote(a) for a in argv)
+    # exec: the docker client is the process the caller signals, and it
+    # passes SIGTERM on to the harness (a timeout writes a partial result).
+    return ("#!/bin/sh\n"
+            "# Written by tests/cntkenv.py: the Python of the CNTK image,\n"
+            "# run as if it were native. Regenerated on every test session.\n"
+            f'exec {quoted} --workdir "$PWD" {shlex.quote(tag)} '
+            f'{PYTHON_IN_IMAGE} "$@"\n')
+
+
+def python():
+    """A path to run CNTK's Python with (skips the calling test, or fails
+    it in CI, when the image cannot be had)."""
+    given = os.environ.get(ENV_OVERRIDE)
+    if given:
+        return Path(given)
+    tag = cntk_image_or_skip()
+    text = launcher_text(tag, ROOT, Path(tempfile.gettempdir()).resolve(),
+                         os.getuid(), os.getgid())
+    if not LAUNCHER.exists() or LAUNCHER.read_text() != text:
+        LAUNCHER.parent.mkdir(parents=True, exist_ok=True)
+        tmp = LAUNCHER.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, LAUNCHER)
+    return LAUNCHER
