@@ -8,6 +8,9 @@ import os
 
 THREAD_ENV_VARS = (
     "OMP_NUM_THREADS",          # OpenMP (PyTorch, MXNet, oneDNN)
+    # A cap on every OpenMP team, also those a library sizes itself (CNTK's
+    # MKL-ML forks teams of all cores whatever OMP_NUM_THREADS says).
+    "OMP_THREAD_LIMIT",
     "MKL_NUM_THREADS",          # Intel MKL
     "OPENBLAS_NUM_THREADS",     # OpenBLAS (MXNet, numpy)
     "TF_NUM_INTRAOP_THREADS",   # TensorFlow
