@@ -284,13 +284,15 @@ def data(c, dataset, data_dir=None, mirror=None, check=False):
             "seed": "seed of weights and sample order (default 0)",
             "out": "results root (default: results/)",
             "timeout": "seconds per run before it is stopped",
+            "runtime": "docker (each framework in its image, the default) "
+                       "or native",
             "dry_run": "print the plan and stop"})
 @user_errors
 def converge(c, framework=None, network=None, workers=None, gpus=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
              target_loss=None, device=None, threads=None, seed=0, out=None,
-             timeout=None, dry_run=False):
+             timeout=None, runtime="docker", dry_run=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
     from dlrepro import converge as conv
     if not network:
@@ -307,7 +309,8 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
                       global_batch=global_batch_size, epochs=epochs,
                       seed=seed, threads=threads, data_dir=data_dir,
                       synthetic=synthetic, train_samples=train_samples,
-                      test_samples=test_samples, target_loss=target_loss)
+                      test_samples=test_samples, target_loss=target_loss,
+                      runtime=runtime)
     for spec in specs:
         print(f"{conv.run_name(spec)}: {spec['epochs']} epochs, global batch "
               f"{spec['global_batch_size']}, {spec['data']['source']} "

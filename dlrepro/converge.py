@@ -83,9 +83,9 @@ def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
                             f"networks: {', '.join(NETWORKS)}")
     if device not in ("cpu", "gpu"):
         raise UserError(f"device must be cpu or gpu, got {device!r}")
-    if runtime != "native":
-        raise UserError(f"convergence runs use --runtime native for now, got "
-                        f"{runtime!r}")
+    if runtime not in ("native", "docker"):
+        raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
+                        f"docker, native")
     seed = 0 if seed is None else seed
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise UserError(f"seed must be an integer >= 0, got {seed!r}")
@@ -165,19 +165,38 @@ def run_name(spec):
     return f"{spec['framework']}-{spec['network']}-w{spec['workers']}"
 
 
-def _launch(python, spec_path, out_path, log_path, timeout):
-    """Run one harness process under the sweep's timeout policy (SIGTERM,
-    a grace period, then SIGKILL of its process group); returns (exit
-    status, timed out, seconds)."""
+def _native_launch(python, spec_path, out_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT)
     env["PYTHONUNBUFFERED"] = "1"
-    command = [str(python), "-s", "-m", "harness", "converge",
-               "--spec", str(spec_path), "--out", str(out_path)]
-    log_path.write_text(" ".join(command) + "\n")
+    return Launch(argv=[str(python), "-s", "-m", "harness", "converge",
+                        "--spec", str(spec_path), "--out", str(out_path)],
+                  env=env, cwd=str(ROOT))
+
+
+def _container_launch(runtime, spec, run_dir, name):
+    """The run in its framework's image: the docker runtime's cell launch
+    with the harness's `converge` command and the data mounted read-only."""
+    cell = {"framework": spec["framework"], "profile": spec["profile"],
+            "device": spec["device"], "threads": spec["threads"],
+            "gpus": spec["workers"] if spec["device"] == "gpu" else 0,
+            "clock_policy": spec["clock_policy"]}
+    data_dir = spec["data"].get("dir")
+    return runtime.launch(cell, run_dir, name, subcommand="converge",
+                          read_only=[data_dir] if data_dir else [])
+
+
+def _launch(launch, log_path, timeout):
+    """Run one harness process under the sweep's timeout policy (SIGTERM,
+    a grace period, then SIGKILL of its process group); returns (exit
+    status, timed out, seconds)."""
+    log_path.write_text(" ".join(launch.argv) + "\n")
     start = time.monotonic()
-    status, timed_out = sweep._run_process(
-        Launch(argv=command, env=env, cwd=str(ROOT)), log_path, timeout)
+    try:
+        status, timed_out = sweep._run_process(launch, log_path, timeout)
+    finally:
+        if launch.cleanup:
+            launch.cleanup()
     return status, timed_out, time.monotonic() - start
 
 
@@ -194,13 +213,18 @@ def _last_line(path):
 
 
 def environments(specs, log=print, runtime=None):
-    """{(framework, profile): its python (a Path), or why it cannot run
-    here (a str)}; makes the native environments the specs need."""
-    from .runtimes import native
-    runtime = runtime or native.Runtime()
+    """{(framework, profile): where it runs, or why it cannot run here (a
+    str)}: a python (a Path) natively, the docker runtime with its image
+    ready otherwise. Makes the environments or images the specs need."""
+    from . import runtimes
+    runtime = runtime or runtimes.get(specs[0]["runtime"] if specs
+                                      else "native")
+    runtime.check()
     targets = sorted({(s["framework"], s["profile"]) for s in specs})
     reasons = runtime.prepare(targets, log=log)
-    return dict((t, reasons[t] or runtime.pythons[t]) for t in targets)
+    if runtime.name == "native":
+        return dict((t, reasons[t] or runtime.pythons[t]) for t in targets)
+    return dict((t, reasons[t] or runtime) for t in targets)
 
 
 def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
@@ -219,22 +243,26 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
         spec_path = run_dir / f"{name}.spec.json"
         out_path = run_dir / f"{name}.json"
         log_path = run_dir / f"{name}.log"
+        where = pythons.get((spec["framework"], spec["profile"]))
+        container = (where.describe(spec["framework"], spec["profile"])
+                     if hasattr(where, "describe") else None)
         resultfile.write_atomic(spec_path, {"convergence": spec,
-                                            "container": None,
+                                            "container": container,
                                             "stack": _stack(spec)})
         log(f"[{index}/{len(specs)}] {name}")
-        python = pythons.get((spec["framework"], spec["profile"]))
         entry = {"name": name, "file": out_path.name, "spec": spec,
                  "seconds": 0.0, "exit_status": None}
-        if not isinstance(python, Path):
-            # No environment here (e.g. CNTK natively): the reason instead.
-            entry.update(status="unsupported", error=python or "no python")
+        if where is None or isinstance(where, str):
+            # No environment or image here (e.g. CNTK natively): the reason.
+            entry.update(status="unsupported", error=where or "no python")
             results[name] = None
             record["runs"].append(entry)
             log(f"    unsupported: {entry['error']}")
             continue
-        status, timed_out, seconds = _launch(python, spec_path, out_path,
-                                             log_path, timeout)
+        launch = (_native_launch(where, spec_path, out_path)
+                  if isinstance(where, Path)
+                  else _container_launch(where, spec, run_dir, name))
+        status, timed_out, seconds = _launch(launch, log_path, timeout)
         entry.update(seconds=seconds, exit_status=status)
         result = _read_result(out_path)
         if timed_out:

@@ -241,3 +241,37 @@ def test_invoke_bench_runs_every_cpu_framework_in_its_image(
     # The summary table names every cell.
     assert proc.stdout.count("fcn-r") >= 4
     assert "8 ok" in proc.stdout
+
+
+def test_convergence_runs_in_images_with_the_data_mounted(
+        cpu_images, cntk_image, tmp_path, monkeypatch):
+    """`invoke converge --runtime docker`'s path: PyTorch (torchrun) and
+    CNTK (mpirun) train on generated MNIST files mounted read-only into
+    their images, 1 and 2 workers, results on the host."""
+    from dlrepro import converge as conv, datasets as dd
+    monkeypatch.setenv("DLREPRO_IMAGE_PREFIX", PREFIX)
+    monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
+    data_dir = tmp_path / "data"
+    checksums = dd.generate("mnist", data_dir, 512, 128, seed=3)
+    specs = conv.plan(["pytorch", "cntk"], ["fcn-r"], [1, 2], global_batch=64,
+                      epochs=1, seed=1, threads=2, data_dir=data_dir,
+                      checksums=checksums, runtime="docker")
+    conv.check_data(specs, log=lambda m: None)
+    where = conv.environments(specs, log=lambda m: None)
+    assert all(w.name == "docker" for w in where.values()), where
+    run_dir, found = conv.run(specs, tmp_path / "out", pythons=where,
+                              timeout=900, log=lambda m: None)
+    images = dict(cpu_images, cntk=cntk_image)
+    for framework in ("pytorch", "cntk"):
+        one, two = (found[f"{framework}-fcn-r-w{n}"] for n in (1, 2))
+        for result in (one, two):
+            assert result["status"] == "ok", result["error"]
+            assert result["cell"]["runtime"] == "docker"
+            assert result["environment"]["container"]["image"] == \
+                images[framework]
+            assert result["cell"]["dataset"].startswith("mnist")
+        # the same global batches in the same order: the same curve
+        a, b = one["convergence"]["curve"]["loss"], \
+            two["convergence"]["curve"]["loss"]
+        assert len(a) == len(b) == 8
+        assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-3

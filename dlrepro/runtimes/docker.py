@@ -129,13 +129,18 @@ class Runtime:
     def describe(self, framework, profile):
         return self.descriptions[(framework, profile)]
 
-    def launch(self, cell, run_dir, cell_id):
+    def launch(self, cell, run_dir, cell_id, subcommand="run",
+               read_only=()):
+        """`subcommand` is the harness's (`run`, or `converge` for
+        convergence runs); `read_only` are host folders mounted at the same
+        path, read-only (a convergence run's data)."""
         tag = self.images[(cell["framework"], cell["profile"])]
         run_dir = Path(run_dir).resolve()
         name = container_name(run_dir, cell_id)
         # A container of the same cell left by an interrupted run.
         self._remove(name)
-        argv = self.run_argv(cell, run_dir, cell_id, tag, name)
+        argv = self.run_argv(cell, run_dir, cell_id, tag, name, subcommand,
+                             read_only)
 
         def cleanup():
             if changes_clocks(cell):
@@ -149,7 +154,8 @@ class Runtime:
 
     # -- the command line -----------------------------------------------------
 
-    def run_argv(self, cell, run_dir, cell_id, tag, name):
+    def run_argv(self, cell, run_dir, cell_id, tag, name, subcommand="run",
+                 read_only=()):
         argv = [self.docker_bin, "run", "--name", name, "--init",
                 "--label", f"{LABEL_CELL}={cell_id}",
                 "--network", "none", "--shm-size", self.shm_size,
@@ -161,6 +167,8 @@ class Runtime:
                 "--env", "PYTHONUNBUFFERED=1",
                 "--env", "PYTHONDONTWRITEBYTECODE=1",
                 "--env", "HOME=/tmp"]
+        for folder in read_only:
+            argv += ["--volume", f"{folder}:{folder}:ro"]
         needs = clock_requirements(cell)
         if needs["cap_add"]:
             # NVML's set calls need root and CAP_SYS_ADMIN; cleanup hands
@@ -184,7 +192,7 @@ class Runtime:
                      "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
                      # NVIDIA's recommendation for framework containers.
                      "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
-        argv += [tag, PYTHON_IN_CONTAINER, "-s", "-m", "harness", "run",
+        argv += [tag, PYTHON_IN_CONTAINER, "-s", "-m", "harness", subcommand,
                  "--spec", f"{RESULTS_IN_CONTAINER}/{cell_id}.spec.json",
                  "--out", f"{RESULTS_IN_CONTAINER}/{cell_id}.json"]
         return argv

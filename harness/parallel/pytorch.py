@@ -76,8 +76,13 @@ def train(plan, data, log):
         env["PYTHONUNBUFFERED"] = "1"
         # torchrun would set 1 thread per worker and warn; the plan decides.
         env["OMP_NUM_THREADS"] = str(plan["threads"])
+        # One node, and containers run with `--network none`, where the
+        # hostname resolves to nothing: rendezvous and gloo stay on loopback
+        # (the store's default address is the hostname, and hangs there).
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         command = [sys.executable, "-m", "torch.distributed.run",
-                   "--standalone", "--nnodes", "1",
+                   "--standalone", "--local-addr", "127.0.0.1",
+                   "--nnodes", "1",
                    "--nproc_per_node", str(plan["workers"]),
                    "-m", "harness.parallel.pytorch",
                    "--plan", plan_path, "--out", out_path]
