@@ -286,13 +286,15 @@ def data(c, dataset, data_dir=None, mirror=None, check=False):
             "timeout": "seconds per run before it is stopped",
             "runtime": "docker (each framework in its image, the default) "
                        "or native",
+            "resume": "continue the latest convergence run under --out, "
+                      "keeping runs already finished with the same spec",
             "dry_run": "print the plan and stop"})
 @user_errors
 def converge(c, framework=None, network=None, workers=None, gpus=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
              target_loss=None, device=None, threads=None, seed=0, out=None,
-             timeout=None, runtime="docker", dry_run=False):
+             timeout=None, runtime="docker", resume=False, dry_run=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
     from dlrepro import converge as conv
     if not network:
@@ -322,7 +324,7 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
     run_dir, _ = conv.run(specs, out or conv.DEFAULT_OUT, pythons=pythons,
                           timeout=conv._positive(timeout, "timeout") or
                           conv.DEFAULT_TIMEOUT_S,
-                          command=sys.argv)
+                          command=sys.argv, resume=resume)
     record, results = conv.load_run(run_dir)
     print("\n".join(conv.table_lines(conv.summarise(results))))
     print(f"results: {run_dir}")

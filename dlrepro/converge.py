@@ -228,21 +228,45 @@ def environments(specs, log=print, runtime=None):
 
 
 def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
-        command=None, log=print):
+        command=None, log=print, resume=False):
     """Run every spec; returns (run folder, {name: result or None}).
-    `pythons`: environments()'s answer."""
+    `pythons`: environments()'s answer. `resume` continues the latest
+    convergence run under `out`: a run whose result is final (ok,
+    unsupported, diverged, ...) with the same spec is kept, not rerun."""
     out = Path(out)
-    run_dir = results_mod.create_run(out, "converge")
-    record = {"kind": "convergence", "run_id": run_dir.name,
-              "command": command or sys.argv,
-              "started_at": results_mod.utc_now(), "finished_at": None,
-              "host": results_mod.host_info(), "runs": []}
+    if resume:
+        run_dir, record = _latest_run(out)
+        record.setdefault("resumed_at", []).append(results_mod.utc_now())
+    else:
+        run_dir = results_mod.create_run(out, "converge")
+        record = {"kind": "convergence", "run_id": run_dir.name,
+                  "command": command or sys.argv,
+                  "started_at": results_mod.utc_now(), "finished_at": None,
+                  "host": results_mod.host_info(), "runs": []}
+    before = dict((entry["name"], entry) for entry in record["runs"])
+    record["runs"], record["finished_at"] = [], None
+    # On disk and `latest` from the start, so that a killed run resumes.
+    resultfile.write_atomic(run_dir / "run.json", record)
+    results_mod.point_latest(out, run_dir, LATEST)
     results = {}
     for index, spec in enumerate(specs, 1):
         name = run_name(spec)
         spec_path = run_dir / f"{name}.spec.json"
         out_path = run_dir / f"{name}.json"
         log_path = run_dir / f"{name}.log"
+        done = _finished(spec, spec_path, out_path) if resume else None
+        if done is not None:
+            entry = before.get(name) or {
+                "name": name, "file": out_path.name, "spec": spec,
+                "seconds": 0.0, "exit_status": None,
+                "status": done["status"],
+                "error": (done.get("error") or {}).get("message")}
+            results[name] = done
+            record["runs"].append(entry)
+            resultfile.write_atomic(run_dir / "run.json", record)
+            log(f"[{index}/{len(specs)}] {name}: {done['status']} in the "
+                f"resumed run, kept")
+            continue
         where = pythons.get((spec["framework"], spec["profile"]))
         container = (where.describe(spec["framework"], spec["profile"])
                      if hasattr(where, "describe") else None)
@@ -257,6 +281,7 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
             entry.update(status="unsupported", error=where or "no python")
             results[name] = None
             record["runs"].append(entry)
+            resultfile.write_atomic(run_dir / "run.json", record)
             log(f"    unsupported: {entry['error']}")
             continue
         launch = (_native_launch(where, spec_path, out_path)
@@ -291,6 +316,31 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
     resultfile.write_atomic(run_dir / "convergence.json", summary)
     results_mod.point_latest(out, run_dir, LATEST)
     return run_dir, results
+
+
+def _latest_run(out):
+    """(folder, run.json) of the latest convergence run under `out`."""
+    if not (out / LATEST / "run.json").exists():
+        raise UserError(f"no convergence run under {out} to resume; run "
+                        f"without --resume")
+    run_dir = latest_run(out)
+    record, _ = load_run(run_dir)
+    return run_dir, record
+
+
+def _finished(spec, spec_path, out_path):
+    """The result of an earlier attempt at `spec`, when it is final and was
+    asked with the same spec; else None (it runs again)."""
+    result = _read_result(out_path)
+    if result is None or result["status"] not in results_mod.DONE_STATUSES:
+        return None
+    try:
+        asked = json.loads(spec_path.read_text())["convergence"]
+    except (OSError, ValueError, KeyError):
+        return None
+    same = json.dumps(asked, sort_keys=True) == json.dumps(
+        json.loads(json.dumps(spec)), sort_keys=True)
+    return result if same else None
 
 
 def _stack(spec):

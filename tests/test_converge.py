@@ -460,3 +460,36 @@ def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
             break
         time.sleep(0.2)
     assert left == []
+
+
+@pytest.mark.parametrize("trained", ["pytorch"], indirect=True)
+def test_resume_keeps_finished_runs_and_reruns_the_rest(trained, tmp_path):
+    """A run killed during its second worker count: --resume keeps the
+    first result as it was and trains only the missing one."""
+    import shutil
+    from dlrepro import results as results_mod
+    framework, run_dir, results, pythons = trained
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    results_mod.point_latest(tmp_path, copy, conv.LATEST)
+    kept = (copy / f"{framework}-fcn-r-w1.json").read_bytes()
+    (copy / f"{framework}-fcn-r-w2.json").unlink()
+    specs = [r["spec"] for r in json.loads(
+        (copy / "run.json").read_text())["runs"]]
+    messages = []
+    resumed_dir, found = conv.run(specs, tmp_path, pythons=pythons,
+                                  timeout=900, log=messages.append,
+                                  resume=True)
+    assert resumed_dir == copy.resolve()
+    assert (copy / f"{framework}-fcn-r-w1.json").read_bytes() == kept
+    assert any("w1: ok in the resumed run, kept" in m for m in messages)
+    assert found[f"{framework}-fcn-r-w2"]["status"] == "ok"
+    record = json.loads((copy / "run.json").read_text())
+    assert [r["status"] for r in record["runs"]] == ["ok", "ok"]
+    assert len(record["resumed_at"]) == 1 and record["finished_at"]
+
+
+def test_resume_without_a_run_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="no convergence run under .* to "
+                                        "resume"):
+        conv.run([], tmp_path, pythons={}, resume=True)
