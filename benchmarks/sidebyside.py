@@ -1,0 +1,156 @@
+"""The harness's step against a framework's own training loop, timed side
+by side: the alternation and the table shared by the idiomatic-loop
+benchmarks (MXNet, CNTK). Python 3.6 and the standard library, since the
+CNTK image runs it.
+
+Blocks of iterations alternate in one process, the order flipping every
+round (ABBA), so that drifting load on the machine hits both sides alike.
+"""
+import argparse
+import importlib
+import json
+import time
+
+from harness import networks, provenance, threads as thread_env, timing
+
+# The issue's cases: fcn5 (batch 64), alexnet-r (128), resnet-56 (16).
+CASES = (("fcn5", 64), ("alexnet-r", 128), ("resnet-56", 16))
+GOAL = 0.05
+SIDES = ("harness", "idiomatic")
+
+
+def plain_loop(step, iterations, primer=1, clock=time.perf_counter,
+               cpu_clock=time.process_time):
+    """(seconds per iteration, process CPU seconds of them all), timed the
+    simplest way after `primer` untimed iterations."""
+    for _ in range(primer):
+        step()
+    times = []
+    cpu_start = cpu_clock()
+    previous = clock()
+    for _ in range(iterations):
+        step()
+        now = clock()
+        times.append(now - previous)
+        previous = now
+    return times, cpu_clock() - cpu_start
+
+
+def alternate(harness_step, idiomatic_step, rounds, iterations, settle=None):
+    """Rounds of `iterations` timed iterations of each side, each block
+    after one untimed iteration (and `settle()`, e.g. waiting for an
+    asynchronous engine to go idle). Returns the raw seconds per iteration
+    of each side, the per-round ratios of the means (harness / idiomatic)
+    and process CPU seconds per iteration (all threads)."""
+    sides = dict((side, []) for side in SIDES)
+    cpu = dict((side, 0.0) for side in SIDES)
+    per_round = []
+    for index in range(rounds):
+        means = {}
+        for side in SIDES if index % 2 == 0 else SIDES[::-1]:
+            if settle is not None:
+                settle()
+            if side == "harness":
+                series = timing.run_loop(harness_step, iterations, 1)
+                times, cpu_s = series.times, series.cpu_s
+            else:
+                times, cpu_s = plain_loop(idiomatic_step, iterations, primer=1)
+            sides[side].extend(times)
+            cpu[side] += cpu_s
+            means[side] = sum(times) / len(times)
+        per_round.append(means["harness"] / means["idiomatic"])
+    harness_mean = sum(sides["harness"]) / len(sides["harness"])
+    idiomatic_mean = sum(sides["idiomatic"]) / len(sides["idiomatic"])
+    count = rounds * iterations
+    return {"harness_mean_s": harness_mean,
+            "idiomatic_mean_s": idiomatic_mean,
+            "ratio": harness_mean / idiomatic_mean,
+            "round_ratios": per_round,
+            "harness_cpu_s": cpu["harness"] / count,
+            "idiomatic_cpu_s": cpu["idiomatic"] / count,
+            "cpu_ratio": cpu["harness"] / cpu["idiomatic"],
+            "harness_s": sides["harness"], "idiomatic_s": sides["idiomatic"]}
+
+
+def measure(backend, make_idiomatic, name, batch_size, rounds, iterations,
+            warmup, seed, settle=None):
+    """One case: the backend's session and `make_idiomatic(backend,
+    network, batch_size, seed)`'s step on the same network, `warmup`
+    untimed iterations of each, then alternate()."""
+    network = networks.get(name)
+    session = backend.prepare(network, batch_size, "cpu", seed)
+    plain = make_idiomatic(backend, network, batch_size, seed)
+    for _ in range(warmup):
+        session.step()
+        plain()
+    case = alternate(session.step, plain, rounds, iterations, settle)
+    case.update(network=name, batch_size=batch_size)
+    return case
+
+
+def table_lines(title, cases):
+    """The title, a header and one row per case of alternate() (with its
+    `network` and `batch_size`)."""
+    lines = [title,
+             "{:<10} {:>5} {:>11} {:>13} {:>6} {:>13} {:>10}  {}".format(
+                 "network", "batch", "harness ms", "idiomatic ms", "ratio",
+                 "round ratios", "CPU ratio", "within 5%")]
+    for case in cases:
+        lines.append(
+            "{:<10} {:>5} {:>11.2f} {:>13.2f} {:>6.3f} {:>13} {:>10.3f}  {}"
+            .format(case["network"], case["batch_size"],
+                    case["harness_mean_s"] * 1e3,
+                    case["idiomatic_mean_s"] * 1e3, case["ratio"],
+                    "{:.2f}..{:.2f}".format(min(case["round_ratios"]),
+                                            max(case["round_ratios"])),
+                    case["cpu_ratio"],
+                    "yes" if abs(case["ratio"] - 1) <= GOAL else "no"))
+    return lines
+
+
+def main(argv, description, framework, measure, format_table):
+    """The command line of an idiomatic-loop benchmark: parse, constrain the
+    threads before the framework loads, `measure(backend, network, batch,
+    rounds, iterations, warmup, seed)` each case, print the table (or
+    JSON)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--threads", type=int,
+                        default=provenance.usable_cpus(),
+                        help="threads for {} (default: usable CPUs)".format(
+                            framework))
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="alternating rounds per network (default 4)")
+    parser.add_argument("--iterations", type=int, default=8,
+                        help="timed iterations per side and round (default 8)")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed iterations per side first (default 3)")
+    parser.add_argument("--network", action="append",
+                        choices=[name for name, _ in CASES],
+                        help="only this network (repeatable)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true",
+                        help="print the figures as JSON instead of a table")
+    args = parser.parse_args(argv)
+    for option in ("threads", "rounds", "iterations"):
+        if getattr(args, option) < 1:
+            parser.error("--{} must be >= 1".format(option))
+    # Before the framework loads: its thread pools read these at import.
+    thread_env.apply(args.threads)
+    backend = importlib.import_module("harness.backends." + framework)
+    backend.configure(args.threads, "cpu", args.seed)
+    cases = [measure(backend, name, batch, args.rounds, args.iterations,
+                     args.warmup, args.seed)
+             for name, batch in CASES
+             if not args.network or name in args.network]
+    report = {"framework": framework,
+              "framework_version": backend.versions("cpu")["framework_version"],
+              "threads": args.threads,
+              "effective_threads": backend.effective_threads(),
+              "rounds": args.rounds, "iterations": args.iterations,
+              "warmup": args.warmup, "cpu_model": provenance.cpu_model(),
+              "cases": cases}
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print("\n".join(format_table(report)))
+    return 0
