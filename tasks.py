@@ -408,10 +408,10 @@ def wheelhouse(c, framework=None, profile="", all=False):
 
     Exactly the files of the lock (and the matrix's `sources`), every
     sha256 checked."""
-    from dlrepro import images, matrix
+    from dlrepro import images, matrix, wheelhouse as wheelhouse_mod
     m = matrix.load()
     for fw, prof in images.targets(m, framework, profile or None, all):
-        print(images.make_wheelhouse(fw, prof, m[fw][prof]))
+        print(wheelhouse_mod.make(fw, prof, m[fw][prof]))
 
 
 @task(iterable=["image"],
@@ -443,7 +443,7 @@ def save(c, framework=None, profile="", all=False, image=None,
 
     Writes one tar per image, SHA256SUMS and images.json: upstream base
     tags get deleted, an archive keeps the exact image."""
-    from dlrepro import images, matrix
+    from dlrepro import archive, images, matrix
     m = matrix.load()
     refs = list(image or [])
     if framework or all:
@@ -457,7 +457,7 @@ def save(c, framework=None, profile="", all=False, image=None,
                 refs.append(plan.base)
     if not refs:
         raise UserError("nothing to save: give --framework, --all or --image")
-    images.save(list(dict.fromkeys(refs)), out)
+    archive.save(list(dict.fromkeys(refs)), out)
 
 
 @task(iterable=["image"],
@@ -466,8 +466,8 @@ def save(c, framework=None, profile="", all=False, image=None,
 @user_errors
 def load(c, dir="images", image=None):
     """Load archived images after checking their SHA256SUMS and IDs."""
-    from dlrepro import images
-    images.load(dir, image or None)
+    from dlrepro import archive
+    archive.load(dir, image or None)
 
 
 @task(iterable=["framework"],

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlrepro import images, matrix  # noqa: E402
+from dlrepro import images, matrix, wheelhouse  # noqa: E402
 from dlrepro.runtimes import get  # noqa: E402
 from dlrepro.runtimes.docker import cpuset  # noqa: E402
 from harness import resultfile  # noqa: E402
@@ -53,8 +53,8 @@ def measure_builds(frameworks, bases, client, cold=True):
         plan = images.plan(framework, "cpu", m, base_image=base_image,
                            client=client, name_prefix=BENCH_PREFIX)
         entry = {"tag": plan.tag, "base": plan.base}
-        if images.wheelhouse_files(framework, "cpu", plan.entry) is None:
-            images.make_wheelhouse(framework, "cpu", plan.entry)
+        if wheelhouse.files(framework, "cpu", plan.entry) is None:
+            wheelhouse.make(framework, "cpu", plan.entry)
         if cold:
             _remove(client, plan.tag)
             start = time.perf_counter()
@@ -192,7 +192,7 @@ def format_report(builds, bare_start_s, overhead, cell):
 
 
 def _remove(client, tag):
-    if images._local_image(client, tag) is not None:
+    if images.local_image(client, tag) is not None:
         client.images.remove(tag, force=True)
 
 

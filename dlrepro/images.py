@@ -1,4 +1,5 @@
-"""Framework images: wheelhouse, build, labels, base-image lock, save/load.
+"""Framework images: build, labels, base-image lock (the wheelhouse is
+dlrepro.wheelhouse, save/load dlrepro.archive).
 
 An image's tag derives from the hash of its recipe (matrix entry, the
 templates it uses, the Dockerfile rendered from them, its lock file, its
@@ -7,7 +8,7 @@ dlrepro/pytorch:cpu-0123456789ab. A build whose tag
 already exists is a no-op, so `ensure` is cheap enough to call before every
 sweep.
 
-Builds are offline by default: `make_wheelhouse` downloads exactly the
+Builds are offline by default: `wheelhouse.make` downloads exactly the
 locked files on the host (pip checks every sha256), the build context carries
 them, and the image installs with --no-index --require-hashes, with the
 build's network off when the recipe needs no apt packages. A build from the
@@ -21,19 +22,15 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import tomllib
-import urllib.request
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from harness.resultfile import write_atomic
-
-from . import ROOT, matrix as matrix_mod, pylock, render
+from . import ROOT, matrix as matrix_mod, render, show_path
+from . import wheelhouse as wheelhouse_mod
 from .errors import UserError
 
-WHEELHOUSE_DIR = ROOT / "wheelhouse"
 BUILD_DIR = ROOT / "build"
 BASE_LOCK_PATH = ROOT / "dockerfiles" / "base-images.lock"
 PREFIX_ENV = "DLREPRO_IMAGE_PREFIX"
@@ -61,12 +58,12 @@ def engine(timeout=600):
         client = docker.from_env(timeout=timeout)
         client.ping()
     except Exception as exc:
-        raise UserError(f"the Docker engine does not answer ({_first_line(exc)}); "
+        raise UserError(f"the Docker engine does not answer ({first_line(exc)}); "
                         f"start it (e.g. .ci/docker-engine.sh) {NATIVE_HINT}")
     return client
 
 
-def _first_line(exc):
+def first_line(exc):
     # An engine error's explanation is the engine's own message, without the
     # HTTP request around it.
     text = (str(getattr(exc, "explanation", "") or "").strip() or str(exc).strip()
@@ -74,7 +71,7 @@ def _first_line(exc):
     return text.splitlines()[0][:300]
 
 
-def _local_image(client, ref):
+def local_image(client, ref):
     import docker
     try:
         return client.images.get(ref)
@@ -82,7 +79,7 @@ def _local_image(client, ref):
         return None
     except docker.errors.APIError as exc:
         # A malformed reference is the user's input, not a crash.
-        raise UserError(f"image {ref!r}: {_first_line(exc)}")
+        raise UserError(f"image {ref!r}: {first_line(exc)}")
 
 
 # --- names -------------------------------------------------------------------
@@ -141,8 +138,8 @@ def resolve_base(client, name):
         digest = client.api.inspect_distribution(name)["Descriptor"]["digest"]
         return {"digest": digest, "source": "registry", "resolved_at": now}, None
     except docker.errors.APIError as exc:
-        registry_error = _first_line(exc)
-    image = _local_image(client, name)
+        registry_error = first_line(exc)
+    image = local_image(client, name)
     if image is None:
         return None, f"registry: {registry_error}; not present locally either"
     repository = name.split("@")[0].rsplit(":", 1)[0]
@@ -273,7 +270,7 @@ def plan(framework, profile, matrix, *, base_image=None, locked=False,
                                base_lock=base_lock,
                                where=f" of {framework}/{profile}")
     client = client or engine()
-    image = _local_image(client, base)
+    image = local_image(client, base)
     base_id = image.id if image is not None else None
     if pin and pin.get("id") and base_id != pin["id"]:
         raise UserError(f"base image {name} is {base_id or 'not present'}, but "
@@ -300,128 +297,7 @@ def plan(framework, profile, matrix, *, base_image=None, locked=False,
     return Plan(framework, profile, entry, base, base_id, digest, tag, lock_path)
 
 
-# --- wheelhouse ---------------------------------------------------------------------
-
-def wheelhouse_dir(framework, profile, root=WHEELHOUSE_DIR):
-    return Path(root) / f"{framework}-{profile}"
-
-
-def _sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _manifest_path(folder):
-    return folder / "MANIFEST.json"
-
-
-def wheelhouse_files(framework, profile, entry, root=WHEELHOUSE_DIR):
-    """{relative path: sha256} of a complete wheelhouse for the current lock,
-    or None when it is missing or stale (then run make_wheelhouse)."""
-    folder = wheelhouse_dir(framework, profile, root)
-    lock = matrix_mod.lock_path(framework, profile)
-    try:
-        manifest = json.loads(_manifest_path(folder).read_text())
-    except (OSError, ValueError):
-        return None
-    if manifest.get("lock_sha256") != _sha256_file(lock):
-        return None
-    files = manifest.get("files", {})
-    for rel, info in files.items():
-        path = folder / rel
-        if not path.is_file() or path.stat().st_size != info["size"]:
-            return None
-    return {rel: info["sha256"] for rel, info in files.items()}
-
-
-def make_wheelhouse(framework, profile, entry, root=WHEELHOUSE_DIR, log=print):
-    """Download exactly the locked files (and the matrix's `sources`) into
-    wheelhouse/<framework>-<profile>/, checking every sha256. Incremental:
-    files already there are kept when their hash matches."""
-    folder = wheelhouse_dir(framework, profile, root)
-    lock = matrix_mod.lock_path(framework, profile)
-    if not lock.exists():
-        raise UserError(f"no lock file {lock}; run `invoke pin --framework "
-                        f"{framework} --profile {profile}`")
-    wanted = {sha: (name, version) for name, version, sha in pylock.read_lock(lock)}
-    wheels = folder / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    target = pylock.Target(entry["python"], entry["glibc"])
-    log(f"wheelhouse: downloading {len(wanted)} locked files for "
-        f"{framework}/{profile} into {_show(folder)}")
-    command = [sys.executable, "-m", "pip", "download", "--quiet",
-               "--disable-pip-version-check", "--retries",
-               str(pylock.PIP_RETRIES), "--no-deps", "--require-hashes",
-               "--dest", str(wheels), "-r", str(lock)]
-    # The lock is the whole closure, so --no-deps; for a foreign platform pip
-    # then also accepts the source distributions a lock may pin.
-    command += pylock.target_args(target, no_deps=True)
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        lines = [line for line in proc.stderr.splitlines()
-                 if "is neither a file nor a directory" not in line]
-        raise UserError(f"wheelhouse for {framework}/{profile}: pip download "
-                        f"failed: {(lines or ['(no output)'])[-1].strip()}")
-    files = {}
-    for path in sorted(wheels.iterdir()):
-        sha = _sha256_file(path)
-        if sha in wanted:
-            files[f"wheels/{path.name}"] = {"sha256": sha,
-                                            "size": path.stat().st_size}
-        else:
-            # A file of an older lock: not part of this image.
-            path.unlink()
-    missing = [f"{n}=={v}" for sha, (n, v) in wanted.items()
-               if sha not in {info["sha256"] for info in files.values()}]
-    if missing:
-        raise UserError(f"wheelhouse for {framework}/{profile}: pip did not "
-                        f"deliver {', '.join(missing)} with the locked hashes")
-    for source in entry["sources"]:
-        path = fetch_source(source, folder / "sources", log)
-        files[f"sources/{path.name}"] = {"sha256": source["sha256"],
-                                         "size": path.stat().st_size}
-    write_atomic(str(_manifest_path(folder)),
-                 {"lock_sha256": _sha256_file(lock), "files": files})
-    return folder
-
-
-def fetch_source(source, folder, log=print):
-    """Download `source` ({name, url, sha256}) into `folder`, checked."""
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / source["name"]
-    if path.exists() and _sha256_file(path) == source["sha256"]:
-        return path
-    log(f"wheelhouse: fetching {source['url']}")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(
-                source["url"], timeout=120) as response:
-            shutil.copyfileobj(response, out)
-        got = _sha256_file(tmp)
-        if got != source["sha256"]:
-            raise UserError(f"{source['url']}: sha256 {got} does not match the "
-                            f"matrix's {source['sha256']}")
-        # mkstemp's 0600 would reach the build context as it is: apt's
-        # unprivileged downloader could not read a .deb installed from it.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UserError(f"cannot fetch {source['url']}: {exc}")
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
 # --- build ------------------------------------------------------------------------------
-
-def _show(path):
-    path = Path(path)
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-
 
 def git_revision():
     proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
@@ -452,7 +328,7 @@ def _link_or_copy(source, target):
 
 
 def prepare_context(plan_, folder, *, wheelhouse=True, ca_bundle=None,
-                    wheelhouse_root=WHEELHOUSE_DIR):
+                    wheelhouse_root=wheelhouse_mod.DEFAULT_ROOT):
     """Write the build context of `plan_` into `folder`; returns the Recipe."""
     recipe = render.render_profile(plan_.framework, plan_.profile,
                                    {plan_.framework: {plan_.profile: plan_.entry}},
@@ -463,10 +339,11 @@ def prepare_context(plan_, folder, *, wheelhouse=True, ca_bundle=None,
     (folder / "requirements.txt").write_text(recipe.requirements)
     if recipe.bootstrap:
         (folder / "bootstrap.txt").write_text(recipe.bootstrap)
-    house = wheelhouse_dir(plan_.framework, plan_.profile, wheelhouse_root)
-    files = wheelhouse_files(plan_.framework, plan_.profile, plan_.entry,
-                             wheelhouse_root) if (wheelhouse or plan_.entry[
-                                 "sources"]) else {}
+    house = wheelhouse_mod.folder(plan_.framework, plan_.profile,
+                                  wheelhouse_root)
+    files = wheelhouse_mod.files(
+        plan_.framework, plan_.profile, plan_.entry, wheelhouse_root) \
+        if (wheelhouse or plan_.entry["sources"]) else {}
     if files is None:
         raise UserError(f"no complete wheelhouse for {plan_.framework}/"
                         f"{plan_.profile}; run `invoke wheelhouse --framework "
@@ -489,12 +366,12 @@ def needs_network(entry, wheelhouse):
 
 
 def build(plan_, *, wheelhouse=True, ca_bundle=None, proxy=None, client=None,
-          log=print, logs_dir=BUILD_DIR / "logs", wheelhouse_root=WHEELHOUSE_DIR,
+          log=print, logs_dir=BUILD_DIR / "logs", wheelhouse_root=wheelhouse_mod.DEFAULT_ROOT,
           nocache=False):
     """Build `plan_` unless its tag exists; returns the image ID. `nocache`
     ignores the engine's layer cache (a cold build, for benchmarks)."""
     client = client or engine()
-    existing = _local_image(client, plan_.tag)
+    existing = local_image(client, plan_.tag)
     if existing is not None:
         log(f"build: {plan_.tag} is up to date")
         return existing.id
@@ -522,7 +399,7 @@ def build(plan_, *, wheelhouse=True, ca_bundle=None, proxy=None, client=None,
                                  http_proxy=proxy, https_proxy=proxy)
         network = "host" if needs_network(plan_.entry, wheelhouse) else "none"
         log(f"build: {plan_.tag} from {plan_.base} ({'wheelhouse' if wheelhouse else 'package index'}, "
-            f"network {network}; log {_show(log_path)})")
+            f"network {network}; log {show_path(log_path)})")
         image_id = _stream_build(client, folder, plan_, buildargs, network,
                                  log_path, nocache)
     finally:
@@ -551,7 +428,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
                     image_id = chunk["aux"]["ID"]
                 log_file.flush()
         except docker.errors.APIError as exc:
-            error = _first_line(exc)
+            error = first_line(exc)
             log_file.write(f"ERROR: {error}\n")
     if error or image_id is None:
         # The engine colours a RUN step's stderr with terminal escapes.
@@ -559,7 +436,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
         tail = [line for line in text.strip().splitlines() if line.strip()][-8:]
         raise BuildFailed(
             f"build of {plan_.framework}/{plan_.profile} failed: "
-            f"{error or 'no image produced'} (log: {_show(log_path)})\n  "
+            f"{error or 'no image produced'} (log: {show_path(log_path)})\n  "
             + "\n  ".join(tail))
     return image_id
 
@@ -571,14 +448,14 @@ def pull_base(client, ref, log=print):
     try:
         client.api.pull(ref)
     except docker.errors.APIError as exc:
-        return _first_line(exc)
+        return first_line(exc)
     return None
 
 
 def ensure(framework, profile, matrix, *, base_image=None, locked=False,
            build_missing=True, make_wheels=True, wheelhouse=True,
            ca_bundle=None, proxy=None, client=None, log=print,
-           base_lock=BASE_LOCK_PATH, wheelhouse_root=WHEELHOUSE_DIR,
+           base_lock=BASE_LOCK_PATH, wheelhouse_root=wheelhouse_mod.DEFAULT_ROOT,
            name_prefix=None):
     """The tag of an up-to-date image for framework/profile, building it if
     needed: pulls a missing base, downloads a missing wheelhouse, builds
@@ -592,7 +469,7 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
                     name_prefix=name_prefix)
 
     plan_ = current_plan()
-    if _local_image(client, plan_.tag) is not None:
+    if local_image(client, plan_.tag) is not None:
         log(f"build: {plan_.tag} is up to date")
         return plan_.tag
     command = (f"invoke build --framework {framework} --profile {profile}"
@@ -609,16 +486,16 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
                 f"--base-image IMAGE`")
         # The base's image ID is part of the recipe: plan again.
         plan_ = current_plan()
-        if _local_image(client, plan_.tag) is not None:
+        if local_image(client, plan_.tag) is not None:
             return plan_.tag
-    if (wheelhouse or plan_.entry["sources"]) and wheelhouse_files(
+    if (wheelhouse or plan_.entry["sources"]) and wheelhouse_mod.files(
             framework, profile, plan_.entry, wheelhouse_root) is None:
         if not make_wheels:
             raise UserError(f"image {plan_.tag} is missing and has no "
                             f"wheelhouse; run `invoke wheelhouse --framework "
                             f"{framework} --profile {profile}` then `{command}`")
         try:
-            make_wheelhouse(framework, profile, plan_.entry, wheelhouse_root, log)
+            wheelhouse_mod.make(framework, profile, plan_.entry, wheelhouse_root, log)
         except UserError as exc:
             raise UserError(f"{exc}; then run `{command}`")
     build(plan_, wheelhouse=wheelhouse, ca_bundle=ca_bundle, proxy=proxy,
@@ -638,92 +515,3 @@ def describe(client, ref):
         "labels": dict(sorted((image.labels or {}).items())),
         "engine_version": client.version().get("Version"),
     }
-
-
-# --- archive -------------------------------------------------------------------------------
-
-SUMS_NAME = "SHA256SUMS"
-MANIFEST_NAME = "images.json"
-
-
-def _archive_name(ref):
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", ref) + ".tar"
-
-
-def save(refs, folder, client=None, log=print):
-    """`docker save` each image into folder/<name>.tar, with SHA256SUMS and
-    images.json (reference, image ID, labels) beside them: upstream base
-    tags get deleted, an archive keeps the exact image."""
-    client = client or engine()
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = _read_manifest(folder)
-    for ref in refs:
-        image = _local_image(client, ref)
-        if image is None:
-            raise UserError(f"image {ref} is not present; build it first")
-        path = folder / _archive_name(ref)
-        digest = hashlib.sha256()
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as out:
-            # The archive must name `ref` itself: an image with several tags
-            # would otherwise be saved under its first one.
-            for chunk in image.save(named=ref if ref in image.tags else True):
-                out.write(chunk)
-                digest.update(chunk)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        manifest[path.name] = {"ref": ref, "image_id": image.id,
-                               "sha256": digest.hexdigest(),
-                               "size": path.stat().st_size,
-                               "labels": dict(sorted((image.labels or {}).items()))}
-        log(f"save: {ref} -> {_show(path)} ({path.stat().st_size / 1e9:.2f} GB)")
-    write_atomic(str(folder / MANIFEST_NAME), manifest)
-    sums = "".join(f"{info['sha256']}  {name}\n"
-                   for name, info in sorted(manifest.items()))
-    (folder / SUMS_NAME).write_text(sums)
-    return folder
-
-
-def _read_manifest(folder):
-    path = Path(folder) / MANIFEST_NAME
-    if not path.exists():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc})")
-
-
-def load(folder, refs=None, client=None, log=print):
-    """Check every archive against SHA256SUMS, then `docker load` it and
-    check the loaded image ID. Returns the references loaded."""
-    client = client or engine()
-    folder = Path(folder)
-    manifest = _read_manifest(folder)
-    if not manifest:
-        raise UserError(f"{folder} holds no {MANIFEST_NAME}; it was not made "
-                        f"by `invoke save`")
-    loaded = []
-    for name, info in sorted(manifest.items()):
-        if refs and info["ref"] not in refs:
-            continue
-        path = folder / name
-        if not path.is_file():
-            raise UserError(f"{path} is missing")
-        got = _sha256_file(path)
-        if got != info["sha256"]:
-            raise UserError(f"{path}: sha256 {got} does not match the "
-                            f"recorded {info['sha256']}; the archive is damaged")
-        with open(path, "rb") as handle:
-            client.images.load(handle)
-        image = _local_image(client, info["ref"])
-        if image is None or image.id != info["image_id"]:
-            raise UserError(f"loading {path} did not give {info['ref']} with "
-                            f"ID {info['image_id']}")
-        log(f"load: {info['ref']} ({info['image_id'][:19]})")
-        loaded.append(info["ref"])
-    if refs and set(refs) - set(loaded):
-        raise UserError(f"{folder} has no archive of "
-                        f"{', '.join(sorted(set(refs) - set(loaded)))}")
-    return loaded

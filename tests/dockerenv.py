@@ -42,7 +42,7 @@ def engine_or_skip():
 
 
 def base_or_skip(client, ref=BASE_IMAGE):
-    if images._local_image(client, ref) is None:
+    if images.local_image(client, ref) is None:
         _unavailable(f"test base image {ref} is missing "
                      f"(run .ci/base-image.sh)")
     return ref

@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from dlrepro import images, matrix, render
+from dlrepro import archive, images, matrix, render, wheelhouse
 from dlrepro.errors import UserError
 
 from dockerenv import (BASE_IMAGE, BIONIC_IMAGE, PREFIX,  # noqa: F401 fixtures
@@ -154,9 +154,9 @@ def test_tag_follows_lock_templates_and_base(demo, docker_client, test_base,
 def test_wheelhouse_build_then_network_build_with_host_ca(
         demo, docker_client, test_base, tmp_path):
     house = tmp_path / "wheelhouse"
-    images.make_wheelhouse("demo", "cpu", demo["demo"]["cpu"], root=house,
+    wheelhouse.make("demo", "cpu", demo["demo"]["cpu"], root=house,
                            log=lambda _m: None)
-    files = images.wheelhouse_files("demo", "cpu", demo["demo"]["cpu"], house)
+    files = wheelhouse.files("demo", "cpu", demo["demo"]["cpu"], house)
     assert list(files) == ["wheels/six-1.17.0-py2.py3-none-any.whl"]
     plan = images.plan("demo", "cpu", demo, base_image=test_base,
                        client=docker_client, name_prefix=PREFIX)
@@ -187,7 +187,7 @@ def test_wheelhouse_build_then_network_build_with_host_ca(
 def test_build_failure_names_the_log_and_shows_its_end(demo, docker_client,
                                                        test_base, tmp_path):
     house = tmp_path / "wheelhouse"
-    images.make_wheelhouse("broken", "cpu", demo["broken"]["cpu"], root=house,
+    wheelhouse.make("broken", "cpu", demo["broken"]["cpu"], root=house,
                            log=lambda _m: None)
     plan = images.plan("broken", "cpu", demo, base_image=test_base,
                        client=docker_client, name_prefix=PREFIX)
@@ -200,7 +200,7 @@ def test_build_failure_names_the_log_and_shows_its_end(demo, docker_client,
     log = tmp_path / "logs" / f"broken-cpu-{plan.recipe_hash[:12]}.log"
     assert str(log) in first and log.exists()
     assert "No module named 'no_such_module_dlrepro'" in message
-    assert images._local_image(docker_client, plan.tag) is None
+    assert images.local_image(docker_client, plan.tag) is None
 
 
 def test_missing_base_says_what_to_run(docker_client):
@@ -255,14 +255,14 @@ def test_save_and_load_check_sums_and_ids(docker_client, test_base, tmp_path):
     docker_client.images.get(test_base).tag(tag)
     folder = tmp_path / "archive"
     try:
-        images.save([tag], folder, docker_client, log=lambda _m: None)
+        archive.save([tag], folder, docker_client, log=lambda _m: None)
         manifest = json.loads((folder / "images.json").read_text())
         (name, info), = manifest.items()
         assert info["ref"] == tag
         assert info["image_id"] == docker_client.images.get(tag).id
         sums = (folder / "SHA256SUMS").read_text()
         assert sums == f"{info['sha256']}  {name}\n"
-        assert images._sha256_file(folder / name) == info["sha256"]
+        assert wheelhouse.sha256_file(folder / name) == info["sha256"]
 
         damaged = tmp_path / "damaged"
         shutil.copytree(folder, damaged)
@@ -272,11 +272,11 @@ def test_save_and_load_check_sums_and_ids(docker_client, test_base, tmp_path):
             handle.seek(1000)
             handle.write(bytes([byte[0] ^ 0xFF]))
         with pytest.raises(UserError, match="the archive is damaged"):
-            images.load(damaged, client=docker_client, log=lambda _m: None)
+            archive.load(damaged, client=docker_client, log=lambda _m: None)
 
         docker_client.images.remove(tag)
-        assert images._local_image(docker_client, tag) is None
-        assert images.load(folder, client=docker_client,
+        assert images.local_image(docker_client, tag) is None
+        assert archive.load(folder, client=docker_client,
                            log=lambda _m: None) == [tag]
         assert docker_client.images.get(tag).id == info["image_id"]
     finally:
@@ -284,7 +284,7 @@ def test_save_and_load_check_sums_and_ids(docker_client, test_base, tmp_path):
 
 
 def _remove(client, tag):
-    if images._local_image(client, tag) is not None:
+    if images.local_image(client, tag) is not None:
         client.images.remove(tag, force=True)
 
 
@@ -321,28 +321,28 @@ def test_a_wheelhouse_for_another_python_takes_the_locked_files(
     monkeypatch.setattr(matrix, "LOCKS_DIR", locks)
     entry = matrix.load()["tensorflow"]["tf1"]
     house = tmp_path / "wheelhouse"
-    images.make_wheelhouse("tensorflow", "tf1", entry, root=house,
+    wheelhouse.make("tensorflow", "tf1", entry, root=house,
                            log=lambda _m: None)
-    files = images.wheelhouse_files("tensorflow", "tf1", entry, house)
+    files = wheelhouse.files("tensorflow", "tf1", entry, house)
     assert sorted(files) == ["wheels/gast-0.2.2.tar.gz",
                              "wheels/termcolor-2.3.0-py3-none-any.whl"]
     # A file of an older lock is dropped; a changed lock makes it stale.
     (house / "tensorflow-tf1" / "wheels" / "stale-1.0-py3-none-any.whl").write_bytes(b"x")
-    images.make_wheelhouse("tensorflow", "tf1", entry, root=house,
+    wheelhouse.make("tensorflow", "tf1", entry, root=house,
                            log=lambda _m: None)
     assert not (house / "tensorflow-tf1" / "wheels" / "stale-1.0-py3-none-any.whl").exists()
     (locks / "tensorflow-tf1.txt").write_text(lock[0] + "\n")
-    assert images.wheelhouse_files("tensorflow", "tf1", entry, house) is None
+    assert wheelhouse.files("tensorflow", "tf1", entry, house) is None
 
 
 def test_fetch_source_checks_the_sha256(tmp_path):
     payload = tmp_path / "src.tar.bz2"
     payload.write_bytes(b"openmpi, in a manner of speaking")
     good = {"name": "src.tar.bz2", "url": payload.as_uri(),
-            "sha256": images._sha256_file(payload)}
-    path = images.fetch_source(good, tmp_path / "out", log=lambda _m: None)
+            "sha256": wheelhouse.sha256_file(payload)}
+    path = wheelhouse.fetch_source(good, tmp_path / "out", log=lambda _m: None)
     assert path.read_bytes() == payload.read_bytes()
     bad = dict(good, name="other.tar.bz2", sha256="0" * 64)
     with pytest.raises(UserError, match="does not match the matrix's 0000"):
-        images.fetch_source(bad, tmp_path / "out", log=lambda _m: None)
+        wheelhouse.fetch_source(bad, tmp_path / "out", log=lambda _m: None)
     assert not (tmp_path / "out" / "other.tar.bz2").exists()
