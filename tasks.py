@@ -319,6 +319,9 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
               f"{spec['data']['name']}")
     if dry_run:
         return
+    if resume:
+        # Before images are built or environments made.
+        conv.run_to_resume(out or conv.DEFAULT_OUT)
     conv.check_data(specs)
     pythons = conv.environments(specs)
     run_dir, _ = conv.run(specs, out or conv.DEFAULT_OUT, pythons=pythons,

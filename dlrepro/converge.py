@@ -235,7 +235,7 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
     unsupported, diverged, ...) with the same spec is kept, not rerun."""
     out = Path(out)
     if resume:
-        run_dir, record = _latest_run(out)
+        run_dir, record = run_to_resume(out)
         record.setdefault("resumed_at", []).append(results_mod.utc_now())
     else:
         run_dir = results_mod.create_run(out, "converge")
@@ -318,8 +318,10 @@ def run(specs, out=DEFAULT_OUT, *, pythons, timeout=DEFAULT_TIMEOUT_S,
     return run_dir, results
 
 
-def _latest_run(out):
-    """(folder, run.json) of the latest convergence run under `out`."""
+def run_to_resume(out):
+    """(folder, run.json) of the latest convergence run under `out`, or a
+    UserError when there is none."""
+    out = Path(out)
     if not (out / LATEST / "run.json").exists():
         raise UserError(f"no convergence run under {out} to resume; run "
                         f"without --resume")

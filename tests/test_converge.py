@@ -399,6 +399,14 @@ def test_task_bad_inputs(root, tmp_path, mnist):
                                   "least one")
     for output in (out.stdout, out.stderr):
         assert "Traceback" not in output
+    # --resume with nothing to resume: said before any image or venv is made.
+    empty = tmp_path / "empty"
+    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+                  "--synthetic", "--resume", "--out", str(empty))
+    assert out.returncode == 2
+    assert out.stderr.strip() == (f"error: no convergence run under {empty} "
+                                  f"to resume; run without --resume")
+    assert "build:" not in out.stdout
     assert not list(tmp_path.glob("converge-*"))
 
 
