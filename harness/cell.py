@@ -34,8 +34,11 @@ class Terminated(BaseException):
     """SIGTERM arrived (the host's timeout, docker stop)."""
 
 
-def _positive_int(cell, key, minimum=1, optional=False):
-    value = cell.get(key)
+# Field checks shared by the throughput cell and the convergence spec
+# (harness.converge), so that both refuse bad input in the same words.
+
+def check_integer(spec, key, minimum=1, optional=False):
+    value = spec.get(key)
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -43,31 +46,43 @@ def _positive_int(cell, key, minimum=1, optional=False):
             key, minimum, value))
 
 
+def check_fields(spec, fields, what, label):
+    """`spec` is a JSON object with exactly `fields` (`what` names it in
+    the error, `label` its fields)."""
+    if not isinstance(spec, dict):
+        raise HarnessError("{} must be a JSON object, got {!r}".format(
+            what, spec))
+    missing = [k for k in fields if k not in spec]
+    unknown = sorted(set(spec) - set(fields))
+    if missing or unknown:
+        raise HarnessError("{} fields: missing {}, unknown {}".format(
+            label, missing or "none", unknown or "none"))
+
+
+def check_placement(spec):
+    """The spec's device and runtime are known ones."""
+    if spec["device"] not in DEVICES:
+        raise HarnessError("device must be one of {}, got {!r}".format(
+            ", ".join(DEVICES), spec["device"]))
+    if spec["runtime"] not in RUNTIMES:
+        raise HarnessError("runtime must be one of {}, got {!r}".format(
+            ", ".join(RUNTIMES), spec["runtime"]))
+
+
 def validate_cell(cell):
     """Check a cell spec; returns it with its fields in canonical order."""
-    if not isinstance(cell, dict):
-        raise HarnessError("a cell must be a JSON object, got {!r}".format(cell))
-    missing = [k for k in CELL_FIELDS if k not in cell]
-    unknown = sorted(set(cell) - set(CELL_FIELDS))
-    if missing or unknown:
-        raise HarnessError("cell fields: missing {}, unknown {}".format(
-            missing or "none", unknown or "none"))
+    check_fields(cell, CELL_FIELDS, "a cell", "cell")
     if cell["framework"] not in backends.BACKENDS:
         raise HarnessError("unknown framework {!r}; valid frameworks: {}".format(
             cell["framework"], ", ".join(sorted(backends.BACKENDS))))
     networks.get(cell["network"])
-    if cell["device"] not in DEVICES:
-        raise HarnessError("device must be one of {}, got {!r}".format(
-            ", ".join(DEVICES), cell["device"]))
-    if cell["runtime"] not in RUNTIMES:
-        raise HarnessError("runtime must be one of {}, got {!r}".format(
-            ", ".join(RUNTIMES), cell["runtime"]))
+    check_placement(cell)
     for key in ("batch_size", "global_batch_size", "iterations"):
-        _positive_int(cell, key)
-    _positive_int(cell, "warmup", minimum=0)
-    _positive_int(cell, "gpus", minimum=0)
-    _positive_int(cell, "seed", minimum=0)
-    _positive_int(cell, "threads", optional=True)
+        check_integer(cell, key)
+    check_integer(cell, "warmup", minimum=0)
+    check_integer(cell, "gpus", minimum=0)
+    check_integer(cell, "seed", minimum=0)
+    check_integer(cell, "threads", optional=True)
     clocks.parse_policy(cell["clock_policy"])
     workers = max(cell["gpus"], 1)
     if cell["global_batch_size"] != cell["batch_size"] * workers:

@@ -34,15 +34,6 @@ CPU_NOTE = ("CPU workers are processes or devices sharing this machine's {} "
             "the loss curves; its speed, speedup and efficiency mean little")
 
 
-def _integer(spec, key, minimum, optional=False):
-    value = spec.get(key)
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise HarnessError("{} must be an integer >= {}, got {!r}".format(
-            key, minimum, value))
-
-
 def _validate_data(data, network):
     if not isinstance(data, dict) or data.get("source") not in DATA_SOURCES:
         raise HarnessError("data must be {{\"source\": one of {}, ...}}, got "
@@ -52,7 +43,7 @@ def _validate_data(data, network):
         raise HarnessError("{} trains on {}, not {}".format(
             network, name, data.get("name")))
     for key in ("train_samples", "test_samples"):
-        _integer(data, key, 1, optional=True)
+        cells.check_integer(data, key, 1, optional=True)
     if data["source"] == "files":
         if not isinstance(data.get("dir"), str) or not data["dir"]:
             raise HarnessError("data.dir must name the data folder")
@@ -65,14 +56,8 @@ def _validate_data(data, network):
 
 def validate(spec):
     """Check a convergence spec; returns it with defaults filled in."""
-    if not isinstance(spec, dict):
-        raise HarnessError("a convergence spec must be a JSON object, got "
-                           "{!r}".format(spec))
-    missing = [k for k in CONVERGENCE_FIELDS if k not in spec]
-    unknown = sorted(set(spec) - set(CONVERGENCE_FIELDS))
-    if missing or unknown:
-        raise HarnessError("convergence fields: missing {}, unknown {}".format(
-            missing or "none", unknown or "none"))
+    cells.check_fields(spec, CONVERGENCE_FIELDS, "a convergence spec",
+                       "convergence")
     if spec["framework"] not in parallel.PARALLEL:
         raise HarnessError("unknown framework {!r}; valid frameworks: {}".format(
             spec["framework"], ", ".join(sorted(parallel.PARALLEL))))
@@ -82,16 +67,11 @@ def validate(spec):
                            "networks: {}".format(
                                spec["network"],
                                ", ".join(sorted(datasets.NETWORK_DATASETS))))
-    if spec["device"] not in cells.DEVICES:
-        raise HarnessError("device must be one of {}, got {!r}".format(
-            ", ".join(cells.DEVICES), spec["device"]))
-    if spec["runtime"] not in cells.RUNTIMES:
-        raise HarnessError("runtime must be one of {}, got {!r}".format(
-            ", ".join(cells.RUNTIMES), spec["runtime"]))
+    cells.check_placement(spec)
     for key, minimum in (("workers", 1), ("global_batch_size", 1),
                          ("epochs", 1), ("seed", 0)):
-        _integer(spec, key, minimum)
-    _integer(spec, "threads", 1, optional=True)
+        cells.check_integer(spec, key, minimum)
+    cells.check_integer(spec, "threads", 1, optional=True)
     if clocks.parse_policy(spec["clock_policy"]).name != clocks.OBSERVE:
         # The workers run in their own processes for the whole training:
         # clocks are observed, never set, here.
