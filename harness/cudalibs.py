@@ -54,25 +54,35 @@ def find_loaded(prefix, paths):
     return None
 
 
+def cpu_sources():
+    """version_sources of a CPU cell: no CUDA library is asked."""
+    return dict((key, "cpu cell: not applicable") for key, _prefix, _symbol
+                in LIBRARIES)
+
+
 def format_cuda(code):
     """cudaRuntimeGetVersion's 11020 -> "11.2" (1000 x major + 10 x minor)."""
     return "{}.{}".format(code // 1000, code % 1000 // 10)
 
 
-def format_cudnn(code):
-    """cudnnGetVersion's 7301 -> "7.3.1" and, from cuDNN 9 on, 90100 ->
-    "9.1.0"."""
+def _major_minor_patch(code):
+    # 1000 x major + 100 x minor + patch, or, once the minor reached two
+    # digits, 10000 x major + 100 x minor + patch.
     if code >= 10000:
         return "{}.{}.{}".format(code // 10000, code // 100 % 100, code % 100)
     return "{}.{}.{}".format(code // 1000, code // 100 % 10, code % 100)
+
+
+def format_cudnn(code):
+    """cudnnGetVersion's 7301 -> "7.3.1" and, from cuDNN 9 on, 90100 ->
+    "9.1.0"."""
+    return _major_minor_patch(code)
 
 
 def format_nccl(code):
     """ncclGetVersion's 2708 -> "2.7.8" and, from NCCL 2.9 on, 21212 ->
     "2.12.12"."""
-    if code >= 10000:
-        return "{}.{}.{}".format(code // 10000, code // 100 % 100, code % 100)
-    return "{}.{}.{}".format(code // 1000, code // 100 % 10, code % 100)
+    return _major_minor_patch(code)
 
 
 def _call(library, symbol):

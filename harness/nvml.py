@@ -9,6 +9,8 @@ each (the result's environment.gpus).
 """
 import os
 
+from . import cudalibs
+
 
 class NvmlCallError(Exception):
     """An NVML call failed; `name` is NVML's error name without the
@@ -180,6 +182,6 @@ def system_versions(nvml):
     """(driver version, CUDA version the driver supports) as strings."""
     driver = _text(_value(nvml, "nvmlSystemGetDriverVersion"))
     cuda = _value(nvml, "nvmlSystemGetCudaDriverVersion")
-    # NVML encodes CUDA 12.4 as 12040.
-    cuda = "{}.{}".format(cuda // 1000, cuda % 1000 // 10) if cuda else None
+    # NVML encodes CUDA 12.4 as 12040, as the CUDA runtime does.
+    cuda = cudalibs.format_cuda(cuda) if cuda else None
     return driver, cuda

@@ -204,9 +204,7 @@ def versions(device):
             "framework_build": {"distribution": wheel[0] if wheel else None,
                                 "module_version": C.__version__}}
     if device != "gpu":
-        info["version_sources"] = dict(
-            (key, "cpu cell: not applicable") for key in ("cuda", "cudnn",
-                                                          "nccl"))
+        info["version_sources"] = cudalibs.cpu_sources()
         return info
     found, sources = cudalibs.library_versions(
         fallback=_loaded("libCntk.Core"))

@@ -50,9 +50,7 @@ def versions(device):
         info.update(found)
         info["version_sources"] = sources
     else:
-        info["version_sources"] = dict(
-            (key, "cpu cell: not applicable") for key in ("cuda", "cudnn",
-                                                          "nccl"))
+        info["version_sources"] = cudalibs.cpu_sources()
     return info
 
 

@@ -7,6 +7,7 @@ torch.compile is left out because the paper times the framework as shipped.
 """
 import math
 
+from .. import cudalibs
 from .. import networks as nets
 from ..errors import HarnessError
 
@@ -28,7 +29,7 @@ def versions(device):
     if device == "gpu":
         info["cuda"] = torch.version.cuda
         cudnn = torch.backends.cudnn.version()
-        info["cudnn"] = _dotted(cudnn) if cudnn else None
+        info["cudnn"] = cudalibs.format_cudnn(cudnn) if cudnn else None
         try:
             nccl = torch.cuda.nccl.version()
             info["nccl"] = ".".join(str(v) for v in nccl) if isinstance(
@@ -36,13 +37,6 @@ def versions(device):
         except Exception:  # built without NCCL
             info["nccl"] = None
     return info
-
-
-def _dotted(cudnn):
-    # cuDNN reports 90100 for 9.1.0 (and 8902 for 8.9.2 in older releases).
-    if cudnn >= 10000:
-        return "{}.{}.{}".format(cudnn // 10000, cudnn // 100 % 100, cudnn % 100)
-    return "{}.{}.{}".format(cudnn // 1000, cudnn // 100 % 10, cudnn % 100)
 
 
 def configure(threads, device, seed):
