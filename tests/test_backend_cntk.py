@@ -16,13 +16,13 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import cntkenv
 import jsonschema
 import layer_reference as ref
 import pytest
+from probes import loss_probe, run_probe
 
 from harness import networks as nets
 from harness.backends import cntk as backend
@@ -179,15 +179,6 @@ def cntk_python():
     return str(cntkenv.python())
 
 
-def run_probe(python, root, code):
-    env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run([python, "-s", "-c", textwrap.dedent(code)],
-                          cwd=root, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 NETWORKS_PROBE = """
     import json
     from harness import threads, networks as nets
@@ -284,20 +275,7 @@ def test_cntk_subsample_shortcut_matches_the_reference(conventions):
     assert result["y"] == pytest.approx(ref.subsample(x, 2) + [0.0] * 27)
 
 
-LOSS_PROBE = """
-    import json
-    from harness import threads, networks as nets, data
-    threads.apply(2)
-    from harness.backends import cntk as backend
-    backend.configure(2, "cpu", 0)
-    out = {}
-    for name in ("fcn-r", "alexnet-r", "lstm"):
-        network = nets.get(name)
-        session = backend.prepare(network, 16, "cpu", 0,
-                                  batch=data.fixed_batch(network, 16, 1))
-        out[name] = [session.step() for _ in range(6)]
-    print(json.dumps(out))
-"""
+LOSS_PROBE = loss_probe("cntk")
 
 
 @pytest.fixture(scope="module")

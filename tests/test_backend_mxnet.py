@@ -6,11 +6,11 @@ import math
 import os
 import subprocess
 import sys
-import textwrap
 
 import jsonschema
 import layer_reference as ref
 import pytest
+from probes import loss_probe, run_probe
 
 from harness import networks as nets
 from harness.backends import mxnet as backend
@@ -23,16 +23,6 @@ def mxnet_python(root):
     from dlrepro import envs, matrix
     entry = matrix.entry(matrix.load(), "mxnet", "cpu")
     return str(envs.ensure("mxnet", "cpu", entry, log=lambda *args: None))
-
-
-def run_probe(python, root, code, *args):
-    """Run `code` in the MXNet environment; it prints one JSON line last."""
-    env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run([python, "-s", "-c", textwrap.dedent(code)]
-                          + list(args), cwd=root, env=env, capture_output=True,
-                          text=True, timeout=PROBE_TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 # --- without MXNet ------------------------------------------------------------
@@ -216,20 +206,7 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
 
 # --- training -------------------------------------------------------------------
 
-LOSS_PROBE = """
-    import json
-    from harness import threads, networks as nets, data
-    threads.apply(2)
-    from harness.backends import mxnet as backend
-    backend.configure(2, "cpu", 0)
-    out = {}
-    for name in ("fcn-r", "alexnet-r", "lstm"):
-        network = nets.get(name)
-        session = backend.prepare(network, 16, "cpu", 0,
-                                  batch=data.fixed_batch(network, 16, 1))
-        out[name] = [session.step() for _ in range(6)]
-    print(json.dumps(out))
-"""
+LOSS_PROBE = loss_probe("mxnet")
 
 
 @pytest.fixture(scope="module")
