@@ -44,7 +44,8 @@ def _print_side_by_side(report, pairs):
 def list_(c):
     """List frameworks and their profiles, networks, and suites."""
     from harness import networks
-    from dlrepro import matrix, suites
+    from dlrepro import matrix
+    from dlrepro.bench import suites
     m = matrix.load()
     print("frameworks (profiles):")
     for framework in matrix.frameworks(m):
@@ -63,7 +64,8 @@ def list_(c):
 @user_errors
 def env(c, framework, profile="cpu"):
     """Create or refresh a framework's native virtual environment."""
-    from dlrepro import envs, matrix
+    from dlrepro import matrix
+    from dlrepro.images import envs
     m = matrix.load()
     entry = matrix.entry(m, framework, profile)
     reason = envs.unavailable_reason(entry, framework, profile)
@@ -110,7 +112,11 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           clock_policy="observe", python=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from rich.console import Console
-    from dlrepro import bench as bench_mod, matrix, plan, progress, report
+    from dlrepro import matrix
+    from dlrepro.bench import runner as bench_mod
+    from dlrepro.bench import plan
+    from dlrepro.run import progress
+    from dlrepro.bench import report
     m = matrix.load()
     if device not in (None, "cpu", "gpu"):
         raise UserError(f"--device must be cpu or gpu, got {device!r}")
@@ -136,7 +142,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         clocks.parse_policy(clock_policy)
     except HarnessError as exc:
         raise UserError(f"--clock-policy: {exc}")
-    from dlrepro import runtimes
+    from dlrepro.run import runtimes
     if runtime not in runtimes.RUNTIMES:
         raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
                         f"{', '.join(sorted(runtimes.RUNTIMES))}")
@@ -175,7 +181,8 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
 def report(c, run="latest", out="results", json=False):
     """Summarise a finished (or interrupted) run as a table."""
     import json as json_mod
-    from dlrepro import report as report_mod, results
+    from dlrepro.bench import report as report_mod
+    from dlrepro.run import runfolder as results
     run_dir = results.resolve_run(out, run)
     record, pairs = results.load_run_results(run_dir)
     rows = report_mod.summary_rows(pairs)
@@ -193,7 +200,8 @@ def report(c, run="latest", out="results", json=False):
 @user_errors
 def compare(c, run="latest", out="results"):
     """Set a run's single-GPU results beside the 2016 figures (then vs now)."""
-    from dlrepro import compare as compare_mod, results
+    from dlrepro.bench import compare as compare_mod
+    from dlrepro.run import runfolder as results
     run_dir = results.resolve_run(out, run)
     _, pairs = results.load_run_results(run_dir)
     _print_lines(compare_mod.format_rows(
@@ -218,7 +226,8 @@ def test(c, k="", x=False):
 @user_errors
 def overhead(c, rounds=10, block=5, threads=None):
     """Measure the harness's overhead against a hand-written PyTorch loop."""
-    from dlrepro import ROOT, envs, hostinfo, matrix
+    from dlrepro import ROOT, hostinfo, matrix
+    from dlrepro.images import envs
     m = matrix.load()
     python = envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"])
     threads = threads or hostinfo.usable_cpus()
@@ -237,13 +246,13 @@ def overhead(c, rounds=10, block=5, threads=None):
 @user_errors
 def gpu_restore(c, state=None, run=None, out="results"):
     """Restore GPU clocks that a killed cell left changed (needs root)."""
-    from dlrepro import gpu_restore as restore_mod
+    from dlrepro.run import gpu_restore as restore_mod
     for line in restore_mod.restore(state=state, run=run, out=out):
         print(line)
 
 
 # --- data and convergence (issue 6) ----------------------------------------------
-# Thin tasks over dlrepro.datasets and dlrepro.converge; see docs/convergence.md.
+# Thin tasks over dlrepro.converge.datasets and dlrepro.converge.runner; see docs/convergence.md.
 
 @task(auto_shortflags=False,
       help={"dataset": "mnist, cifar10 or ptb",
@@ -253,7 +262,7 @@ def gpu_restore(c, state=None, run=None, out="results"):
 @user_errors
 def data(c, dataset, data_dir=None, mirror=None, check=False):
     """Download a dataset's official files (verified), or check them."""
-    from dlrepro import datasets
+    from dlrepro.converge import datasets
     folder = data_dir or datasets.DEFAULT_DATA_DIR
     if not check:
         datasets.download(dataset, folder, mirror=mirror,
@@ -296,7 +305,7 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
              target_loss=None, device=None, threads=None, seed=0, out=None,
              timeout=None, runtime="docker", resume=False, dry_run=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
-    from dlrepro import converge as conv
+    from dlrepro.converge import runner as conv
     if not network:
         raise UserError(f"name at least one --network: "
                         f"{', '.join(conv.NETWORKS)}")
@@ -333,7 +342,7 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
     print(f"results: {run_dir}")
 
 
-# --- images (issue 3): dlrepro.render, dlrepro.images, dlrepro.pylock -------------
+# --- images (issue 3): dlrepro.images.render, dlrepro.images.build, dlrepro.images.pylock -------------
 # Targets: --framework NAME (its cpu profile unless --profile), or --all
 # (every framework and profile, narrowed by --framework/--profile).
 
@@ -354,7 +363,9 @@ _TARGETS_HELP = {
 def render(c, framework, profile="cpu", base_image="", index=False,
            ca_bundle=False):
     """Print the Dockerfile of a framework image (same inputs, same bytes)."""
-    from dlrepro import images, matrix, render as render_mod
+    from dlrepro import matrix
+    from dlrepro.images import build as images
+    from dlrepro.images import render as render_mod
     m = matrix.load()
     entry = matrix.entry(m, framework, profile)
     base, _pin = images.base_reference(entry, base_image or None)
@@ -382,7 +393,8 @@ def build(c, framework=None, profile="", all=False, base_image=None,
 
     The tag derives from the recipe's hash, so an unchanged image is not
     rebuilt; the wheelhouse is downloaded first when missing."""
-    from dlrepro import images, matrix
+    from dlrepro import matrix
+    from dlrepro.images import build as images
     m = matrix.load()
     pairs = images.targets(m, framework, profile or None, all)
     overrides = base_image or []
@@ -411,7 +423,9 @@ def wheelhouse(c, framework=None, profile="", all=False):
 
     Exactly the files of the lock (and the matrix's `sources`), every
     sha256 checked."""
-    from dlrepro import images, matrix, wheelhouse as wheelhouse_mod
+    from dlrepro import matrix
+    from dlrepro.images import build as images
+    from dlrepro.images import wheelhouse as wheelhouse_mod
     m = matrix.load()
     for fw, prof in images.targets(m, framework, profile or None, all):
         print(wheelhouse_mod.make(fw, prof, m[fw][prof]))
@@ -426,7 +440,8 @@ def lock(c, image=None):
 
     Resolves each to its registry digest (or, for a local-only image, its
     image ID); builds use the pins and --locked requires them."""
-    from dlrepro import images, matrix
+    from dlrepro import matrix
+    from dlrepro.images import build as images
     names = image or images.matrix_bases(matrix.load())
     failures = images.lock_bases(names)
     if failures:
@@ -446,7 +461,9 @@ def save(c, framework=None, profile="", all=False, image=None,
 
     Writes one tar per image, SHA256SUMS and images.json: upstream base
     tags get deleted, an archive keeps the exact image."""
-    from dlrepro import archive, images, matrix
+    from dlrepro import matrix
+    from dlrepro.images import archive
+    from dlrepro.images import build as images
     m = matrix.load()
     refs = list(image or [])
     if framework or all:
@@ -469,7 +486,7 @@ def save(c, framework=None, profile="", all=False, image=None,
 @user_errors
 def load(c, dir="images", image=None):
     """Load archived images after checking their SHA256SUMS and IDs."""
-    from dlrepro import archive
+    from dlrepro.images import archive
     archive.load(dir, image or None)
 
 
@@ -482,7 +499,9 @@ def pin(c, framework=None, profile="", all=False, host=False):
 
     dockerfiles/requirements/<framework>-<profile>.txt from the matrix's
     `pip`, or with --host requirements/host.txt from requirements/host.in."""
-    from dlrepro import ROOT, images, matrix, pylock
+    from dlrepro import ROOT, matrix
+    from dlrepro.images import build as images
+    from dlrepro.images import pylock
     if host:
         text = pylock.host_lock_text(ROOT / "requirements" / "host.in")
         (ROOT / "requirements" / "host.txt").write_text(text)

@@ -4,7 +4,7 @@ SVG plot and the convergence figures (docs/convergence.md defines them).
 Default: fcn-r (MNIST-format files) and alexnet-r (CIFAR-10-format files),
 a few thousand generated samples, 3 epochs, 1 and 2 workers, in every
 framework that has a data-parallel module here, on the CPU. The files are
-generated in the exact official formats (dlrepro.datasets.generate) and
+generated in the exact official formats (dlrepro.converge.datasets.generate) and
 read through the same verified readers as the real ones, against the
 checksums of the generated files (the results say `-custom`).
 
@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlrepro import converge, datasets, svgplot  # noqa: E402
+from dlrepro.converge import runner as converge
+from dlrepro.converge import datasets
+from dlrepro import svgplot  # noqa: E402
 from dlrepro.errors import UserError  # noqa: E402
 from harness import datasets as hd, parallel  # noqa: E402
 

@@ -28,9 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlrepro import images, matrix, wheelhouse  # noqa: E402
-from dlrepro.runtimes import get  # noqa: E402
-from dlrepro.runtimes.docker import cpuset  # noqa: E402
+from dlrepro import matrix
+from dlrepro.images import build as images
+from dlrepro import wheelhouse  # noqa: E402
+from dlrepro.run.runtimes import get  # noqa: E402
+from dlrepro.run.runtimes.docker import cpuset  # noqa: E402
 from harness import resultfile  # noqa: E402
 
 BENCH_PREFIX = "dlrepro-docker-bench"

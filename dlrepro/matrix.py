@@ -3,9 +3,9 @@ import copy
 import re
 import tomllib
 
-from . import ROOT
-from .errors import UserError
-from .pylock import check_pinned
+from dlrepro import ROOT
+from dlrepro.errors import UserError
+from dlrepro.images.pylock import check_pinned
 
 MATRIX_PATH = ROOT / "dockerfiles" / "matrix.toml"
 LOCKS_DIR = ROOT / "dockerfiles" / "requirements"

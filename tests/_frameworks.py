@@ -5,7 +5,8 @@ native environment, its image's Python (tests/cntkenv.py)."""
 import pytest
 
 import cntkenv
-from dlrepro import envs, matrix
+from dlrepro import matrix
+from dlrepro.images import envs
 
 
 @pytest.fixture(scope="session")

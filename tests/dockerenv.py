@@ -11,7 +11,8 @@ import os
 
 import pytest
 
-from dlrepro import images, matrix
+from dlrepro import matrix
+from dlrepro.images import build as images
 from dlrepro.errors import UserError
 
 BASE_IMAGE = os.environ.get("DLREPRO_TEST_BASE_IMAGE",

@@ -20,7 +20,8 @@ PROBE_TIMEOUT = 900
 
 @pytest.fixture(scope="module")
 def mxnet_python(root):
-    from dlrepro import envs, matrix
+    from dlrepro import matrix
+    from dlrepro.images import envs
     entry = matrix.entry(matrix.load(), "mxnet", "cpu")
     return str(envs.ensure("mxnet", "cpu", entry, log=lambda *args: None))
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from dlrepro import envs, matrix
+from dlrepro import matrix
+from dlrepro.images import envs
 from harness import networks as nets
 from harness.backends import tensorflow as tfb
 from harness.errors import HarnessError

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness import networks, provenance
-from dlrepro import envs, matrix, results
+from dlrepro import matrix
+from dlrepro.images import envs
+from dlrepro.run import runfolder as results
 
 INVOKE = str(Path(sys.executable).parent / "invoke")
 

@@ -24,7 +24,8 @@ TESTS = os.path.join(ROOT, "tests")
 @functools.lru_cache(maxsize=1)
 def torch_python():
     """The PyTorch CPU environment, made from its lock on first use."""
-    from dlrepro import envs, matrix
+    from dlrepro import matrix
+    from dlrepro.images import envs
     m = matrix.load()
     return str(envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"],
                            log=lambda _: None))

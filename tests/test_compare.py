@@ -1,7 +1,7 @@
 """Then vs now: matching our results to the 2016 reference records."""
 import pytest
 
-from dlrepro import compare
+from dlrepro.bench import compare
 
 
 def pair(framework, network, batch, mean, device="gpu", status="ok"):

@@ -16,8 +16,8 @@ import jsonschema
 import pytest
 
 from _frameworks import framework_python  # noqa: F401 (a fixture)
-from dlrepro import converge as conv
-from dlrepro import datasets as dd
+from dlrepro.converge import runner as conv
+from dlrepro.converge import datasets as dd
 from dlrepro.errors import UserError
 from harness import converge as hconverge
 from harness import figures, resultfile
@@ -205,7 +205,7 @@ def _max_relative(a, b):
 
 @pytest.fixture(scope="module", params=FRAMEWORKS)
 def trained(request, mnist, tmp_path_factory, framework_python):
-    """1 and 2 workers of one framework, run through dlrepro.converge."""
+    """1 and 2 workers of one framework, run through dlrepro.converge.runner."""
     framework = request.param
     data_dir, checksums = mnist
     out = tmp_path_factory.mktemp("results")
@@ -475,7 +475,7 @@ def test_resume_keeps_finished_runs_and_reruns_the_rest(trained, tmp_path):
     """A run killed during its second worker count: --resume keeps the
     first result as it was and trains only the missing one."""
     import shutil
-    from dlrepro import results as results_mod
+    from dlrepro.run import runfolder as results_mod
     framework, run_dir, results, pythons = trained
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from _frameworks import framework_python  # noqa: F401 (a fixture)
-from dlrepro import datasets as dd
+from dlrepro.converge import datasets as dd
 from dlrepro.errors import UserError
 from harness import datasets as hd
 from harness.errors import HarnessError

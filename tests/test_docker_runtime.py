@@ -18,7 +18,7 @@ import pytest
 
 from dlrepro import ROOT, matrix
 from dlrepro.errors import UserError
-from dlrepro.runtimes import docker as docker_runtime, get
+from dlrepro.run.runtimes import docker as docker_runtime, get
 from harness import resultfile
 from harness.provenance import harness_digest
 
@@ -248,7 +248,8 @@ def test_convergence_runs_in_images_with_the_data_mounted(
     """`invoke converge --runtime docker`'s path: PyTorch (torchrun) and
     CNTK (mpirun) train on generated MNIST files mounted read-only into
     their images, 1 and 2 workers, results on the host."""
-    from dlrepro import converge as conv, datasets as dd
+    from dlrepro.converge import runner as conv
+    from dlrepro.converge import datasets as dd
     monkeypatch.setenv("DLREPRO_IMAGE_PREFIX", PREFIX)
     monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
     data_dir = tmp_path / "data"

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import fake_nvml
-from dlrepro import gpu_restore
+from dlrepro.run import gpu_restore
 from dlrepro.errors import UserError
 from harness import clocks
 from harness.nvml import Nvml, device_info

@@ -34,7 +34,8 @@ import pytest
 
 import cntkenv
 import tf1_venv
-from dlrepro import envs, matrix
+from dlrepro import matrix
+from dlrepro.images import envs
 from harness import backends, networks as nets
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,7 +17,11 @@ import sys
 
 import pytest
 
-from dlrepro import archive, images, matrix, render, wheelhouse
+from dlrepro import matrix
+from dlrepro.images import archive
+from dlrepro.images import build as images
+from dlrepro.images import render
+from dlrepro.images import wheelhouse
 from dlrepro.errors import UserError
 
 from dockerenv import (BASE_IMAGE, BIONIC_IMAGE, PREFIX,  # noqa: F401 fixtures

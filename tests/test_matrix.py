@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from dlrepro import matrix, pylock
+from dlrepro import matrix
+from dlrepro.images import pylock
 from dlrepro.errors import UserError
 
 PROFILES = {
@@ -202,7 +203,7 @@ def _item(name, version, requires_python=None, requires_dist=()):
 
 
 def test_cross_resolution_checks_requires_python_and_target_markers():
-    """pip resolving for another Python ignores both; dlrepro.pylock checks
+    """pip resolving for another Python ignores both; dlrepro.images.pylock checks
     them against the target (found when Python 3.7's wheelhouse failed)."""
     target = pylock.Target("3.7", "2.27")
     installs = [

@@ -1,7 +1,9 @@
 """Planning: suite x flags -> cells, with narrowing, overrides and skips."""
 import pytest
 
-from dlrepro import matrix, plan, suites
+from dlrepro import matrix
+from dlrepro.bench import plan
+from dlrepro.bench import suites
 from dlrepro.errors import UserError
 
 M = matrix.load()

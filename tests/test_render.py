@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro import images, matrix, render
+from dlrepro import matrix
+from dlrepro.images import build as images
+from dlrepro.images import render
 from dlrepro.errors import UserError
 
 HADOLINT = Path(sys.executable).parent / "hadolint"

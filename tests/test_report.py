@@ -1,5 +1,5 @@
 """Tables from results: summary rows and the side-by-side comparison."""
-from dlrepro import report
+from dlrepro.bench import report
 
 
 def pair(framework, network, status="ok", mean=0.25, threads=2):

@@ -1,7 +1,7 @@
 """Suite files: the shipped ones load; malformed ones are named and explained."""
 import pytest
 
-from dlrepro import suites
+from dlrepro.bench import suites
 from dlrepro.errors import UserError
 
 

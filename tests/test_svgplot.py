@@ -2,7 +2,7 @@
 import math
 import xml.etree.ElementTree as ET
 
-from dlrepro import svgplot
+from dlrepro.converge import svgplot
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro import matrix, plan, results, sweep
-from dlrepro.runtimes import Launch
+from dlrepro import matrix
+from dlrepro.bench import plan
+from dlrepro.run import runfolder as results
+from dlrepro.run import sweep
+from dlrepro.run.runtimes import Launch
 
 MODES = {"fcn5": "ok", "fcn8": "slow", "alexnet": "stubborn",
          "resnet50": "crash", "lstm32": "kill", "lstm64": "invalid",

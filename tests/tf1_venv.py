@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro import envs
+from dlrepro.images import envs
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "tests" / "locks" / "tensorflow-1.15-cpu.txt"

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import ROOT, matrix as matrix_mod
-from .errors import UserError
+from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro.errors import UserError
 
 VENVS_DIR = ROOT / ".venvs"
 

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import UserError
+from dlrepro.errors import UserError
 
 # pip retries each index 5 times by default; an index that cannot be reached
 # at all (download.pytorch.org behind some proxies) then costs ~8 s per

@@ -16,8 +16,10 @@ from pathlib import Path
 from harness import provenance, resultfile
 from harness.cell import new_result
 
-from . import gpu_restore, matrix as matrix_mod, results
-from .errors import UserError
+from dlrepro import matrix as matrix_mod
+from dlrepro.run import gpu_restore
+from dlrepro.run import runfolder as results
+from dlrepro.errors import UserError
 
 # Seconds the harness gets after SIGTERM to write its partial result.
 GRACE_S = 30

@@ -8,8 +8,8 @@ batches. The comparison is labelled accordingly.
 """
 import json
 
-from . import ROOT
-from .errors import UserError
+from dlrepro import ROOT
+from dlrepro.errors import UserError
 
 REFERENCE = ROOT / "benchmarks" / "reference" / "dlbench-2016-raw.json"
 

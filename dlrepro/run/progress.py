@@ -3,7 +3,7 @@ cell elsewhere (CI logs, pipes)."""
 import sys
 import time
 
-from .sweep import Events
+from dlrepro.run.sweep import Events
 
 
 def _eta(started, done, total):

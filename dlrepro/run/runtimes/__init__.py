@@ -16,11 +16,11 @@ care which it drives:
 import importlib
 from typing import Callable, NamedTuple, Optional
 
-from ..errors import UserError
+from dlrepro.errors import UserError
 
 RUNTIMES = {
-    "native": "dlrepro.runtimes.native",
-    "docker": "dlrepro.runtimes.docker",
+    "native": "dlrepro.run.runtimes.native",
+    "docker": "dlrepro.run.runtimes.docker",
 }
 
 

@@ -1,7 +1,11 @@
 """`invoke bench`: suite + flags -> plan -> sweep -> results folder."""
-from . import hostinfo, matrix as matrix_mod, plan as plan_mod, results
-from . import runtimes, suites, sweep
-from .errors import UserError
+from dlrepro import hostinfo, matrix as matrix_mod
+from dlrepro.bench import plan as plan_mod
+from dlrepro.run import runfolder as results
+from dlrepro.run import runtimes
+from dlrepro.bench import suites
+from dlrepro.run import sweep
+from dlrepro.errors import UserError
 
 
 def parse_count(value, flag, minimum=1):

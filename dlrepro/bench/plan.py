@@ -8,8 +8,8 @@ from typing import NamedTuple, Optional
 
 from harness.cell import CELL_FIELDS
 
-from . import matrix as matrix_mod
-from .errors import UserError
+from dlrepro import matrix as matrix_mod
+from dlrepro.errors import UserError
 
 CLOCK_POLICY_DEFAULT = "observe"
 

@@ -16,8 +16,8 @@ from pathlib import Path
 from harness import clocks, resultfile
 from harness.nvml import Nvml
 
-from . import results
-from .errors import UserError
+from dlrepro.run import runfolder as results
+from dlrepro.errors import UserError
 
 STATE_GLOB = "*.clock-state.json"
 

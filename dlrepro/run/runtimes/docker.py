@@ -23,9 +23,10 @@ from pathlib import Path
 
 from harness import clocks
 
-from .. import ROOT, images, matrix as matrix_mod
-from ..errors import UserError
-from . import Launch
+from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro.images import build as images
+from dlrepro.errors import UserError
+from dlrepro.run.runtimes import Launch
 
 HARNESS_IN_CONTAINER = "/opt/dlrepro/harness"
 RESULTS_IN_CONTAINER = "/results"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness import resultfile
 
-from .errors import UserError
+from dlrepro.errors import UserError
 
 RUN_SCHEMA_VERSION = 1
 LATEST = "latest"

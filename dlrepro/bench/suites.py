@@ -23,8 +23,8 @@ from pathlib import Path
 
 from harness import networks
 
-from . import ROOT
-from .errors import UserError
+from dlrepro import ROOT
+from dlrepro.errors import UserError
 
 SUITES_DIR = ROOT / "benchmarks" / "suites"
 

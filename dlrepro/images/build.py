@@ -1,5 +1,5 @@
 """Framework images: build, labels, base-image lock (the wheelhouse is
-dlrepro.wheelhouse, save/load dlrepro.archive).
+dlrepro.images.wheelhouse, save/load dlrepro.images.archive).
 
 An image's tag derives from the hash of its recipe (matrix entry, the
 templates it uses, the Dockerfile rendered from them, its lock file, its
@@ -27,9 +27,10 @@ import tomllib
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from . import ROOT, matrix as matrix_mod, render, show_path
-from . import wheelhouse as wheelhouse_mod
-from .errors import UserError
+from dlrepro import ROOT, matrix as matrix_mod, show_path
+from dlrepro.images import render
+from dlrepro.images import wheelhouse as wheelhouse_mod
+from dlrepro.errors import UserError
 
 BUILD_DIR = ROOT / "build"
 BASE_LOCK_PATH = ROOT / "dockerfiles" / "base-images.lock"
@@ -278,7 +279,7 @@ def plan(framework, profile, matrix, *, base_image=None, locked=False,
                         f"load the pinned one, or run `invoke lock --image {name}`")
     lock_bytes = lock_path.read_bytes()
     # The canonical (offline) Dockerfile as well as its inputs: a change in
-    # how dlrepro.render fills the templates changes the image too. The
+    # how dlrepro.images.render fills the templates changes the image too. The
     # source of the packages (wheelhouse or index, CA) does not: the lock's
     # hashes fix the bytes either way.
     recipe_text = render.render(framework, profile, entry,

@@ -9,8 +9,9 @@ from typing import NamedTuple
 
 import jinja2
 
-from . import ROOT, matrix as matrix_mod, pylock
-from .errors import UserError
+from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro.images import pylock
+from dlrepro.errors import UserError
 
 TEMPLATES_DIR = ROOT / "dockerfiles" / "templates"
 BASE_TEMPLATE = "base.Dockerfile.j2"
@@ -64,7 +65,7 @@ def template_files(framework, templates_dir=None):
 def static_labels(framework, profile, entry, base, lock_sha256):
     """Labels every build of this recipe carries (OCI names where OCI has
     one). Build-time facts (recipe hash, creation time, base image ID) are
-    added by dlrepro.images."""
+    added by dlrepro.images.build."""
     return {
         "org.opencontainers.image.title": f"dlrepro-{framework}-{profile}",
         "org.opencontainers.image.description":

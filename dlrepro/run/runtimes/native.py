@@ -1,8 +1,9 @@
 """The native runtime: the harness in a per-framework virtual environment."""
 import os
 
-from .. import ROOT, envs, matrix as matrix_mod
-from . import Launch
+from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro.images import envs
+from dlrepro.run.runtimes import Launch
 
 
 class Runtime:

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from harness.resultfile import write_atomic
 
-from . import ROOT, matrix as matrix_mod, pylock, show_path
-from .errors import UserError
+from dlrepro import ROOT, matrix as matrix_mod, show_path
+from dlrepro.images import pylock
+from dlrepro.errors import UserError
 
 DEFAULT_ROOT = ROOT / "wheelhouse"
 

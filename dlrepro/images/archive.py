@@ -14,9 +14,10 @@ from pathlib import Path
 
 from harness.resultfile import write_atomic
 
-from . import images, show_path
-from .errors import UserError
-from .wheelhouse import sha256_file
+from dlrepro import show_path
+from dlrepro.images import build as images
+from dlrepro.errors import UserError
+from dlrepro.images.wheelhouse import sha256_file
 
 SUMS_NAME = "SHA256SUMS"
 MANIFEST_NAME = "images.json"

@@ -20,8 +20,8 @@ from pathlib import Path
 from harness import datasets as hd
 from harness.errors import HarnessError
 
-from . import ROOT
-from .errors import UserError
+from dlrepro import ROOT
+from dlrepro.errors import UserError
 
 DEFAULT_DATA_DIR = ROOT / "data"
 CHUNK = 1 << 16

@@ -22,10 +22,12 @@ from harness import datasets as hd
 from harness import figures, resultfile
 from harness.errors import HarnessError
 
-from . import ROOT, matrix as matrix_mod, results as results_mod, sweep
-from .datasets import DEFAULT_DATA_DIR
-from .errors import UserError
-from .runtimes import Launch
+from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro.run import runfolder as results_mod
+from dlrepro.run import sweep
+from dlrepro.converge.datasets import DEFAULT_DATA_DIR
+from dlrepro.errors import UserError
+from dlrepro.run.runtimes import Launch
 
 DEFAULT_OUT = ROOT / "results"
 LATEST = "latest-converge"
@@ -216,7 +218,7 @@ def environments(specs, log=print, runtime=None):
     """{(framework, profile): where it runs, or why it cannot run here (a
     str)}: a python (a Path) natively, the docker runtime with its image
     ready otherwise. Makes the environments or images the specs need."""
-    from . import runtimes
+    from dlrepro.run import runtimes
     runtime = runtime or runtimes.get(specs[0]["runtime"] if specs
                                       else "native")
     runtime.check()
