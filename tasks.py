@@ -17,14 +17,31 @@ signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 
 def user_errors(fn):
-    """Turn dlrepro's UserError into invoke's Exit (message, status 2)."""
+    """Turn dlrepro's UserError into invoke's Exit (message, status 2), and
+    Ctrl-C into a line saying what was kept and how to resume (status 130,
+    as shells report SIGINT)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from dlrepro.run.pipeline import Interrupted
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
             raise Exit(f"error: {exc}", code=2)
+        except Interrupted as exc:
+            raise Exit(f"{exc}; the running job was stopped; continue with "
+                       f"the same command and --resume", code=130)
+        except KeyboardInterrupt:
+            raise Exit("interrupted before any job ran; nothing to keep",
+                       code=130)
     return wrapper
+
+
+def required(value, flag):
+    """Invoke takes a positional argument's `--help` as its value, so
+    required values are flags with a None default, checked here."""
+    if value is None:
+        raise UserError(f"{flag} is required (see --help)")
+    return value
 
 
 def _print_lines(lines):
@@ -59,13 +76,15 @@ def list_(c):
         print(f"  {name:<22} {suites.load(name)['description']}")
 
 
-@task(help={"framework": "framework whose native environment to make",
+@task(positional=[],
+      help={"framework": "framework whose native environment to make",
             "profile": "matrix profile (default: cpu)"})
 @user_errors
-def env(c, framework, profile="cpu"):
+def env(c, framework=None, profile="cpu"):
     """Create or refresh a framework's native virtual environment."""
     from dlrepro import matrix
     from dlrepro.images import envs
+    framework = required(framework, "--framework")
     m = matrix.load()
     entry = matrix.entry(m, framework, profile)
     reason = envs.unavailable_reason(entry, framework, profile)
@@ -111,67 +130,35 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           resume=False, dry_run=False, timeout=None, seed="0",
           clock_policy="observe", python=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
-    from rich.console import Console
     from dlrepro import matrix
-    from dlrepro.bench import runner as bench_mod
-    from dlrepro.bench import plan
-    from dlrepro.run import progress
-    from dlrepro.bench import report
+    from dlrepro.bench import plan, report, runner
+    from dlrepro.run import pipeline, progress, runtimes
     m = matrix.load()
-    if device not in (None, "cpu", "gpu"):
-        raise UserError(f"--device must be cpu or gpu, got {device!r}")
-    options = plan.Options(
-        frameworks=bench_mod.select_frameworks(m, framework or (), all),
-        profile=profile,
-        networks=tuple(n for value in network or () for n in value.split(",")),
-        batch_sizes=bench_mod.parse_counts(batch_size, "--batch-size"),
-        device=device,
-        threads=bench_mod.parse_counts(threads, "--threads"),
-        iterations=(bench_mod.parse_count(iterations, "--iterations")
-                    if iterations is not None else None),
-        warmup=(bench_mod.parse_count(warmup, "--warmup", minimum=0)
-                if warmup is not None else None),
-        runtime=runtime,
-        seed=bench_mod.parse_count(seed, "--seed", minimum=0),
-        clock_policy=clock_policy,
-        timeout_s=(bench_mod.parse_count(timeout, "--timeout")
-                   if timeout is not None else None))
-    from harness import clocks
-    from harness.errors import HarnessError
-    try:
-        clocks.parse_policy(clock_policy)
-    except HarnessError as exc:
-        raise UserError(f"--clock-policy: {exc}")
-    from dlrepro.run import runtimes
-    if runtime not in runtimes.RUNTIMES:
-        raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
-                        f"{', '.join(sorted(runtimes.RUNTIMES))}")
-    for name in options.networks:
-        from harness import networks
-        if name not in networks.NETWORKS:
-            raise UserError(f"unknown network {name!r}; valid networks: "
-                            f"{', '.join(sorted(networks.NETWORKS))}")
-    suite_data, cells = bench_mod.make_plan(suite, options, m,
-                                            bench_mod.current_host())
+    options = plan.options(
+        m, framework=framework, all_frameworks=all, profile=profile,
+        network=network, batch_size=batch_size, device=device,
+        threads=threads, iterations=iterations, warmup=warmup,
+        runtime=runtime, seed=seed, clock_policy=clock_policy,
+        timeout=timeout)
+    suite_data, jobs = runner.make_plan(suite, options, m,
+                                        runner.current_host())
     if dry_run:
-        _print_lines(plan.format_plan(cells))
+        _print_lines(plan.format_plan(jobs))
         return
-    command = shlex.join(["invoke"] + sys.argv[1:])
-    runtime_options = {"python": python} if python else {}
-    console = Console()
-    if console.is_terminal:
-        with progress.LiveEvents(console) as events:
-            run_dir = bench_mod.run(suite_data, cells, options, m, out, resume,
-                                    command, events, runtime_options)
-    else:
-        run_dir = bench_mod.run(suite_data, cells, options, m, out, resume,
-                                command, progress.LineEvents(),
-                                runtime_options)
-    record, pairs = bench_mod.summary(run_dir, {c.id for c in cells})
+    runtime_ = runtimes.get(runtime, matrix=m,
+                            **({"python": python} if python else {}))
+    run = runner.run_of(suite_data, jobs, out, _command(), resume)
+    with progress.events() as events:
+        run_dir = pipeline.start(run, runtime_, m, events)
+    record, pairs = runner.summary(run_dir, {j.id for j in jobs})
     _print_lines(report.format_table(report.summary_rows(pairs)))
     _print_side_by_side(report, pairs)
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+
+def _command():
+    return shlex.join(["invoke"] + sys.argv[1:])
 
 
 @task(help={"run": "run id, `latest` (default) or a run folder",
@@ -182,9 +169,8 @@ def report(c, run="latest", out="results", json=False):
     """Summarise a finished (or interrupted) run as a table."""
     import json as json_mod
     from dlrepro.bench import report as report_mod
-    from dlrepro.run import runfolder as results
-    run_dir = results.resolve_run(out, run)
-    record, pairs = results.load_run_results(run_dir)
+    from dlrepro.run import runfolder
+    record, pairs = runfolder.load_run(runfolder.resolve_run(out, run))
     rows = report_mod.summary_rows(pairs)
     if json:
         print(json_mod.dumps([dict(zip(report_mod.COLUMNS, r)) for r in rows],
@@ -201,9 +187,8 @@ def report(c, run="latest", out="results", json=False):
 def compare(c, run="latest", out="results"):
     """Set a run's single-GPU results beside the 2016 figures (then vs now)."""
     from dlrepro.bench import compare as compare_mod
-    from dlrepro.run import runfolder as results
-    run_dir = results.resolve_run(out, run)
-    _, pairs = results.load_run_results(run_dir)
+    from dlrepro.run import runfolder
+    _, pairs = runfolder.load_run(runfolder.resolve_run(out, run))
     _print_lines(compare_mod.format_rows(
         compare_mod.rows(pairs, compare_mod.load_reference())))
 
@@ -236,7 +221,7 @@ def overhead(c, rounds=10, block=5, threads=None):
           env={"PYTHONPATH": str(ROOT)}, pty=False)
 
 
-# --- GPU clocks (issue 5) -----------------------------------------------------
+# --- GPU clocks ----------------------------------------------------------------
 
 @task(help={"state": "a clock-state file the harness wrote "
                      "(<cell>.clock-state.json next to the cell's result)",
@@ -251,17 +236,18 @@ def gpu_restore(c, state=None, run=None, out="results"):
         print(line)
 
 
-# --- data and convergence (issue 6) ----------------------------------------------
+# --- data and convergence ------------------------------------------------------
 # Thin tasks over dlrepro.converge.datasets and dlrepro.converge.runner; see docs/convergence.md.
 
-@task(auto_shortflags=False,
+@task(auto_shortflags=False, positional=[],
       help={"dataset": "mnist, cifar10 or ptb",
             "data_dir": "folder that holds <dataset>/ (default: data/)",
             "mirror": "base URL to download from instead of the official ones",
             "check": "only verify the files already there; download nothing"})
 @user_errors
-def data(c, dataset, data_dir=None, mirror=None, check=False):
+def data(c, dataset=None, data_dir=None, mirror=None, check=False):
     """Download a dataset's official files (verified), or check them."""
+    dataset = required(dataset, "--dataset")
     from dlrepro.converge import datasets
     folder = data_dir or datasets.DEFAULT_DATA_DIR
     if not check:
@@ -305,44 +291,44 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
              target_loss=None, device=None, threads=None, seed=0, out=None,
              timeout=None, runtime="docker", resume=False, dry_run=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
-    from dlrepro.converge import runner as conv
-    if not network:
-        raise UserError(f"name at least one --network: "
-                        f"{', '.join(conv.NETWORKS)}")
+    from dlrepro import matrix
+    from dlrepro.converge import plan, runner, summary
+    from dlrepro.run import pipeline, progress, runtimes
     if gpus is not None and workers is not None:
         raise UserError("give --workers or --gpus, not both")
     if gpus is not None and device not in (None, "gpu"):
         raise UserError("--gpus needs --device gpu")
     device = device or ("gpu" if gpus is not None else "cpu")
-    counts = conv.parse_counts(gpus or workers or "1,2,4",
-                               "--gpus" if gpus else "--workers")
-    specs = conv.plan(framework, network, counts, device=device,
-                      global_batch=global_batch_size, epochs=epochs,
-                      seed=seed, threads=threads, data_dir=data_dir,
-                      synthetic=synthetic, train_samples=train_samples,
-                      test_samples=test_samples, target_loss=target_loss,
-                      runtime=runtime)
-    for spec in specs:
-        print(f"{conv.run_name(spec)}: {spec['epochs']} epochs, global batch "
+    counts = plan.worker_counts(gpus or workers or "1,2,4",
+                                "--gpus" if gpus else "--workers")
+    m = matrix.load()
+    jobs = plan.plan(framework, network, counts, device=device,
+                     global_batch=global_batch_size, epochs=epochs,
+                     seed=seed, threads=threads, data_dir=data_dir,
+                     synthetic=synthetic, train_samples=train_samples,
+                     test_samples=test_samples, target_loss=target_loss,
+                     runtime=runtime, timeout=timeout, matrix=m)
+    for job in jobs:
+        spec = job.spec
+        print(f"{job.id}: {spec['epochs']} epochs, global batch "
               f"{spec['global_batch_size']}, {spec['data']['source']} "
               f"{spec['data']['name']}")
     if dry_run:
         return
+    out = out or runner.DEFAULT_OUT
     if resume:
-        # Before images are built or environments made.
-        conv.run_to_resume(out or conv.DEFAULT_OUT)
-    conv.check_data(specs)
-    pythons = conv.environments(specs)
-    run_dir, _ = conv.run(specs, out or conv.DEFAULT_OUT, pythons=pythons,
-                          timeout=conv._positive(timeout, "timeout") or
-                          conv.DEFAULT_TIMEOUT_S,
-                          command=sys.argv, resume=resume)
-    record, results = conv.load_run(run_dir)
-    print("\n".join(conv.table_lines(conv.summarise(results))))
+        runner.check_resumable(out)
+    plan.check_data(jobs)
+    run = runner.run_of(jobs, out, _command(), resume)
+    with progress.events() as events:
+        run_dir = pipeline.start(run, runtimes.get(runtime, matrix=m), m,
+                                 events)
+    _record, _results, figures = runner.finish(run_dir)
+    print("\n".join(summary.table_lines(figures)))
     print(f"results: {run_dir}")
 
 
-# --- images (issue 3): dlrepro.images.render, dlrepro.images.build, dlrepro.images.pylock -------------
+# --- images: dlrepro.images -----------------------------------------------------
 # Targets: --framework NAME (its cpu profile unless --profile), or --all
 # (every framework and profile, narrowed by --framework/--profile).
 
@@ -353,16 +339,18 @@ _TARGETS_HELP = {
 }
 
 
-@task(help={"framework": "framework whose Dockerfile to print",
+@task(positional=[],
+      help={"framework": "framework whose Dockerfile to print",
             "profile": "matrix profile (default: cpu)",
             "base_image": "FROM this image instead of the matrix's base",
             "index": "install from the package index (network) instead of "
                      "the wheelhouse",
             "ca_bundle": "render for a build given a CA bundle (--index)"})
 @user_errors
-def render(c, framework, profile="cpu", base_image="", index=False,
+def render(c, framework=None, profile="cpu", base_image="", index=False,
            ca_bundle=False):
     """Print the Dockerfile of a framework image (same inputs, same bytes)."""
+    framework = required(framework, "--framework")
     from dlrepro import matrix
     from dlrepro.images import build as images
     from dlrepro.images import render as render_mod

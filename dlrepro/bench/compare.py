@@ -35,7 +35,7 @@ def rows(pairs, reference):
     """One row per (our ok single-GPU result, matching 2016 record)."""
     out = []
     for entry, result in pairs:
-        cell = entry["cell"]
+        cell = entry["spec"]
         if (result is None or result["status"] != "ok"
                 or cell["device"] != "gpu" or cell["gpus"] > 1):
             continue

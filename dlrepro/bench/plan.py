@@ -1,4 +1,4 @@
-"""From a suite and the command line to the list of cells a sweep runs.
+"""From a suite and the command line to the jobs of a bench run.
 
 Pure functions: nothing here touches a runtime, a file or the clock, so a
 dry run prints exactly what a real run would do.
@@ -6,10 +6,11 @@ dry run prints exactly what a real run would do.
 import itertools
 from typing import NamedTuple, Optional
 
-from harness.cell import CELL_FIELDS
+from harness.spec import CELL_FIELDS
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
+from dlrepro.run.job import Job, Placement
 
 CLOCK_POLICY_DEFAULT = "observe"
 
@@ -24,7 +25,7 @@ class Options(NamedTuple):
     threads: tuple = ()
     iterations: Optional[int] = None
     warmup: Optional[int] = None
-    runtime: str = "native"
+    runtime: str = "docker"
     seed: int = 0
     clock_policy: str = CLOCK_POLICY_DEFAULT
     timeout_s: Optional[int] = None
@@ -33,15 +34,6 @@ class Options(NamedTuple):
 class Host(NamedTuple):
     cpus: int
     gpus: int
-
-
-class Planned(NamedTuple):
-    id: str
-    cell: dict
-    timeout_s: int
-    # Why the cell cannot run on this host (it is recorded as `unsupported`
-    # without starting anything), or None.
-    skip_reason: Optional[str] = None
 
 
 def cell_id(cell):
@@ -111,11 +103,10 @@ def build(suite, options, m, host):
                 "clock_policy": options.clock_policy,
             }
             assert tuple(cell) == CELL_FIELDS
-            item = Planned(cell_id(cell), cell,
-                           options.timeout_s or group["timeout_s"],
+            item = job_for(cell, options.timeout_s or group["timeout_s"],
                            _skip_reason(cell, host))
             previous = planned.get(item.id)
-            if previous is not None and previous.cell != cell:
+            if previous is not None and previous.spec != cell:
                 raise UserError(f"suite {suite['name']} defines cell {item.id} "
                                 f"twice with different settings")
             planned[item.id] = item
@@ -123,6 +114,14 @@ def build(suite, options, m, host):
         raise UserError(f"nothing to run: suite {suite['name']} has no cells "
                         f"for the frameworks and networks given")
     return list(planned.values())
+
+
+def job_for(cell, timeout_s, skip_reason=None):
+    return Job(id=cell_id(cell), kind="bench", spec=cell, timeout_s=timeout_s,
+               placement=Placement(cell["framework"], cell["profile"],
+                                   cell["device"], cell["threads"],
+                                   cell["gpus"], cell["clock_policy"]),
+               skip_reason=skip_reason)
 
 
 def _skip_reason(cell, host):
@@ -139,8 +138,44 @@ def format_plan(plan):
     """Lines describing a plan, for --dry-run."""
     lines = [f"{len(plan)} cells:"]
     for item in plan:
-        c = item.cell
+        c = item.spec
         note = f"  [unsupported: {item.skip_reason}]" if item.skip_reason else ""
         lines.append(f"  {item.id:<48} iterations={c['iterations']} "
                      f"warmup={c['warmup']} runtime={c['runtime']}{note}")
     return lines
+
+
+def options(m, *, framework, all_frameworks, profile, network, batch_size,
+            device, threads, iterations, warmup, runtime, seed, clock_policy,
+            timeout):
+    """Options from `invoke bench`'s flags, each checked with a one-line
+    error naming its flag."""
+    from harness import clocks, networks
+    from harness.errors import HarnessError
+    from dlrepro import parse
+    from dlrepro.bench.runner import select_frameworks
+    from dlrepro.run.runtimes import RUNTIMES
+    if device not in (None, "cpu", "gpu"):
+        raise UserError(f"--device must be cpu or gpu, got {device!r}")
+    try:
+        clocks.parse_policy(clock_policy)
+    except HarnessError as exc:
+        raise UserError(f"--clock-policy: {exc}")
+    if runtime not in RUNTIMES:
+        raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
+                        f"{', '.join(sorted(RUNTIMES))}")
+    names = tuple(n for value in network or () for n in value.split(","))
+    for name in names:
+        if name not in networks.NETWORKS:
+            raise UserError(f"unknown network {name!r}; valid networks: "
+                            f"{', '.join(sorted(networks.NETWORKS))}")
+    return Options(
+        frameworks=select_frameworks(m, framework or (), all_frameworks),
+        profile=profile, networks=names,
+        batch_sizes=parse.counts(batch_size, "--batch-size"),
+        device=device, threads=parse.counts(threads, "--threads"),
+        iterations=parse.optional_count(iterations, "--iterations"),
+        warmup=parse.optional_count(warmup, "--warmup", minimum=0),
+        runtime=runtime, seed=parse.count(seed, "--seed", minimum=0),
+        clock_policy=clock_policy,
+        timeout_s=parse.optional_count(timeout, "--timeout"))

@@ -18,7 +18,7 @@ def summary_rows(pairs):
     """One row of strings per (run.json entry, result) pair."""
     rows = []
     for entry, result in pairs:
-        cell = entry["cell"]
+        cell = entry["spec"]
         timing = (result or {}).get("timing") or {}
         ci = timing.get("ci95_s")
         mean = timing.get("mean_s")
@@ -67,7 +67,7 @@ def side_by_side(pairs):
     frameworks = []
     rows = {}
     for entry, result in pairs:
-        cell = entry["cell"]
+        cell = entry["spec"]
         if cell["framework"] not in frameworks:
             frameworks.append(cell["framework"])
         key = (cell["network"], cell["device"], cell["global_batch_size"],

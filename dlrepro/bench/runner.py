@@ -1,30 +1,9 @@
-"""`invoke bench`: suite + flags -> plan -> sweep -> results folder."""
+"""`invoke bench`: suite + flags -> jobs -> the job pipeline -> a run
+folder."""
 from dlrepro import hostinfo, matrix as matrix_mod
-from dlrepro.bench import plan as plan_mod
-from dlrepro.run import runfolder as results
-from dlrepro.run import runtimes
-from dlrepro.bench import suites
-from dlrepro.run import sweep
+from dlrepro.bench import plan as plan_mod, suites
 from dlrepro.errors import UserError
-
-
-def parse_count(value, flag, minimum=1):
-    """A command-line integer, or a one-line error naming the flag."""
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise UserError(f"{flag} must be an integer >= {minimum}, got {value!r}")
-    if number < minimum:
-        raise UserError(f"{flag} must be an integer >= {minimum}, got {number}")
-    return number
-
-
-def parse_counts(values, flag):
-    counts = []
-    for value in values or ():
-        for part in str(value).split(","):
-            counts.append(parse_count(part, flag))
-    return tuple(counts)
+from dlrepro.run import pipeline, runfolder
 
 
 def select_frameworks(m, frameworks, all_frameworks):
@@ -53,35 +32,17 @@ def make_plan(suite_name, options, m, host):
     return suite, plan_mod.build(suite, options, m, host)
 
 
-def run(suite, plan, options, m, out, resume, command, events,
-        runtime_options=None):
-    """Execute `plan`; returns the run folder. Resume continues the latest
-    run under `out`, skipping cells done with the same definition."""
-    runtime = runtimes.get(options.runtime, matrix=m, **(runtime_options or {}))
-    runtime.check()
-    results.ensure_writable(out)
-    done = {}
-    if resume:
-        run_dir = results.resolve_run(out, results.LATEST)
-        record = results.read_run(run_dir)
-        if record["runtime"] != options.runtime:
-            raise UserError(f"the latest run used runtime {record['runtime']}; "
-                            f"resume it with --runtime {record['runtime']}")
-        done = sweep.merge_plan(record, plan)
-        record["resumed_at"].append(results.utc_now())
-        events.log(f"resuming {run_dir}: {len(done)} of {len(plan)} cells "
-                   f"already done")
-    else:
-        run_dir = results.create_run(out, suite["name"])
-        record = sweep.new_record(run_dir, command, suite, options.runtime, plan)
-    results.point_latest(out, run_dir)
-    sweep.execute(plan, runtime, run_dir, record, m, events=events, done=done)
-    return run_dir
+def run_of(suite, jobs, out, command, resume=False):
+    """The pipeline's Run for a bench plan."""
+    return pipeline.Run(kind="bench", jobs=jobs, out=out, name=suite["name"],
+                        command=command, resume=resume,
+                        suite={"name": suite["name"], "path": suite["path"],
+                               "description": suite["description"]})
 
 
 def summary(run_dir, only_ids=None):
-    """(record, [(entry, result)]) of a finished run, in plan order."""
-    record, pairs = results.load_run_results(run_dir)
+    """(record, [(entry, result)]) of a run, in plan order."""
+    record, pairs = runfolder.load_run(run_dir)
     if only_ids is not None:
         pairs = [p for p in pairs if p[0]["id"] in only_ids]
     return record, pairs

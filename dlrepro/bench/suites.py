@@ -18,6 +18,7 @@ Keys of `defaults` and of groups: device ("cpu" or "gpu"), threads (list of
 thread counts, CPU only), gpus (list of GPU counts; the batch size is per
 GPU), iterations, warmup, timeout_s, frameworks (list; default: all).
 """
+import re
 import tomllib
 from pathlib import Path
 
@@ -30,6 +31,7 @@ SUITES_DIR = ROOT / "benchmarks" / "suites"
 
 GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
               "iterations", "warmup", "timeout_s", "frameworks"}
+SUITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 TOP_KEYS = {"name", "description", "defaults", "group"}
 DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
             "warmup": 5, "timeout_s": 1800, "frameworks": None}
@@ -74,8 +76,12 @@ def parse(data, path):
     if unknown:
         raise UserError(f"{where}: unknown keys {', '.join(sorted(unknown))}; "
                         f"valid: {', '.join(sorted(TOP_KEYS))}")
-    if not isinstance(data.get("name"), str) or not data["name"]:
-        raise UserError(f"{where}: `name` must be a non-empty string")
+    if not isinstance(data.get("name"), str) or \
+            not SUITE_NAME.fullmatch(data["name"]):
+        # The name becomes part of a run folder's name.
+        raise UserError(f"{where}: `name` must be letters, digits, '.', '_' "
+                        f"or '-', not starting with '.', got "
+                        f"{data.get('name')!r}")
     defaults = dict(DEFAULTS)
     defaults.update(_check_group(data.get("defaults", {}), f"{where} [defaults]",
                                  needs_networks=False))

@@ -1,9 +1,10 @@
-"""Showing a sweep as it runs: a live display on a terminal, one line per
-cell elsewhere (CI logs, pipes)."""
+"""Showing a run as it goes: a live display on a terminal, one line per
+job elsewhere (CI logs, pipes)."""
+import contextlib
 import sys
 import time
 
-from dlrepro.run.sweep import Events
+from dlrepro.run.pipeline import Events
 
 
 def _eta(started, done, total):
@@ -20,13 +21,11 @@ class LineEvents(Events):
     def __init__(self, stream=sys.stdout):
         self.stream = stream
         self.started = time.monotonic()
-        self.ran = 0
 
     def log(self, message):
         print(message, file=self.stream, flush=True)
 
     def finish(self, index, total, item, entry):
-        self.ran += 1
         wall = f" {entry['wall_s']:.1f} s" if entry.get("wall_s") else ""
         note = f" ({entry['message']})" if entry.get("message") else ""
         print(f"[{index}/{total}] {item.id}: {entry['status']}{wall}{note}"
@@ -74,3 +73,15 @@ class LiveEvents(Events):
         self.progress.console.print(
             f"[{style}]{entry['status']:>11}[/] {escape(item.id + note)}")
         self.progress.update(self.task, completed=index)
+
+
+@contextlib.contextmanager
+def events():
+    """Live progress on a terminal, lines otherwise."""
+    from rich.console import Console
+    console = Console()
+    if not console.is_terminal:
+        yield LineEvents()
+        return
+    with LiveEvents(console) as live:
+        yield live

@@ -1,44 +1,54 @@
-"""Run folders, run.json, the `latest` pointer, and reading results back.
+"""Run folders: run.json, the `latest` pointers, the folder lock, and the one
+way results are read back.
 
-Layout of one `invoke bench` run:
+Layout of a run, whatever kind of job produced it:
 
-    results/<run_id>/run.json           the command, host, every cell's state
-    results/<run_id>/<cell_id>.json     one result per cell (harness schema v1)
-    results/<run_id>/<cell_id>.log      the cell's stdout and stderr
-    results/<run_id>/<cell_id>.spec.json  what the harness was asked to run
-    results/latest -> <run_id>          the newest run (a symlink)
+    <out>/<run_id>/run.json              the command, host, every job's state
+    <out>/<run_id>/<job_id>.json         one result per job (harness schema v1)
+    <out>/<run_id>/<job_id>.log          the job's stdout and stderr
+    <out>/<run_id>/<job_id>.spec.json    what the harness was asked to run
+    <out>/<run_id>/.lock                 held by the process running it
+    <out>/latest -> <run_id>             the newest bench run
+    <out>/latest-converge -> <run_id>    the newest convergence run
 
-run.json format history:
-  1  first version.
+run.json format history (readers upgrade older records in memory):
+  0  convergence runs before the shared pipeline: no schema_version,
+     kind "convergence", `runs` with name/seconds/error.
+  1  bench runs before the shared pipeline: `cells` with id/cell.
+  2  one format for every kind: `kind` ("bench" or "converge"), `jobs`
+     with id/spec/status/file/log/started_at/finished_at/wall_s/message.
 """
-import datetime
+import errno
+import fcntl
 import json
 import os
 import secrets
 import socket
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
 from harness import resultfile
+from harness.blocks import utc_now
 
 from dlrepro.errors import UserError
 
-RUN_SCHEMA_VERSION = 1
-LATEST = "latest"
-# A cell with one of these statuses is not run again by --resume; `error`
+RUN_SCHEMA_VERSION = 2
+LATEST = {"bench": "latest", "converge": "latest-converge"}
+KINDS = tuple(LATEST)
+# A job with one of these statuses is not run again by --resume; `error`
 # and `timeout` may be transient, so they are retried.
-DONE_STATUSES = ("ok", "oom", "unsupported", "diverged", "skipped")
+DONE_STATUSES = ("ok", "oom", "unsupported", "diverged")
+ENTRY_FIELDS = ("id", "spec", "status", "file", "log", "started_at",
+                "finished_at", "wall_s", "message")
+LOCK_NAME = ".lock"
+# errno values that mean "the disk is full" rather than a bug.
+FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
 
-def utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
-
-
-def new_run_id(suite_name):
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y%m%dT%H%M%SZ")
-    return f"{stamp}-{suite_name}-{secrets.token_hex(2)}"
+def new_run_id(name):
+    stamp = utc_now().replace("-", "").replace(":", "")
+    return f"{stamp}-{name}-{secrets.token_hex(2)}"
 
 
 def ensure_writable(out):
@@ -55,36 +65,97 @@ def ensure_writable(out):
     return out
 
 
-def create_run(out, suite_name):
+def create_run(out, name):
     out = ensure_writable(out)
-    run_id = new_run_id(suite_name)
-    run_dir = out / run_id
+    run_dir = out / new_run_id(name)
     run_dir.mkdir()
     return run_dir
 
 
-def point_latest(out, run_dir, name=LATEST):
-    """Make results/<name> (`latest`) name `run_dir`, atomically (rename
-    over it)."""
+def point_latest(out, run_dir, kind="bench"):
+    """Make <out>/latest (or latest-converge) name `run_dir`, atomically."""
+    name = LATEST[kind]
     link = Path(out) / name
     tmp = Path(out) / f".{name}-{os.getpid()}"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()
-    tmp.symlink_to(run_dir.name)
+    tmp.symlink_to(Path(run_dir).name)
     os.replace(tmp, link)
 
 
-def resolve_run(out, run="latest"):
+def resolve_run(out, run="latest", kind="bench"):
     """The folder of run `run` (an id, `latest`, or a path) under `out`."""
     candidate = Path(run)
     if candidate.is_dir() and (candidate / "run.json").exists():
-        return candidate
+        return candidate.resolve()
+    if run == "latest":
+        run = LATEST[kind]
     path = Path(out) / run
     if not (path / "run.json").exists():
-        if run == LATEST:
-            raise UserError(f"no runs under {out} yet; run `invoke bench` first")
+        if run in LATEST.values():
+            command = "converge" if kind == "converge" else "bench"
+            raise UserError(f"no {kind} run under {out} yet; run `invoke "
+                            f"{command}` first")
         raise UserError(f"no run {run!r} under {out}")
     return path.resolve()
+
+
+@contextmanager
+def locked(run_dir):
+    """Hold the run folder for this process: a second process that runs or
+    resumes the same folder gets a one-line error instead of measuring the
+    same job at the same time. The kernel drops the lock when the holder
+    dies, even by SIGKILL."""
+    path = Path(run_dir) / LOCK_NAME
+    handle = open(path, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise UserError(f"{run_dir} is being run by {holder}; wait for it to "
+                        f"finish (or stop it) before running this folder")
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()} "
+                     f"since {utc_now()}\n")
+        handle.flush()
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def host_info():
+    return {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
+
+
+def new_entry(job):
+    return {"id": job.id, "spec": job.spec, "status": "pending",
+            "file": f"{job.id}.json", "log": f"{job.id}.log",
+            "started_at": None, "finished_at": None, "wall_s": None,
+            "message": None}
+
+
+def new_record(run_dir, kind, command, runtime, jobs, suite=None,
+               executor="local"):
+    return {
+        "schema_version": RUN_SCHEMA_VERSION,
+        "kind": kind,
+        "run_id": Path(run_dir).name,
+        "command": command,
+        "suite": suite,
+        "runtime": runtime,
+        "executor": executor,
+        "host": host_info(),
+        "started_at": utc_now(),
+        "finished_at": None,
+        "status": "running",
+        "resumed_at": [],
+        "jobs": [new_entry(job) for job in jobs],
+    }
 
 
 def write_run(run_dir, record):
@@ -92,20 +163,85 @@ def write_run(run_dir, record):
 
 
 def read_run(run_dir):
+    """run.json of any format version, upgraded to the current one;
+    UserError naming the file when it is not a run record."""
     path = Path(run_dir) / "run.json"
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}")
-    if record.get("schema_version") != RUN_SCHEMA_VERSION:
-        raise UserError(f"{path}: run.json version "
-                        f"{record.get('schema_version')!r} is not supported "
-                        f"(this version reads {RUN_SCHEMA_VERSION})")
+    if not isinstance(record, dict):
+        raise UserError(f"{path} is not a run record (a JSON object)")
+    version = record.get("schema_version")
+    if version is None and record.get("kind") == "convergence":
+        record = _upgrade_convergence(record)
+    elif version == 1:
+        record = _upgrade_bench(record)
+    elif version != RUN_SCHEMA_VERSION:
+        raise UserError(f"{path}: run.json version {version!r} is not "
+                        f"supported (this version reads 0 to "
+                        f"{RUN_SCHEMA_VERSION})")
+    _check_shape(path, record)
     return record
 
 
-def host_info():
-    return {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
+def _check_shape(path, record):
+    if record.get("kind") not in KINDS:
+        raise UserError(f"{path}: kind {record.get('kind')!r} is not one of "
+                        f"{', '.join(KINDS)}")
+    jobs = record.get("jobs")
+    if not isinstance(jobs, list) or not all(
+            isinstance(e, dict) and set(ENTRY_FIELDS) <= set(e) for e in jobs):
+        raise UserError(f"{path}: `jobs` must be a list of objects with "
+                        f"{', '.join(ENTRY_FIELDS)}")
+    root = Path(path).parent.resolve()
+    for entry in jobs:
+        for key in ("file", "log"):
+            name = entry[key]
+            if not isinstance(name, str) or \
+                    (root / name).resolve().parent != root:
+                raise UserError(f"{path}: job {entry['id']!r} names {key} "
+                                f"{name!r} outside its run folder")
+    for key in ("run_id", "status", "resumed_at", "runtime"):
+        if key not in record:
+            raise UserError(f"{path}: missing `{key}`")
+
+
+def _upgrade_bench(record):
+    record = dict(record, schema_version=RUN_SCHEMA_VERSION, kind="bench",
+                  executor="local")
+    cells = record.pop("cells", None)
+    if isinstance(cells, list):
+        record["jobs"] = [dict({k: v for k, v in e.items() if k != "cell"},
+                               spec=e.get("cell")) if isinstance(e, dict)
+                          else e for e in cells]
+    return record
+
+
+def _upgrade_convergence(record):
+    runs = record.get("runs")
+    jobs = None
+    if isinstance(runs, list):
+        jobs = [{"id": r.get("name"), "spec": r.get("spec"),
+                 "status": r.get("status", "pending"), "file": r.get("file"),
+                 "log": f"{r.get('name')}.log", "started_at": None,
+                 "finished_at": None, "wall_s": r.get("seconds"),
+                 "message": r.get("error")} if isinstance(r, dict) else r
+                for r in runs]
+    spec = (jobs[0].get("spec") if jobs and isinstance(jobs[0], dict)
+            else None) or {}
+    command = record.get("command")
+    return {
+        "schema_version": RUN_SCHEMA_VERSION, "kind": "converge",
+        "run_id": record.get("run_id"),
+        "command": " ".join(command) if isinstance(command, list) else command,
+        "suite": None, "runtime": spec.get("runtime", "native"),
+        "executor": "local", "host": record.get("host"),
+        "started_at": record.get("started_at"),
+        "finished_at": record.get("finished_at"),
+        "status": "complete" if record.get("finished_at") else "interrupted",
+        "resumed_at": record.get("resumed_at", []), "jobs": jobs,
+    }
 
 
 @lru_cache(maxsize=1)
@@ -117,6 +253,8 @@ def _validator():
 
 def validation_errors(result):
     """Schema violations of a result dict, as short strings ([] when valid)."""
+    if not isinstance(result, dict):
+        return ["(top): a result must be a JSON object"]
     errors = []
     for error in sorted(_validator().iter_errors(result), key=str):
         where = "/".join(str(p) for p in error.absolute_path) or "(top)"
@@ -131,23 +269,78 @@ def validation_errors(result):
     return errors
 
 
-def load_result(path):
-    """A cell result from disk, validated; UserError when unreadable."""
+def read_result(path):
+    """(result, None) for a readable, schema-valid result file, else
+    (None, why not): the one way results are read back."""
+    path = Path(path)
+    if not path.exists():
+        return None, f"{path.name} is missing"
     try:
         result = resultfile.load(str(path))
     except (OSError, ValueError) as exc:
-        raise UserError(str(exc))
+        return None, f"{path.name} is unreadable: {exc}"
     errors = validation_errors(result)
     if errors:
-        raise UserError(f"{path} does not match the result schema: {errors[0]}")
+        return None, f"{path.name} does not match the result schema: " \
+                     f"{errors[0]}"
+    return result, None
+
+
+def load_result(path):
+    """A result from disk, validated; UserError naming the file when not."""
+    result, problem = read_result(path)
+    if problem:
+        raise UserError(problem)
     return result
 
 
-def load_run_results(run_dir):
-    """[(cell entry from run.json, result dict or None)] in plan order."""
+def asked_spec(run_dir, job_id):
+    """What the harness was asked to run for `job_id`, from its spec file
+    (None when there is none or it is unreadable)."""
+    try:
+        spec = json.loads((Path(run_dir) / f"{job_id}.spec.json").read_text())
+        return spec.get("cell", spec.get("convergence"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def finished_on_disk(run_dir, entry, spec):
+    """The valid, final result of a job run with `spec`, or None. Resume
+    and report trust this over run.json, which a kill or a full disk may
+    have left behind its result files."""
+    result, _ = read_result(Path(run_dir) / entry["file"])
+    if result is None or result["status"] not in DONE_STATUSES:
+        return None
+    if _canonical(asked_spec(run_dir, entry["id"])) != _canonical(spec):
+        return None
+    return result
+
+
+def _canonical(value):
+    return json.dumps(value, sort_keys=True)
+
+
+def load_run(run_dir):
+    """(record, [(entry, result or None)]) in job order. A job whose result
+    file is damaged keeps result None and says why in its entry's message;
+    the others are read as usual. An entry run.json left pending or running
+    takes the status of a valid result on disk."""
     record = read_run(run_dir)
     pairs = []
-    for entry in record["cells"]:
-        path = Path(run_dir) / entry["file"]
-        pairs.append((entry, load_result(path) if path.exists() else None))
+    for entry in record["jobs"]:
+        result, problem = read_result(Path(run_dir) / entry["file"])
+        entry = dict(entry)
+        if result is not None and entry["status"] in ("pending", "running"):
+            entry["status"] = result["status"]
+        elif problem and entry["status"] != "pending":
+            entry["status"] = "error"
+            entry["message"] = problem
+        pairs.append((entry, result))
     return record, pairs
+
+
+def full_disk_message(exc, where):
+    """A one-line message for an OSError met while writing under `where`."""
+    if getattr(exc, "errno", None) in FULL_DISK:
+        return f"the disk under {where} is full ({exc.strerror})"
+    return f"cannot write under {where}: {exc.strerror or exc}"

@@ -1,18 +1,10 @@
-"""Where a cell's harness process runs: a native virtual environment or a
-container. Both speak the same small interface so that the sweep does not
-care which it drives:
-
-  runtime.name                   "native" or "docker"
-  runtime.check()                raise UserError when the runtime cannot work
-                                 at all (no engine, no usable Python)
-  runtime.prepare(targets, log)  make each (framework, profile) ready (venv,
-                                 image); returns {target: None or the reason
-                                 it cannot run here}
-  runtime.launch(cell, run_dir, cell_id) -> Launch
-                                 how to start the harness for one cell whose
-                                 spec is run_dir/<cell_id>.spec.json and whose
-                                 result must land at run_dir/<cell_id>.json
+"""What a job's harness process runs in: a native virtual environment or a
+container. The executor (where and when a job runs: one process at a time
+on this host today, a Slurm job array tomorrow) only ever talks to the
+Runtime interface below, so a new runtime is one module and one line in
+RUNTIMES.
 """
+import abc
 import importlib
 from typing import Callable, NamedTuple, Optional
 
@@ -24,18 +16,53 @@ RUNTIMES = {
 }
 
 
+class Death(NamedTuple):
+    """What a runtime can tell about a process that ended without a
+    result: whether the kernel's OOM killer did it (None: cannot tell),
+    and a one-line detail for the message."""
+    oom: Optional[bool]
+    detail: Optional[str] = None
+
+
 class Launch(NamedTuple):
     argv: list
     env: Optional[dict] = None
     cwd: Optional[str] = None
-    # Called on timeout or interrupt instead of signalling the client process
-    # (a container must be stopped through the engine). None: SIGTERM the
-    # child, then SIGKILL after a grace period.
+    # Called on timeout or interrupt instead of signalling the client
+    # process (a container must be stopped through its engine). None:
+    # SIGTERM the child, then SIGKILL after a grace period.
     stop: Optional[Callable[[], None]] = None
-    # Called after the process exits: extra facts for a cell that ended
-    # without a result file (e.g. the container was OOM-killed).
-    post_mortem: Optional[Callable[[], Optional[str]]] = None
-    cleanup: Optional[Callable[[], None]] = None
+    # Called after the process exited without a result file: a Death.
+    post_mortem: Optional[Callable[[], Death]] = None
+
+
+class Runtime(abc.ABC):
+    name = None
+
+    @abc.abstractmethod
+    def check(self):
+        """Raise UserError when this runtime cannot work here at all (no
+        engine, no usable interpreter)."""
+
+    @abc.abstractmethod
+    def prepare(self, targets, log=print):
+        """Make each (framework, profile) ready (environment, image).
+        Returns {target: None, or why it cannot run here}; raises UserError
+        when making one failed."""
+
+    @abc.abstractmethod
+    def describe(self, target):
+        """What results record as `container` for a prepared target (None
+        natively)."""
+
+    @abc.abstractmethod
+    def launch(self, job, run_dir):
+        """A Launch that starts the harness for `job`, whose spec is
+        run_dir/<id>.spec.json and whose result must land at
+        run_dir/<id>.json."""
+
+    def cleanup(self, job, run_dir):
+        """After the job's process has ended, whatever happened."""
 
 
 def get(name, **options):
@@ -45,3 +72,11 @@ def get(name, **options):
         raise UserError(f"unknown runtime {name!r}; valid runtimes: "
                         f"{', '.join(sorted(RUNTIMES))}")
     return importlib.import_module(module).Runtime(**options)
+
+
+def harness_args(job, results_dir):
+    """The harness's command line after the interpreter, for a job whose
+    files are in `results_dir` as the harness sees it."""
+    return ["-s", "-m", "harness", job.harness_command,
+            "--spec", f"{results_dir}/{job.id}.spec.json",
+            "--out", f"{results_dir}/{job.id}.json"]

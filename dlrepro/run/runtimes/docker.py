@@ -24,9 +24,9 @@ from pathlib import Path
 from harness import clocks
 
 from dlrepro import ROOT, matrix as matrix_mod
-from dlrepro.images import build as images
 from dlrepro.errors import UserError
-from dlrepro.run.runtimes import Launch
+from dlrepro.images import build as images
+from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
 
 HARNESS_IN_CONTAINER = "/opt/dlrepro/harness"
 RESULTS_IN_CONTAINER = "/results"
@@ -35,6 +35,9 @@ BASE_OVERRIDES_ENV = "DLREPRO_BASE_OVERRIDES"
 DEFAULT_SHM_SIZE = "2g"
 STOP_GRACE_S = 10
 LABEL_CELL = "org.dlrepro.cell"
+# Enough for a framework's thread pools and data-parallel workers; a fork
+# bomb in a job stops there instead of taking the host down.
+PIDS_LIMIT = 4096
 
 
 def parse_overrides(text):
@@ -66,17 +69,17 @@ def cpuset(threads, available=None):
     return ",".join(str(cpu) for cpu in cpus[:threads])
 
 
-def clock_requirements(cell):
-    """{"cap_add": [...], "env": {...}} the cell's clock policy needs; empty
+def clock_requirements(placement):
+    """{"cap_add": [...], "env": {...}} the job's clock policy needs; empty
     for a policy that only observes (harness.clocks decides)."""
-    return clocks.container_requirements(cell.get("clock_policy") or "observe")
+    return clocks.container_requirements(placement.clock_policy or "observe")
 
 
-def changes_clocks(cell):
-    return bool(clock_requirements(cell)["cap_add"])
+def changes_clocks(placement):
+    return bool(clock_requirements(placement)["cap_add"])
 
 
-class Runtime:
+class Runtime(Base):
     name = "docker"
 
     def __init__(self, matrix=None, base_overrides=None, build=True,
@@ -127,40 +130,36 @@ class Runtime:
                 reasons[(framework, profile)] = str(exc)
         return reasons
 
-    def describe(self, framework, profile):
-        return self.descriptions[(framework, profile)]
+    def describe(self, target):
+        return self.descriptions[target]
 
-    def launch(self, cell, run_dir, cell_id, subcommand="run",
-               read_only=()):
-        """`subcommand` is the harness's (`run`, or `converge` for
-        convergence runs); `read_only` are host folders mounted at the same
-        path, read-only (a convergence run's data)."""
-        tag = self.images[(cell["framework"], cell["profile"])]
+    def launch(self, job, run_dir):
+        tag = self.images[job.placement.target]
         run_dir = Path(run_dir).resolve()
-        name = container_name(run_dir, cell_id)
-        # A container of the same cell left by an interrupted run.
+        name = container_name(run_dir, job.id)
+        # A container of the same job left by an interrupted run.
         self._remove(name)
-        argv = self.run_argv(cell, run_dir, cell_id, tag, name, subcommand,
-                             read_only)
-
-        def cleanup():
-            if changes_clocks(cell):
-                self._give_back(tag, run_dir, cell_id)
-            self._remove(name)
-
-        return Launch(argv=argv, env=None, cwd=str(ROOT),
+        return Launch(argv=self.run_argv(job, run_dir, tag, name),
+                      env=None, cwd=str(ROOT),
                       stop=lambda: self._stop(name),
-                      post_mortem=lambda: self._post_mortem(name),
-                      cleanup=cleanup)
+                      post_mortem=lambda: self._post_mortem(name))
+
+    def cleanup(self, job, run_dir):
+        run_dir = Path(run_dir).resolve()
+        if changes_clocks(job.placement):
+            self._give_back(self.images[job.placement.target], run_dir,
+                            job.id)
+        self._remove(container_name(run_dir, job.id))
 
     # -- the command line -----------------------------------------------------
 
-    def run_argv(self, cell, run_dir, cell_id, tag, name, subcommand="run",
-                 read_only=()):
+    def run_argv(self, job, run_dir, tag, name):
+        placement = job.placement
         argv = [self.docker_bin, "run", "--name", name, "--init",
-                "--label", f"{LABEL_CELL}={cell_id}",
+                "--label", f"{LABEL_CELL}={job.id}",
                 "--network", "none", "--shm-size", self.shm_size,
                 "--security-opt", "no-new-privileges",
+                "--cap-drop", "ALL", "--pids-limit", str(PIDS_LIMIT),
                 "--workdir", "/tmp",
                 "--volume", f"{ROOT / 'harness'}:{HARNESS_IN_CONTAINER}:ro",
                 "--volume", f"{run_dir}:{RESULTS_IN_CONTAINER}",
@@ -168,35 +167,36 @@ class Runtime:
                 "--env", "PYTHONUNBUFFERED=1",
                 "--env", "PYTHONDONTWRITEBYTECODE=1",
                 "--env", "HOME=/tmp"]
-        for folder in read_only:
+        for folder in job.mounts:
             argv += ["--volume", f"{folder}:{folder}:ro"]
-        needs = clock_requirements(cell)
+        needs = clock_requirements(placement)
         if needs["cap_add"]:
             # NVML's set calls need root and CAP_SYS_ADMIN; cleanup hands
             # the result files back to the invoking user.
             argv += ["--user", "0:0"]
-            for cap in needs["cap_add"]:
+            # DAC_OVERRIDE: root without it cannot write into the invoking
+            # user's run folder.
+            for cap in sorted(set(needs["cap_add"]) | {"DAC_OVERRIDE"}):
                 argv += ["--cap-add", cap]
             for name, value in sorted(needs["env"].items()):
                 argv += ["--env", f"{name}={value}"]
         else:
             argv += ["--user", f"{os.getuid()}:{os.getgid()}"]
-        cpus = cpuset(cell["threads"]) if cell["device"] == "cpu" else None
+        cpus = (cpuset(placement.threads) if placement.device == "cpu"
+                else None)
         if cpus:
             argv += ["--cpuset-cpus", cpus]
         if self.memory:
             argv += ["--memory", str(self.memory)]
-        if cell["device"] == "gpu":
-            count = max(cell["gpus"], 1)
+        if placement.device == "gpu":
+            count = max(placement.gpus, 1)
             argv += ["--gpus", f'"device={self.gpu_ids}"' if self.gpu_ids
                      else str(count),
                      "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
                      # NVIDIA's recommendation for framework containers.
                      "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
-        argv += [tag, PYTHON_IN_CONTAINER, "-s", "-m", "harness", subcommand,
-                 "--spec", f"{RESULTS_IN_CONTAINER}/{cell_id}.spec.json",
-                 "--out", f"{RESULTS_IN_CONTAINER}/{cell_id}.json"]
-        return argv
+        return argv + [tag, PYTHON_IN_CONTAINER] + harness_args(
+            job, RESULTS_IN_CONTAINER)
 
     # -- container life ---------------------------------------------------------
 
@@ -216,18 +216,18 @@ class Runtime:
     def _post_mortem(self, name):
         container = self._container(name)
         if container is None:
-            return "container vanished before it could be inspected"
+            return Death(None, "the container vanished before it could be "
+                               "inspected")
         state = container.attrs.get("State", {})
         code = state.get("ExitCode")
         if state.get("OOMKilled"):
-            return f"container OOM-killed (exit {code})"
+            return Death(True, f"the engine reports the container "
+                               f"OOM-killed (exit {code})")
         if state.get("Error"):
-            return f"container failed to start: {state['Error']}"
-        if code == 137:
-            return "container killed (exit 137: SIGKILL)"
-        if code:
-            return f"container exited with status {code}"
-        return None
+            return Death(None, f"the container failed to start: "
+                               f"{state['Error']}")
+        return Death(False, f"the container exited with status {code}; the "
+                            f"engine reports no OOM kill")
 
     def _remove(self, name):
         container = self._container(name)
@@ -243,6 +243,8 @@ class Runtime:
         if not names:
             return
         subprocess.run([self.docker_bin, "run", "--rm", "--network", "none",
+                        "--security-opt", "no-new-privileges",
+                        "--cap-drop", "ALL", "--cap-add", "CHOWN",
                         "--user", "0:0", "--volume",
                         f"{run_dir}:{RESULTS_IN_CONTAINER}", "--entrypoint",
                         "chown", tag, f"{os.getuid()}:{os.getgid()}"]

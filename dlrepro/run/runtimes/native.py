@@ -1,12 +1,17 @@
-"""The native runtime: the harness in a per-framework virtual environment."""
+"""The native runtime: the harness in a per-framework virtual environment
+(or one interpreter the user names with --python)."""
 import os
+import shutil
+import subprocess
 
 from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro.errors import UserError
 from dlrepro.images import envs
-from dlrepro.run.runtimes import Launch
+from dlrepro.run import oomkills
+from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
 
 
-class Runtime:
+class Runtime(Base):
     name = "native"
 
     def __init__(self, matrix=None, venvs_dir=envs.VENVS_DIR, python=None,
@@ -19,7 +24,19 @@ class Runtime:
         self.pythons = {}
 
     def check(self):
-        pass
+        if self.python is None:
+            return
+        found = shutil.which(self.python)
+        if found is None:
+            raise UserError(f"--python {self.python}: no such interpreter")
+        try:
+            subprocess.run([found, "-c", "import sys; sys.exit(sys.version_info"
+                            " < (3, 6))"], check=True, timeout=60,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            raise UserError(f"--python {self.python}: does not run as "
+                            f"Python 3.6 or newer")
+        self.python = found
 
     def prepare(self, targets, log=print):
         reasons = {}
@@ -36,18 +53,17 @@ class Runtime:
             reasons[(framework, profile)] = reason
         return reasons
 
-    def describe(self, framework, profile):
-        """What results record as `container` for native runs: nothing."""
+    def describe(self, target):
         return None
 
-    def launch(self, cell, run_dir, cell_id):
-        python = self.pythons[(cell["framework"], cell["profile"])]
+    def launch(self, job, run_dir):
+        python = self.pythons[job.placement.target]
         env = dict(os.environ)
         # The repository's harness, not any installed copy.
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONUNBUFFERED"] = "1"
-        return Launch(
-            argv=[str(python), "-s", "-m", "harness", "run",
-                  "--spec", str(run_dir / f"{cell_id}.spec.json"),
-                  "--out", str(run_dir / f"{cell_id}.json")],
-            env=env, cwd=str(ROOT))
+        before = oomkills.count()
+        return Launch(argv=[str(python)] + harness_args(job, run_dir),
+                      env=env, cwd=str(ROOT),
+                      post_mortem=lambda: Death(*oomkills.verdict(
+                          before, oomkills.count())))

@@ -1,6 +1,6 @@
-"""The sweep with real processes: timeouts, crashes, kills, invalid results
-and resume. A scripted harness (tests/fake_harness.py) stands in for the
-frameworks; each network name picks a behaviour."""
+"""The job pipeline with real processes: timeouts, crashes, kills, invalid
+results and resume. A scripted harness (tests/fake_harness.py) stands in
+for the frameworks; each network name picks a behaviour."""
 import json
 import sys
 import time
@@ -10,16 +10,15 @@ import pytest
 
 from dlrepro import matrix
 from dlrepro.bench import plan
-from dlrepro.run import runfolder as results
-from dlrepro.run import sweep
-from dlrepro.run.runtimes import Launch
+from dlrepro.run import executor, pipeline, runfolder as results
+from dlrepro.run.runtimes import Launch, Runtime
 
 MODES = {"fcn5": "ok", "fcn8": "slow", "alexnet": "stubborn",
          "resnet50": "crash", "lstm32": "kill", "lstm64": "invalid",
          "lstm": "torn-clocks"}
 
 
-class ScriptedRuntime:
+class ScriptedRuntime(Runtime):
     name = "native"
 
     def __init__(self):
@@ -31,16 +30,16 @@ class ScriptedRuntime:
     def prepare(self, targets, log=print):
         return {t: None for t in targets}
 
-    def describe(self, framework, profile):
+    def describe(self, target):
         return None
 
-    def launch(self, cell, run_dir, cell_id):
-        self.launched.append(cell_id)
+    def launch(self, job, run_dir):
+        self.launched.append(job.id)
         return Launch(argv=[sys.executable, str(Path(__file__).parent /
                                                  "fake_harness.py"),
-                            MODES[cell["network"]],
-                            "--spec", str(run_dir / f"{cell_id}.spec.json"),
-                            "--out", str(run_dir / f"{cell_id}.json")])
+                            MODES[job.spec["network"]],
+                            "--spec", str(run_dir / f"{job.id}.spec.json"),
+                            "--out", str(run_dir / f"{job.id}.json")])
 
 
 SUITE = {"name": "t", "description": "", "path": "t.toml", "groups": [
@@ -51,20 +50,17 @@ SUITE = {"name": "t", "description": "", "path": "t.toml", "groups": [
 
 @pytest.fixture
 def sweep_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(sweep, "GRACE_S", 2)
+    monkeypatch.setattr(executor, "GRACE_S", 2)
     m = matrix.load()
 
-    def _run(networks, run_dir=None, record=None, done=None):
-        options = plan.Options(frameworks=("pytorch",), networks=tuple(networks))
-        cells = plan.build(SUITE, options, m, plan.Host(cpus=2, gpus=0))
+    def _run(networks, resume=False, threads=None):
+        options = plan.Options(frameworks=("pytorch",), networks=tuple(networks),
+                               threads=threads or ())
+        jobs = plan.build(SUITE, options, m, plan.Host(cpus=2, gpus=0))
         runtime = ScriptedRuntime()
-        if run_dir is None:
-            run_dir = results.create_run(tmp_path, "t")
-            record = sweep.new_record(run_dir, "test", SUITE, "native", cells)
-        else:
-            done = sweep.merge_plan(record, cells)
-        sweep.execute(cells, runtime, run_dir, record, m, done=done)
-        return run_dir, runtime
+        run = pipeline.Run(kind="bench", jobs=jobs, out=tmp_path, name="t",
+                           command="test", resume=resume)
+        return pipeline.start(run, runtime, m), runtime
     return _run
 
 
@@ -95,7 +91,10 @@ def test_every_failure_ends_in_a_valid_result_and_the_sweep_goes_on(sweep_run):
     assert "status 3" in crash["error"]["message"]
     assert "boom: the framework crashed" in crash["error"]["message"]
 
-    assert _result(run_dir, "lstm32")["status"] == "oom"
+    # a SIGKILL with no OOM kill on the kernel's record is not `oom`
+    killed = _result(run_dir, "lstm32")
+    assert killed["status"] == "error"
+    assert "killed by SIGKILL from outside" in killed["error"]["message"]
 
     invalid = _result(run_dir, "lstm64")
     assert invalid["error"]["type"] == "InvalidResult"
@@ -103,34 +102,26 @@ def test_every_failure_ends_in_a_valid_result_and_the_sweep_goes_on(sweep_run):
 
     record = results.read_run(run_dir)
     assert record["status"] == "complete"
-    assert [c["status"] for c in record["cells"]] == [
-        "ok", "timeout", "timeout", "error", "oom", "error"]
+    assert [c["status"] for c in record["jobs"]] == [
+        "ok", "timeout", "timeout", "error", "error", "error"]
     # two timeouts of 4 s, one of them plus the 2 s grace: well under a minute
     assert time.monotonic() - start < 40
 
 
 def test_resume_skips_cells_done_with_the_same_definition(sweep_run):
     run_dir, first = sweep_run(["fcn5", "resnet50"])
-    record = results.read_run(run_dir)
-    _, second = sweep_run(["fcn5", "resnet50", "lstm32"], run_dir, record)
+    _, second = sweep_run(["fcn5", "resnet50", "lstm32"], resume=True)
     # fcn5 was ok: skipped; resnet50 errored: retried; lstm32 is new
     assert second.launched == ["pytorch-cpu-resnet50-cpu-b4-t1",
                                "pytorch-cpu-lstm32-cpu-b4-t1"]
     record = results.read_run(run_dir)
-    assert [c["id"] for c in record["cells"]] == [
+    assert [c["id"] for c in record["jobs"]] == [
         "pytorch-cpu-fcn5-cpu-b4-t1", "pytorch-cpu-resnet50-cpu-b4-t1",
         "pytorch-cpu-lstm32-cpu-b4-t1"]
 
 
 def test_unsupported_cells_never_start(sweep_run, tmp_path):
-    m = matrix.load()
-    options = plan.Options(frameworks=("pytorch",), networks=("fcn5",),
-                           threads=(8,))
-    cells = plan.build(SUITE, options, m, plan.Host(cpus=2, gpus=0))
-    runtime = ScriptedRuntime()
-    run_dir = results.create_run(tmp_path, "t")
-    record = sweep.new_record(run_dir, "test", SUITE, "native", cells)
-    sweep.execute(cells, runtime, run_dir, record, m)
+    run_dir, runtime = sweep_run(["fcn5"], threads=(8,))
     assert runtime.launched == []
     result = _result_id(run_dir, "pytorch-cpu-fcn5-cpu-b4-t8")
     assert result["status"] == "unsupported"
@@ -149,7 +140,7 @@ def test_run_json_is_rewritten_after_every_cell(sweep_run, monkeypatch):
     original = results.write_run
 
     def spy(run_dir, record):
-        seen.append([c["status"] for c in record["cells"]])
+        seen.append([c["status"] for c in record["jobs"]])
         original(run_dir, record)
     monkeypatch.setattr(results, "write_run", spy)
     sweep_run(["fcn5", "resnet50"])

@@ -1,0 +1,141 @@
+"""From `invoke converge`'s flags to the jobs of a convergence run: one
+per (framework, network, worker count), every field checked before
+anything starts, and the data verified once."""
+from pathlib import Path
+
+from harness import datasets as hd
+from harness.errors import HarnessError
+from harness.spec import check_split
+
+from dlrepro import matrix as matrix_mod, parse
+from dlrepro.converge.datasets import DEFAULT_DATA_DIR
+from dlrepro.errors import UserError
+from dlrepro.run.job import Job, Placement
+from dlrepro.run.runtimes import RUNTIMES
+
+NETWORKS = tuple(sorted(hd.NETWORK_DATASETS))
+# Shi et al. 2016, section 4: epochs of the real-data runs, and the global
+# batch (total over workers) of its multi-GPU runs and its CPU runs. The
+# paper lists no multi-GPU batch for the LSTM; its single-GPU 128 stands in.
+PAPER_EPOCHS = {"fcn-r": 40, "alexnet-r": 40, "resnet-56": 40, "lstm": 20}
+PAPER_GLOBAL_BATCH = {
+    "gpu": {"fcn-r": 4096, "alexnet-r": 1024, "resnet-56": 128, "lstm": 128},
+    "cpu": {"fcn-r": 1024, "alexnet-r": 1024, "resnet-56": 128, "lstm": 128},
+}
+DEFAULT_TIMEOUT_S = 6 * 3600
+
+
+def worker_counts(text, flag):
+    """"1,2,4" -> (1, 2, 4), sorted, without repeats."""
+    return tuple(sorted(parse.counts(text, flag)))
+
+
+def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
+         epochs=None, seed=0, threads=None, data_dir=None, synthetic=False,
+         train_samples=None, test_samples=None, target_loss=None,
+         checksums=None, profile=None, matrix=None, runtime="docker",
+         clock_policy="observe", timeout=None):
+    """The jobs of a convergence run, in order; raises UserError for
+    anything the harness would reject."""
+    matrix = matrix if matrix is not None else matrix_mod.load()
+    _check_choices(matrix, frameworks, networks, device, runtime)
+    seed = parse.count(0 if seed is None else seed, "--seed", minimum=0)
+    threads = parse.optional_count(threads, "--threads")
+    limits = {"train_samples": parse.optional_count(train_samples,
+                                                    "--train-samples"),
+              "test_samples": parse.optional_count(test_samples,
+                                                   "--test-samples")}
+    if target_loss is not None:
+        target_loss = parse.number(target_loss, "--target-loss")
+    timeout_s = parse.optional_count(timeout, "--timeout") or DEFAULT_TIMEOUT_S
+    if synthetic and (data_dir is not None or checksums is not None):
+        raise UserError("--synthetic and --data-dir exclude each other")
+    jobs = []
+    for network in networks:
+        batch = parse.optional_count(global_batch, "--global-batch-size") or \
+            PAPER_GLOBAL_BATCH[device][network]
+        run_epochs = parse.optional_count(epochs, "--epochs") or \
+            PAPER_EPOCHS[network]
+        data = _data_spec(network, data_dir, synthetic, checksums, limits)
+        for count in workers:
+            try:
+                check_split(batch, count)
+            except HarnessError as exc:
+                raise UserError(str(exc))
+        for framework in frameworks:
+            profile_name = profile or matrix_mod.default_profile(
+                matrix, framework, device)
+            matrix_mod.entry(matrix, framework, profile_name)
+            for count in workers:
+                spec = {
+                    "framework": framework, "profile": profile_name,
+                    "network": network, "device": device, "workers": count,
+                    "global_batch_size": batch, "epochs": run_epochs,
+                    "seed": seed, "threads": threads, "runtime": runtime,
+                    "clock_policy": clock_policy, "data": data,
+                    "target_loss": target_loss,
+                }
+                jobs.append(job_for(spec, timeout_s))
+    return jobs
+
+
+def _check_choices(matrix, frameworks, networks, device, runtime):
+    if not frameworks:
+        raise UserError("name at least one --framework")
+    for framework in frameworks:
+        matrix_mod.profiles(matrix, framework)
+    if not networks:
+        raise UserError(f"name at least one --network: {', '.join(NETWORKS)}")
+    for network in networks:
+        if network not in NETWORKS:
+            raise UserError(f"unknown convergence network {network!r}; valid "
+                            f"networks: {', '.join(NETWORKS)}")
+    if device not in ("cpu", "gpu"):
+        raise UserError(f"--device must be cpu or gpu, got {device!r}")
+    if runtime not in RUNTIMES:
+        raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
+                        f"{', '.join(sorted(RUNTIMES))}")
+
+
+def job_for(spec, timeout_s):
+    data_dir = spec["data"].get("dir")
+    return Job(id=run_name(spec), kind="converge", spec=spec,
+               timeout_s=timeout_s,
+               placement=Placement(
+                   spec["framework"], spec["profile"], spec["device"],
+                   spec["threads"],
+                   spec["workers"] if spec["device"] == "gpu" else 0,
+                   spec["clock_policy"]),
+               mounts=(data_dir,) if data_dir else ())
+
+
+def run_name(spec):
+    return f"{spec['framework']}-{spec['network']}-w{spec['workers']}"
+
+
+def _data_spec(network, data_dir, synthetic, checksums, limits):
+    name = hd.for_network(network)
+    if synthetic:
+        return dict(source="synthetic", name=name, **limits)
+    folder = Path(data_dir) if data_dir is not None else DEFAULT_DATA_DIR
+    return dict(source="files", name=name, dir=str(folder.resolve()),
+                checksums=checksums, **limits)
+
+
+def check_data(jobs, log=print):
+    """Verify every dataset the jobs read, once each, before any starts (a
+    missing folder or a corrupt file is a UserError naming it)."""
+    seen = set()
+    for job in jobs:
+        data = job.spec["data"]
+        key = (data["name"], data.get("dir"))
+        if data["source"] != "files" or key in seen:
+            continue
+        seen.add(key)
+        try:
+            _layout, _contents, records = hd.read_verified(
+                data["name"], data["dir"], data.get("checksums"))
+        except HarnessError as exc:
+            raise UserError(str(exc))
+        log(f"{hd.label(data['name'], records, data.get('checksums') is not None)}"
+            f" verified in {data['dir']}")

@@ -1,0 +1,43 @@
+"""Command-line values, checked once for every task: a bad one is a
+one-line UserError naming its flag."""
+from dlrepro.errors import UserError
+
+
+def count(value, flag, minimum=1):
+    """An integer >= minimum from a flag's text (or an int)."""
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise UserError(f"{flag} must be an integer >= {minimum}, got {value!r}")
+    if number < minimum:
+        raise UserError(f"{flag} must be an integer >= {minimum}, got {number}")
+    return number
+
+
+def optional_count(value, flag, minimum=1):
+    return None if value is None else count(value, flag, minimum)
+
+
+def counts(values, flag):
+    """Integers >= 1 from a repeatable flag whose values may also be
+    comma-separated ("1,2" "4"), in order, without repeats."""
+    if isinstance(values, (str, int)):
+        values = [values]
+    found = []
+    for value in values or ():
+        for part in str(value).split(","):
+            found.append(count(part, flag))
+    return tuple(dict.fromkeys(found))
+
+
+def number(value, flag):
+    """A positive float."""
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag} must be a number, got {value!r}")
+    if not result > 0:
+        raise UserError(f"{flag} must be positive, got {value!r}")
+    return result

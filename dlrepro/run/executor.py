@@ -1,0 +1,72 @@
+"""Where and when a job's process runs. The local executor runs one at a
+time on this host, under the job's timeout, in its own session so that a
+Ctrl-C reaches dlrepro only, which then stops the job cleanly."""
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from typing import NamedTuple, Optional
+
+# Seconds the harness gets after SIGTERM to write its partial result.
+GRACE_S = 30
+_PR_SET_PDEATHSIG = 1
+
+
+class Exit(NamedTuple):
+    status: Optional[int]
+    timed_out: bool
+    seconds: float
+
+
+def _term_when_parent_dies():
+    """In the child, before exec: SIGTERM if dlrepro dies (even by
+    SIGKILL), so an orphaned harness writes what it measured and stops
+    instead of running on beside a resumed run."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def stop(proc, launch, grace_s=None):
+    """Ask the harness to stop (SIGTERM: it writes a partial result), then
+    kill its whole process group if it does not."""
+    grace_s = GRACE_S if grace_s is None else grace_s
+    try:
+        if launch.stop is not None:
+            launch.stop()
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(grace_s)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        pass
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+class LocalExecutor:
+    name = "local"
+
+    def run(self, launch, log_path, timeout_s):
+        """Run one launch to its end; an Exit. KeyboardInterrupt stops the
+        job first, then propagates."""
+        started = time.monotonic()
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(launch.argv, env=launch.env,
+                                    cwd=launch.cwd, stdout=log,
+                                    stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL,
+                                    start_new_session=True,
+                                    preexec_fn=_term_when_parent_dies)
+            try:
+                status, timed_out = proc.wait(timeout_s), False
+            except subprocess.TimeoutExpired:
+                stop(proc, launch)
+                status, timed_out = proc.returncode, True
+            except BaseException:
+                stop(proc, launch)
+                raise
+        return Exit(status, timed_out, time.monotonic() - started)

@@ -1,0 +1,50 @@
+"""A job: one harness process that ends in one result file.
+
+Bench cells and convergence runs are both jobs; they differ only in which
+harness command runs them and under which key their spec goes to it.
+Everything else (run folders, runtimes, executors, collection, resume,
+progress) treats them alike.
+"""
+from typing import NamedTuple, Optional
+
+# kind -> (harness command, key of the spec in the spec file)
+KINDS = {"bench": ("run", "cell"), "converge": ("converge", "convergence")}
+
+
+class Placement(NamedTuple):
+    """What a runtime needs to know to start a job: its image or
+    environment, its device and how much of the host it gets."""
+    framework: str
+    profile: str
+    device: str
+    threads: Optional[int]
+    gpus: int
+    clock_policy: str
+
+    @property
+    def target(self):
+        return (self.framework, self.profile)
+
+
+class Job(NamedTuple):
+    id: str
+    kind: str
+    # The harness's spec: a cell (bench) or a convergence spec. Two jobs
+    # with equal specs measure the same thing (resume relies on it).
+    spec: dict
+    timeout_s: int
+    placement: Placement
+    # Host folders the job reads, mounted read-only (a convergence run's
+    # data).
+    mounts: tuple = ()
+    # Why the job cannot run on this host: it is recorded `unsupported`
+    # without starting anything.
+    skip_reason: Optional[str] = None
+
+    @property
+    def harness_command(self):
+        return KINDS[self.kind][0]
+
+    @property
+    def spec_key(self):
+        return KINDS[self.kind][1]

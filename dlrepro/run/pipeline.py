@@ -1,0 +1,232 @@
+"""The one job pipeline behind `invoke bench` and `invoke converge`:
+prepare what the jobs run in, skip what is done, run each job under its
+timeout, collect its result, keep run.json true after every job.
+
+A crash, an out-of-memory kill or a hang in one job cannot take the run
+down: each job runs in its own process (or container), ends in a result
+file whatever happened, and run.json is rewritten atomically after every
+job. Resume trusts the result files on disk, so nothing already measured
+is measured again even when run.json lags behind (a kill, a full disk).
+"""
+import time
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+from harness import resultfile
+from harness.blocks import utc_now
+
+from dlrepro import matrix as matrix_mod
+from dlrepro.errors import UserError
+from dlrepro.run import collect, gpu_restore, runfolder
+from dlrepro.run.executor import LocalExecutor
+
+STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
+              "ptx", "min_driver")
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped the run: the running job was stopped, run.json says
+    `interrupted`, every finished result is kept."""
+
+    def __init__(self, run_dir, kept):
+        super().__init__(f"interrupted: kept {kept} finished job(s) in "
+                         f"{run_dir}")
+        self.run_dir = run_dir
+        self.kept = kept
+
+
+class Events:
+    """What a run reports as it goes; the default reports nothing."""
+
+    def log(self, message):
+        pass
+
+    def start(self, index, total, job):
+        pass
+
+    def finish(self, index, total, job, entry):
+        pass
+
+
+class Run(NamedTuple):
+    """What to run and where its results go."""
+    kind: str
+    jobs: list
+    out: Path
+    name: str                     # run folder's middle part: suite or kind
+    command: str
+    resume: bool = False
+    suite: Optional[dict] = None
+
+
+def start(run, runtime, matrix=None, events=None, executor=None):
+    """Execute `run` with `runtime`; returns the run folder."""
+    events = events or Events()
+    matrix = matrix if matrix is not None else matrix_mod.load()
+    runtime.check()
+    runfolder.ensure_writable(run.out)
+    if run.resume:
+        run_dir = runfolder.resolve_run(run.out, "latest", run.kind)
+    else:
+        run_dir = runfolder.create_run(run.out, run.name)
+    with runfolder.locked(run_dir):
+        record, done = _open_record(run, run_dir, runtime, events)
+        runfolder.point_latest(run.out, run_dir, run.kind)
+        try:
+            _execute(run.jobs, runtime, executor or LocalExecutor(), run_dir,
+                     record, matrix, events, done)
+        except OSError as exc:
+            _close(run_dir, record, "failed")
+            raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
+                            f"every finished result in {run_dir} is kept: "
+                            f"make room, then rerun with --resume")
+    return run_dir
+
+
+def _open_record(run, run_dir, runtime, events):
+    if not run.resume:
+        return runfolder.new_record(run_dir, run.kind, run.command,
+                                    runtime.name, run.jobs, run.suite), {}
+    record = runfolder.read_run(run_dir)
+    if record["kind"] != run.kind:
+        raise UserError(f"{run_dir} is a {record['kind']} run, not a "
+                        f"{run.kind} run")
+    if record["runtime"] != runtime.name:
+        raise UserError(f"the latest run used runtime {record['runtime']}; "
+                        f"resume it with --runtime {record['runtime']}")
+    done = merge(record, run.jobs, run_dir)
+    record["resumed_at"].append(utc_now())
+    events.log(f"resuming {run_dir}: {len(done)} of {len(run.jobs)} jobs "
+               f"already done")
+    return record, done
+
+
+def merge(record, jobs, run_dir):
+    """Add the jobs to a resumed record. Returns {id: entry} of those
+    already done with the same spec: a valid final result on disk counts,
+    whatever run.json says."""
+    by_id = {e["id"]: e for e in record["jobs"]}
+    done = {}
+    for job in jobs:
+        entry = by_id.get(job.id)
+        if entry is None:
+            entry = runfolder.new_entry(job)
+            record["jobs"].append(entry)
+            by_id[job.id] = entry
+        result = runfolder.finished_on_disk(run_dir, entry, job.spec)
+        if result is not None:
+            entry.update(spec=job.spec, status=result["status"],
+                         message=(result["error"] or {}).get("message"))
+            done[job.id] = entry
+        else:
+            entry.update(runfolder.new_entry(job))
+    return done
+
+
+def _close(run_dir, record, status):
+    record["status"] = status
+    record["finished_at"] = utc_now()
+    try:
+        runfolder.write_run(run_dir, record)
+    except OSError:
+        pass  # a full disk: resume reads the result files themselves
+
+
+def _execute(jobs, runtime, executor, run_dir, record, matrix, events, done):
+    by_id = {e["id"]: e for e in record["jobs"]}
+    total = len(jobs)
+    record["status"] = "running"
+    runfolder.write_run(run_dir, record)
+    try:
+        reasons, failures = _prepare(jobs, runtime, events, done)
+        for index, job in enumerate(jobs, 1):
+            entry = by_id[job.id]
+            if job.id not in done:
+                events.start(index, total, job)
+                _run_one(job, entry, runtime, executor, run_dir, matrix,
+                         reasons, failures)
+                runfolder.write_run(run_dir, record)
+            events.finish(index, total, job, entry)
+    except KeyboardInterrupt:
+        _close(run_dir, record, "interrupted")
+        kept = sum(1 for e in record["jobs"]
+                   if e["status"] in runfolder.DONE_STATUSES)
+        raise Interrupted(run_dir, kept)
+    _close(run_dir, record, "complete")
+
+
+def _prepare(jobs, runtime, events, done):
+    """Make each framework's environment or image ready, one at a time, so
+    one that cannot be made fails its own jobs only."""
+    targets = sorted({j.placement.target for j in jobs
+                      if not j.skip_reason and j.id not in done})
+    reasons, failures = {}, {}
+    for target in targets:
+        try:
+            reasons.update(runtime.prepare([target], log=events.log))
+        except UserError as exc:
+            failures[target] = str(exc)
+            events.log(f"{target[0]}/{target[1]}: {exc}")
+    return reasons, failures
+
+
+def _run_one(job, entry, runtime, executor, run_dir, matrix, reasons,
+             failures):
+    entry["started_at"] = utc_now()
+    started = time.monotonic()
+    target = job.placement.target
+    if job.skip_reason or reasons.get(target):
+        result = _write(run_dir, job, collect.synthesized(
+            job, "unsupported", "Unsupported",
+            job.skip_reason or reasons[target]))
+    elif target in failures:
+        result = _write(run_dir, job, collect.synthesized(
+            job, "error", "SetupFailed", failures[target]))
+    else:
+        result = _launch(job, runtime, executor, run_dir, matrix)
+    entry.update(status=result["status"], finished_at=utc_now(),
+                 wall_s=round(time.monotonic() - started, 3),
+                 message=(result["error"] or {}).get("message"))
+
+
+def _write(run_dir, job, result):
+    resultfile.write_atomic(str(Path(run_dir) / f"{job.id}.json"), result)
+    return result
+
+
+def spec_file(job, container, matrix):
+    """What the harness is told: the job's spec plus facts it cannot know
+    itself."""
+    entry = matrix_mod.entry(matrix, *job.placement.target)
+    return {
+        job.spec_key: job.spec,
+        "container": container,
+        # Relative to the result file, so it lands on the host side of a
+        # container's mount: the GPU clock state to restore after a crash.
+        "clock_state": f"{job.id}.clock-state.json",
+        "stack": {key: entry[key] for key in STACK_KEYS},
+    }
+
+
+def _launch(job, runtime, executor, run_dir, matrix):
+    run_dir = Path(run_dir)
+    result_path = run_dir / f"{job.id}.json"
+    # First: a retried job must never be judged by its old result.
+    if result_path.exists():
+        result_path.unlink()
+    container = runtime.describe(job.placement.target)
+    spec = spec_file(job, container, matrix)
+    resultfile.write_atomic(str(run_dir / f"{job.id}.spec.json"), spec)
+    launch = runtime.launch(job, run_dir)
+    try:
+        exit = executor.run(launch, run_dir / f"{job.id}.log", job.timeout_s)
+        result = collect.collect(job, run_dir, exit, launch, container)
+    finally:
+        runtime.cleanup(job, run_dir)
+    # A harness killed mid-job cannot restore the GPU clocks it changed:
+    # the host does, from the state file it left on this side.
+    message = gpu_restore.after_cell(result_path, spec["clock_state"])
+    if message:
+        result["warnings"].append(message)
+        _write(run_dir, job, result)
+    return result
