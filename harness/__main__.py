@@ -14,9 +14,9 @@ import argparse
 import json
 import sys
 
-from . import backends, networks
-from .cell import run_cell
+from . import frameworks, networks
 from .errors import HarnessError
+from .throughput import run_cell
 
 
 def _read_spec(source):
@@ -62,7 +62,7 @@ def _networks(args):
 
 
 def _versions(args):
-    backend = backends.load(args.framework)
+    backend = frameworks.load(args.framework)
     print(json.dumps(backend.versions(args.device), sort_keys=True))
     return 0
 

@@ -38,7 +38,6 @@ NVML locked clocks cannot be read back (there is no getter): their check is
 the SM clock that telemetry measures during the timed window.
 """
 import atexit
-import datetime
 import os
 import signal
 import socket
@@ -46,14 +45,13 @@ import sys
 import time
 from collections import namedtuple
 
-from . import resultfile
+from . import blocks, resultfile
 from .errors import HarnessError
 from .nvml import NvmlCallError
 
 OBSERVE = "observe"
 DISABLE_BOOST = "disable-boost"
 LOCK = "lock"
-POLICIES = (OBSERVE, DISABLE_BOOST, "lock=<MHz>")
 
 STATE_FORMAT = "dlrepro-gpu-clock-state"
 STATE_VERSION = 1
@@ -120,11 +118,6 @@ def state_path(out_path, clock_state=None):
         raise HarnessError("spec clock_state must be a file name relative to "
                            "the result's folder, got {!r}".format(clock_state))
     return os.path.join(folder, clock_state)
-
-
-def _utc_now():
-    return datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
 
 
 # --- reading the clocks ----------------------------------------------------------
@@ -329,7 +322,7 @@ class ClockSession(object):
     def _new_state(self, originals):
         return {"format": STATE_FORMAT, "version": STATE_VERSION,
                 "status": "pending", "policy": self.policy.text,
-                "created_at": _utc_now(), "created_unix": time.time(),
+                "created_at": blocks.utc_now(), "created_unix": time.time(),
                 "host": socket.gethostname(),
                 "pid": os.getpid(), "restored_at": None, "restored_by": None,
                 "gpus": [{"index": index, "uuid": info.get("uuid"),
@@ -610,7 +603,7 @@ def undo_changes(nvml, state, handle_for, by):
                 change["restore_error"] = None
     if state.get("status") != "unchanged" or failed:
         state["status"] = "restore-failed" if failed else "restored"
-    state["restored_at"] = _utc_now()
+    state["restored_at"] = blocks.utc_now()
     state["restored_by"] = by
     return state
 

@@ -3,7 +3,7 @@ compatibility gate, the clock policy, telemetry over the timed iterations,
 and MFU. Uses nvidia-ml-py (`import pynvml`) when present; a GPU cell without
 it still runs, with what NVML would have told marked as unavailable.
 
-harness/cell.py drives it in this order:
+harness/throughput.py drives it in this order:
 
     gpus = CellGpus(cell, spec, out_path)    # checks the spec's GPU fields
     env["gpus"] = gpus.open()                 # NVML's view of the cell's GPUs

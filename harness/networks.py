@@ -42,7 +42,6 @@ TimeDense = namedtuple("TimeDense", "units")
 
 LAYER_KINDS = (Dense, Conv, BatchNorm, Activation, Pool, GlobalAvgPool, Flatten,
                Residual, SubsamplePad, Embedding, LSTM, TimeDense)
-ACTIVATIONS = (None, "relu", "sigmoid")
 
 Network = namedtuple(
     "Network",
@@ -150,7 +149,8 @@ def _resnet56():
 
 
 def _alexnet_r():
-    # cuda-convnet's layers-18pct without LRN, in the order PAPER.md gives.
+    # cuda-convnet's layers-18pct without LRN, in the layer order Shi et al.
+    # 2016 (arXiv:1608.07249) give for AlexNet-R.
     layers = [
         _conv(32, 5, activation=None), Pool("max", 3, 2), Activation("relu"),
         _conv(32, 5), Pool("max", 3, 2),

@@ -11,14 +11,23 @@ import tempfile
 SCHEMA_VERSION = 1
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            "result.schema.json")
-STATUSES = ("ok", "oom", "unsupported", "error", "timeout", "diverged",
-            "skipped")
 
 
 def finite_or_none(value):
     """JSON has no NaN or infinity: a diverged loss is stored as null."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
+    return value
+
+
+def json_safe(value):
+    """NaN and infinity become null (JSON has neither), recursively."""
+    if isinstance(value, float):
+        return finite_or_none(value)
+    if isinstance(value, dict):
+        return dict((k, json_safe(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
     return value
 
 

@@ -11,7 +11,7 @@ backend builds the model and the harness's fixed batch for that seed
 --steps SGD steps. The JSON written maps each network to the framework's
 parameter count, the per-sample output shape and the loss of every step
 (the first is the loss at initialisation), or to the error that stopped it.
-Generic: any backend in harness.backends.BACKENDS that imports will do.
+Generic: any framework in harness.frameworks.NAMES that imports will do.
 """
 import argparse
 import gc
@@ -20,7 +20,7 @@ import sys
 import time
 import traceback
 
-from harness import backends, data, networks, resultfile
+from harness import data, frameworks, networks, resultfile
 
 
 def parse_networks(text, default_batch):
@@ -53,7 +53,7 @@ def probe(backend, name, batch_size, steps, seed):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--framework", required=True,
-                        choices=sorted(backends.BACKENDS))
+                        choices=frameworks.NAMES)
     parser.add_argument("--networks", default=",".join(networks.NETWORKS),
                         help="comma-separated names, each optionally :BATCH")
     parser.add_argument("--batch", type=int, default=2,
@@ -65,7 +65,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     chosen = parse_networks(args.networks, args.batch)
 
-    backend = backends.load(args.framework)
+    backend = frameworks.load(args.framework)
     backend.configure(args.threads, "cpu", args.seed)
     report = {"framework": args.framework, "seed": args.seed,
               "steps": args.steps, "versions": backend.versions("cpu"),

@@ -3,11 +3,13 @@ real processes, real signals and real timeouts.
 
     python tests/fake_harness.py MODE --spec SPEC --out RESULT
 
-Modes: ok (the real harness.cell with a scripted backend), slow (the real
-harness.cell, one second per iteration: for timeouts and SIGTERM), stubborn
+Modes: ok (the real harness.throughput with a scripted backend), slow (the
+real harness.throughput, one second per iteration: for timeouts and SIGTERM), stubborn
 (ignores SIGTERM, never writes), crash (exit 3, no result), kill (SIGKILL
 itself, as the OOM killer would), invalid (writes a file that breaks the
-schema), torn-clocks (ok, but leaves a torn GPU clock-state file).
+schema), torn-clocks (ok, but leaves a torn GPU clock-state file),
+ok-kill-parent (ok, then SIGKILL the sweep), fill-disk (fills the results'
+filesystem, exits 1 without a result).
 """
 import json
 import os
@@ -17,7 +19,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import backends, cell  # noqa: E402
+from harness import frameworks, throughput  # noqa: E402
 from tests.fake_backend import Backend, Script  # noqa: E402
 
 
@@ -34,6 +36,21 @@ def main(mode, spec_path, out):
                                spec["clock_state"]), "w") as handle:
             handle.write('{"format": ')
         mode = "ok"
+    if mode == "ok-kill-parent":
+        # a sweep killed just after a cell wrote its valid result
+        code = main("ok", spec_path, out)
+        os.kill(os.getppid(), signal.SIGKILL)
+        return code
+    if mode == "fill-disk":
+        # the results' filesystem fills up while the cell runs
+        with open(os.path.join(os.path.dirname(out), "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        return 1
     if mode in ("ok", "slow"):
         n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
         if mode == "ok":
@@ -52,11 +69,11 @@ def main(mode, spec_path, out):
                         return step()
                     session.step = slow_step
                     return session
-            backends.load = lambda name: Slow(script)
-            cell.run_cell(spec, out, clock=script.clock)
+            frameworks.load = lambda name, part="backend": Slow(script)
+            throughput.run_cell(spec, out, clock=script.clock)
             return 0
-        backends.load = lambda name: Backend(script)
-        cell.run_cell(spec, out, clock=script.clock)
+        frameworks.load = lambda name, part="backend": Backend(script)
+        throughput.run_cell(spec, out, clock=script.clock)
         return 0
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

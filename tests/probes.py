@@ -25,7 +25,7 @@ def loss_probe(framework):
     import json
     from harness import threads, networks as nets, data
     threads.apply(2)
-    from harness.backends import {} as backend
+    from harness.frameworks.{} import backend
     backend.configure(2, "cpu", 0)
     out = {{}}
     for name in ("fcn-r", "alexnet-r", "lstm"):

@@ -25,7 +25,7 @@ import pytest
 from probes import loss_probe, run_probe
 
 from harness import networks as nets
-from harness.backends import cntk as backend
+from harness.frameworks.cntk import backend
 
 MODULE = Path(backend.__file__)
 TIMEOUT = 900
@@ -59,7 +59,7 @@ def test_module_is_python36_compatible(root):
 
 
 def test_module_imports_without_cntk_or_numpy(root):
-    code = ("import sys, harness.backends.cntk; "
+    code = ("import sys, harness.frameworks.cntk.backend; "
             "print(sorted(m for m in ('cntk', 'numpy', 'scipy') "
             "if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=root,
@@ -183,7 +183,7 @@ NETWORKS_PROBE = """
     import json
     from harness import threads, networks as nets
     threads.apply(2)
-    from harness.backends import cntk as backend
+    from harness.frameworks.cntk import backend
     backend.configure(2, "cpu", 0)
     out = {}
     for name, network in sorted(nets.NETWORKS.items()):
@@ -215,7 +215,7 @@ CONVENTIONS_PROBE = """
     import json, random
     import numpy as np
     from harness import networks as nets
-    from harness.backends import cntk as backend
+    from harness.frameworks.cntk import backend
     backend.configure(None, "cpu", 0)
 
     def run(layer, shape, ones=False):
@@ -300,7 +300,7 @@ UPDATE_PROBE = """
     import json
     import numpy as np
     from harness import data, networks as nets
-    from harness.backends import cntk as backend
+    from harness.frameworks.cntk import backend
     backend.configure(1, "cpu", 0)
 
     def run(network, batch_size, steps):
@@ -411,7 +411,7 @@ def test_cntk_sequence_update_is_the_mean_gradient_per_token(updates):
 
 VERSIONS_PROBE = """
     import json
-    from harness.backends import cntk as backend
+    from harness.frameworks.cntk import backend
     print(json.dumps(backend.versions("cpu")))
 """
 

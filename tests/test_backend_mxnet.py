@@ -13,7 +13,7 @@ import pytest
 from probes import loss_probe, run_probe
 
 from harness import networks as nets
-from harness.backends import mxnet as backend
+from harness.frameworks.mxnet import backend
 
 PROBE_TIMEOUT = 900
 
@@ -33,7 +33,7 @@ def test_every_layer_kind_has_a_translator():
 
 
 def test_module_imports_without_loading_mxnet(root):
-    code = ("import sys, harness.backends.mxnet; "
+    code = ("import sys, harness.frameworks.mxnet.backend; "
             "print('mxnet' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], cwd=root,
                           capture_output=True, text=True)
@@ -46,7 +46,7 @@ NETWORKS_PROBE = """
     import json
     from harness import threads, networks as nets
     threads.apply(2)
-    from harness.backends import mxnet as backend
+    from harness.frameworks.mxnet import backend
     backend.configure(2, "cpu", 0)
     out = {}
     for name, network in sorted(nets.NETWORKS.items()):
@@ -83,7 +83,7 @@ CONVENTIONS_PROBE = """
     import json, random
     import mxnet as mx
     from harness import networks as nets
-    from harness.backends import mxnet as backend
+    from harness.frameworks.mxnet import backend
 
     def single(layer, shape):
         return nets.Network("probe", shape, "float32", 2, [layer], 0.1, 0.0,
@@ -153,7 +153,7 @@ def test_subsample_shortcut_keeps_every_second_pixel_then_zero_channels(
 INIT_PROBE = """
     import json
     from harness import networks as nets
-    from harness.backends import mxnet as backend
+    from harness.frameworks.mxnet import backend
     backend.configure(None, "cpu", 0)
     out = []
     for name in ("alexnet-r", "lstm", "resnet-56"):
@@ -289,7 +289,7 @@ THREADS_PROBE = """
     import json
     from harness import threads
     threads.apply(2)
-    from harness.backends import mxnet as backend
+    from harness.frameworks.mxnet import backend
     backend.configure(2, "cpu", 0)
     print(json.dumps({"environment": threads.snapshot(),
                       "framework": backend.effective_threads()}))

@@ -16,7 +16,7 @@ import pytest
 from dlrepro import matrix
 from dlrepro.images import envs
 from harness import networks as nets
-from harness.backends import tensorflow as tfb
+from harness.frameworks.tensorflow import backend as tfb
 from harness.errors import HarnessError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ BUILD_CHECKS = r"""
 import json, math
 import numpy as np
 from harness import networks as nets
-from harness.backends import tensorflow as tfb
+from harness.frameworks.tensorflow import backend as tfb
 tfb.configure(None, "cpu", 0)
 report = {}
 for name, network in sorted(nets.NETWORKS.items()):
@@ -300,7 +300,7 @@ import json
 import numpy as np
 import tensorflow as tf
 from harness import networks as nets
-from harness.backends import tensorflow as tfb
+from harness.frameworks.tensorflow import backend as tfb
 tfb.configure(None, "cpu", 0)
 
 def ref_pool(x, op, k, s):

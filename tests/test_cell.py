@@ -1,4 +1,4 @@
-"""harness.cell with a scripted backend and clock: exact results for every
+"""harness.throughput with a scripted backend and clock: exact results for every
 status, each validated against the result schema."""
 import json
 import os
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from harness import backends, cell as cell_mod
-from harness.errors import HarnessError
+from harness import frameworks, spec, throughput
+from harness.errors import HarnessError, Terminated
 from dlrepro.run import runfolder as results
 from tests.fake_backend import Backend, Script
 
@@ -38,11 +38,12 @@ def run(monkeypatch, tmp_path):
     """run(script, **cell overrides) -> result written by run_cell."""
     def _run(script, backend=None, **overrides):
         fake = backend or Backend(script)
-        monkeypatch.setattr(backends, "load", lambda name: fake)
+        monkeypatch.setattr(frameworks, "load",
+                            lambda name, part="backend": fake)
         out = tmp_path / "result.json"
-        result = cell_mod.run_cell({"cell": make_cell(**overrides),
-                                    "container": None}, str(out),
-                                   clock=script.clock)
+        result = throughput.run_cell({"cell": make_cell(**overrides),
+                                      "container": None}, str(out),
+                                     clock=script.clock)
         on_disk = json.loads(out.read_text())
         assert on_disk == json.loads(json.dumps(result))
         assert results.validation_errors(on_disk) == []
@@ -122,7 +123,7 @@ def test_crash_in_the_framework_is_an_error_with_its_message(run, capsys):
 
 def test_sigterm_is_recorded_with_partial_timings(run):
     r = run(Script([0.1] * 6, raise_at=5,
-                   exc=cell_mod.Terminated("terminated by signal 15")))
+                   exc=Terminated("terminated by signal 15")))
     assert r["status"] == "error"
     assert r["error"]["type"] == "Terminated"
     assert len(r["timing"]["per_iteration_s"]) == 2
@@ -141,10 +142,10 @@ def test_device_the_backend_lacks_is_unsupported(run):
 
 
 def test_framework_that_does_not_import_is_unsupported(monkeypatch, tmp_path):
-    def fail(name):
+    def fail(name, part="backend"):
         raise ImportError("No module named 'torch'")
-    monkeypatch.setattr(backends, "load", fail)
-    r = cell_mod.run_cell({"cell": make_cell()}, str(tmp_path / "r.json"))
+    monkeypatch.setattr(frameworks, "load", fail)
+    r = throughput.run_cell({"cell": make_cell()}, str(tmp_path / "r.json"))
     assert r["status"] == "unsupported"
     assert "No module named 'torch'" in r["error"]["message"]
     assert results.validation_errors(r) == []
@@ -171,14 +172,14 @@ def test_two_bias_lstm_count_is_explained(run):
 ])
 def test_invalid_cells_are_refused(overrides, message):
     with pytest.raises(HarnessError, match=message.replace("(", r"\(")):
-        cell_mod.validate_cell(make_cell(**overrides))
+        spec.validate_cell(make_cell(**overrides))
 
 
 def test_missing_and_unknown_fields_are_named():
     cell = make_cell(colour="blue")
     del cell["seed"]
     with pytest.raises(HarnessError, match=r"missing \['seed'\], unknown \['colour'\]"):
-        cell_mod.validate_cell(cell)
+        spec.validate_cell(cell)
 
 
 def test_entry_point_reports_bad_specs_in_one_line(tmp_path, root):
@@ -201,3 +202,52 @@ def test_entry_point_reports_unreadable_specs(tmp_path, root):
     assert proc.returncode == 2
     assert proc.stderr.startswith("harness: error: spec ")
     assert "Traceback" not in proc.stderr
+
+
+def test_interpreter_without_the_framework_says_so_in_the_result(tmp_path,
+                                                                  root):
+    # The host's interpreter has no PyTorch: a cell run with it (a wrong
+    # --python) must end in a valid result that names the missing module,
+    # and the error path must not try to import torch again.
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"cell": make_cell(), "container": None}))
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "harness", "run", "--spec",
+                           str(spec), "--out", str(out)], cwd=root,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert results.validation_errors(result) == []
+    assert result["status"] == "unsupported"
+    assert "No module named 'torch'" in result["error"]["message"]
+    assert sys.executable in result["error"]["message"]
+
+
+@pytest.mark.parametrize("runtime", ["native", "docker", "podman",
+                                     "charliecloud", "slurm-podman"])
+def test_runtime_is_any_plain_name(runtime):
+    assert spec.validate_cell(make_cell(runtime=runtime))["runtime"] == runtime
+
+
+@pytest.mark.parametrize("runtime", ["", "Docker", "docker run", None, 3])
+def test_runtime_that_is_not_a_plain_name_is_refused(runtime):
+    with pytest.raises(HarnessError, match="runtime must be a name"):
+        spec.validate_cell(make_cell(runtime=runtime))
+
+
+def test_host_facing_modules_load_no_framework_runner_or_gpu_code(root):
+    # The host imports exactly these; they must stay light and pure.
+    host_facing = ("spec", "blocks", "errors", "resultfile", "networks",
+                   "provenance", "datasets", "figures", "clocks", "nvml")
+    code = ("import sys\n"
+            "for name in {!r}:\n"
+            "    __import__('harness.' + name)\n"
+            "print(sorted(m for m in sys.modules if m in ('torch', "
+            "'tensorflow', 'mxnet', 'cntk', 'numpy', 'pynvml') or "
+            "m.split('.')[:2] in (['harness', 'frameworks'], "
+            "['harness', 'throughput'], ['harness', 'converge'], "
+            "['harness', 'lifecycle'], ['harness', 'gpu'], "
+            "['harness', 'telemetry'])))\n").format(host_facing)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
+                          capture_output=True, text=True)
+    assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr

@@ -315,7 +315,7 @@ STANDIN = '''"""Stand-in for a GPU framework in tests: the real PyTorch backend,
 `gpu` cells computed on the CPU (there is no GPU here; NVML is faked).
 FAIL_AT=n makes step n raise the error a failing GPU would."""
 import os
-from harness.backends import pytorch as _real
+from harness.frameworks.pytorch import backend as _real
 
 NAME = _real.NAME
 DEVICES = ("cpu", "gpu")
@@ -349,8 +349,10 @@ def prepare(network, batch_size, device, seed, batch=None):
 '''
 
 DRIVER = ("import sys\n"
-          "from harness import backends\n"
-          "backends.BACKENDS['pytorch'] = 'gpu_standin'\n"
+          "import importlib\n"
+          "from harness import frameworks\n"
+          "frameworks.load = lambda name, part='backend': "
+          "importlib.import_module('gpu_standin')\n"
           "from harness.__main__ import main\n"
           "sys.exit(main(sys.argv[1:]))\n")
 

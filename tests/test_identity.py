@@ -36,12 +36,12 @@ import cntkenv
 import tf1_venv
 from dlrepro import matrix
 from dlrepro.images import envs
-from harness import backends, networks as nets
+from harness import frameworks, networks as nets
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "tests" / "backend_probe.py"
 
-FRAMEWORKS = tuple(sorted(backends.BACKENDS))
+FRAMEWORKS = frameworks.NAMES
 # What is probed: each framework's CPU environment, plus TensorFlow 1.15.
 VARIANTS = dict([(f, f) for f in FRAMEWORKS] + [("tensorflow-1.15",
                                                   "tensorflow")])
@@ -80,7 +80,7 @@ DESCENDING = ("alexnet-r", "resnet-56", "lstm", "lstm32", "lstm64")
 
 
 def backend_file(framework):
-    return ROOT / "harness" / "backends" / "{}.py".format(framework)
+    return ROOT / "harness" / "frameworks" / framework / "backend.py"
 
 
 _PYTHONS = {}
@@ -280,3 +280,32 @@ def test_same_cell_gives_same_cell_block_in_every_framework(tmp_path):
     models = set((r["model"]["parameters"], r["model"]["flops_per_iteration"])
                  for r in results.values())
     assert len(models) == 1, models
+
+
+# --- seeds ------------------------------------------------------------------------
+
+# Two prepares with one seed in one process, then another seed: the first
+# loss of each on fcn-r's random batch (weights and batch both from the seed).
+SEED_PROBE = """
+import json, sys
+from harness import frameworks, networks as nets, threads
+threads.apply(1)
+backend = frameworks.load(sys.argv[1])
+backend.configure(1, "cpu", 0)
+network = nets.get("fcn-r")
+print(json.dumps([backend.prepare(network, 4, "cpu", seed).step()
+                  for seed in (0, 0, 1)]))
+"""
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_prepare_is_deterministic_in_its_seed(variant):
+    python = framework_python(variant)
+    proc = subprocess.run([str(python), "-s", "-c", SEED_PROBE,
+                           VARIANTS[variant]], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    first, again, other = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert again == first
+    # The seed reaches the model at all: another one moves the loss.
+    assert other != first

@@ -7,7 +7,7 @@ shifted by one word."""
 
 def _np():
     # numpy comes with every framework that uses this module; importing it
-    # here keeps harness.parallel importable without it (PyTorch's lock has
+    # here keeps harness.frameworks importable without it (PyTorch's lock has
     # no numpy).
     import numpy
     return numpy

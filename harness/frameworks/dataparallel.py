@@ -130,17 +130,6 @@ def check_plan(plan, train_count):
     return per_epoch
 
 
-def json_safe(value):
-    """NaN and infinity become null (JSON has neither), recursively."""
-    if isinstance(value, float):
-        return value if _finite(value) else None
-    if isinstance(value, dict):
-        return dict((k, json_safe(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
 _PR_SET_PDEATHSIG = 1
 
 

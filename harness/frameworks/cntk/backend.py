@@ -25,9 +25,9 @@ on machines where CNTK cannot be installed.
 import math
 import os
 
-from .. import cudalibs
-from .. import networks as nets
-from ..errors import HarnessError
+from ... import cudalibs
+from ... import networks as nets
+from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "cntk"
 DEVICES = ("cpu", "gpu")
@@ -41,7 +41,7 @@ _DISTRIBUTIONS = ("cntk", "cntk-gpu")
 
 
 def _cntk():
-    # Imported here so that `harness.backends` never loads a framework the
+    # Imported here so that `harness.frameworks` never loads a framework the
     # cell does not use, and so that this module imports (and is tested)
     # where CNTK cannot be installed.
     import cntk
@@ -224,7 +224,6 @@ def configure(threads, device, seed):
         gpus = [d for d in C.device.all_devices()
                 if d.type() == C.device.DeviceKind.GPU]
         if not gpus:
-            from ..cell import Unsupported  # only here: cell imports backends
             raise Unsupported("CNTK {} sees no GPU (a CPU-only wheel or no "
                               "device)".format(C.__version__))
         target = gpus[0]
@@ -248,9 +247,9 @@ def effective_threads():
 
 
 def is_out_of_memory(exc):
-    text = str(exc).lower()
-    return isinstance(exc, MemoryError) or "out of memory" in text or \
-        "bad_alloc" in text or "cudamalloc" in text
+    """The GPU ran out ("CUDA failure 2: out of memory ; GPU=0"); a host
+    std::bad_alloc is an error (harness.frameworks: is_out_of_memory)."""
+    return device_out_of_memory(exc)
 
 
 # --- translation -------------------------------------------------------------

@@ -17,9 +17,9 @@ OpenMP runtime MXNet loaded.
 import ctypes
 import os
 
-from .. import cudalibs
-from .. import networks as nets
-from ..errors import HarnessError
+from ... import cudalibs
+from ... import networks as nets
+from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "mxnet"
 DEVICES = ("cpu", "gpu")
@@ -30,7 +30,7 @@ BUILD_FEATURES = ("CUDA", "CUDNN", "NCCL", "MKLDNN", "OPENMP", "BLAS_OPEN",
 
 
 def _mx():
-    # Imported here so that `harness.backends` never loads a framework the
+    # Imported here so that `harness.frameworks` never loads a framework the
     # cell does not use, and so that configure() can set MXNet's
     # environment variables before the library reads them.
     import mxnet
@@ -76,7 +76,6 @@ def configure(threads, device, seed):
 
 
 def _check_gpu(mx):
-    from ..cell import Unsupported  # only here: cell imports the backends
     if not mx.runtime.Features().is_enabled("CUDA"):
         raise Unsupported("this MXNet {} build has no CUDA support (a CPU "
                           "wheel)".format(mx.__version__))
@@ -141,9 +140,10 @@ def _int_env(name):
 
 
 def is_out_of_memory(exc):
-    text = str(exc).lower()
-    return isinstance(exc, MemoryError) or "out of memory" in text or \
-        "failed to allocate" in text
+    """The GPU ran out ("cudaMalloc retry failed: out of memory"); "Failed
+    to allocate CPU Memory" is an error (harness.frameworks:
+    is_out_of_memory)."""
+    return device_out_of_memory(exc)
 
 
 # --- translation -------------------------------------------------------------

@@ -1,22 +1,26 @@
 """PyTorch backend: eager nn.Module built from harness.networks.
 
 The fast path a PyTorch expert would time for these models: eager mode,
-cuDNN autotuning on (the paper's Torch scripts set cudnn.benchmark), the
-optimizer's fused-for-each update, gradients set to None instead of zeroed.
-torch.compile is left out because the paper times the framework as shipped.
+cuDNN autotuning on (the paper's Torch scripts set cudnn.benchmark), SGD's
+default update, gradients set to None instead of zeroed. SGD's default
+(foreach=None, fused=None) is the multi-tensor for-each update when every
+parameter is on the GPU and the per-parameter loop on the CPU
+(torch.optim.optimizer._default_to_fused_or_foreach); the fused kernel is
+opt-in and not used. torch.compile is left out because the paper times the
+framework as shipped.
 """
 import math
 
-from .. import cudalibs
-from .. import networks as nets
-from ..errors import HarnessError
+from ... import cudalibs
+from ... import networks as nets
+from ...errors import HarnessError, device_out_of_memory
 
 NAME = "pytorch"
 DEVICES = ("cpu", "gpu")
 
 
 def _torch():
-    # Imported here so that `harness.backends` never loads a framework the
+    # Imported here so that `harness.frameworks` never loads a framework the
     # cell does not use.
     import torch
     return torch
@@ -74,11 +78,11 @@ def math_mode(device):
 
 
 def is_out_of_memory(exc):
-    torch = _torch()
-    oom = getattr(torch.cuda, "OutOfMemoryError", None)
-    if oom is not None and isinstance(exc, oom):
-        return True
-    return isinstance(exc, MemoryError) or "out of memory" in str(exc).lower()
+    """The GPU ran out ("CUDA out of memory. Tried to allocate ..."); a CPU
+    allocation failure ("DefaultCPUAllocator: can't allocate memory") is an
+    error (harness.frameworks: is_out_of_memory). Reads the message only:
+    torch may be what failed to import."""
+    return device_out_of_memory(exc)
 
 
 # --- translation -------------------------------------------------------------

@@ -9,8 +9,9 @@ the gradients of its part, the kvstore sums them over the contexts, and
 Trainer.step(global batch) divides by the global batch: the update is the
 gradient of the global batch's mean loss, as with one worker.
 """
-from .. import networks
-from . import arrays, common
+from ... import networks
+from .. import arrays, dataparallel
+from . import backend
 
 NAME = "mxnet"
 DEVICES = ("cpu", "gpu")
@@ -23,7 +24,7 @@ MECHANISM = {
 
 
 def _mx():
-    # Imported here so that harness.parallel never loads a framework the run
+    # Imported here so that harness.frameworks never loads a framework the run
     # does not use.
     import mxnet
     return mxnet
@@ -35,7 +36,6 @@ def gpu_count():
 
 class _Trainer(object):
     def __init__(self, plan, data):
-        from ..backends import mxnet as backend
         # Before MXNet loads: it reads its thread settings at import.
         backend.configure(plan["threads"], plan["device"], plan["seed"])
         mx = _mx()
@@ -68,7 +68,7 @@ class _Trainer(object):
 
     def _split(self, values):
         # split_and_load cuts axis 0 into equal contiguous parts in context
-        # order: part r is common.shard(batch, r, workers).
+        # order: part r is dataparallel.shard(batch, r, workers).
         return self.mx.gluon.utils.split_and_load(
             self.mx.nd.array(values, dtype="float32"), self.contexts,
             even_split=True)
@@ -127,7 +127,7 @@ def _pad(values, size):
 
 def train(plan, data, log):
     trainer = _Trainer(plan, data)
-    curves = common.run_epochs(trainer, plan, data.train.count)
+    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
     curves["framework_parameters"] = trainer.parameters
     curves["versions"] = trainer.backend.versions(plan["device"])
     curves["framework_threads"] = trainer.backend.effective_threads()

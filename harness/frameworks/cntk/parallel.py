@@ -15,7 +15,7 @@ rank 0 (its curve with 2 workers equals the 1-worker curve to 1e-7):
   loss on every worker (the epoch loop's decisions then agree).
 
 Run as (by train(), under mpirun only):
-    python -m harness.parallel.cntk --plan PLAN.json --out CURVES.json
+    python -m harness.frameworks.cntk.parallel --plan PLAN.json --out CURVES.json
 """
 import argparse
 import json
@@ -24,9 +24,10 @@ import subprocess
 import sys
 import tempfile
 
-from .. import networks, resultfile
-from ..errors import HarnessError
-from . import arrays, common
+from ... import networks, resultfile
+from ...errors import HarnessError
+from .. import arrays, dataparallel
+from . import backend
 
 NAME = "cntk"
 DEVICES = ("cpu", "gpu")
@@ -42,7 +43,7 @@ HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 def _cntk():
-    # Imported here so that harness.parallel never loads a framework the run
+    # Imported here so that harness.frameworks never loads a framework the run
     # does not use.
     import cntk
     return cntk
@@ -68,11 +69,11 @@ def train(plan, data, log):
         command = ["mpirun", "-np", str(plan["workers"]), "--bind-to", "none"]
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             command.append("--allow-run-as-root")  # containers run as root
-        command += [sys.executable, "-m", "harness.parallel.cntk",
+        command += [sys.executable, "-m", "harness.frameworks.cntk.parallel",
                     "--plan", plan_path, "--out", out_path]
         log("launching: {}".format(" ".join(command)))
         status = subprocess.call(command, env=env,
-                                 preexec_fn=common.die_with_parent)
+                                 preexec_fn=dataparallel.die_with_parent)
         if status != 0:
             raise RuntimeError("mpirun exited with status {} (see the log)"
                                .format(status))
@@ -82,7 +83,6 @@ def train(plan, data, log):
 
 class _Trainer(object):
     def __init__(self, plan, data):
-        from ..backends import cntk as backend
         C = _cntk()
         self.C = C
         self.distributed = C.train.distributed
@@ -143,7 +143,7 @@ class _Trainer(object):
                 self.labels: one_hot}
 
     def step(self, batch):
-        mine = common.shard(batch, self.rank, self.workers)
+        mine = dataparallel.shard(batch, self.rank, self.workers)
         self.trainer.train_minibatch(self._values(self.train_x[mine],
                                                   self.train_y[mine]))
         return float(self.trainer.previous_minibatch_loss_average)
@@ -175,21 +175,21 @@ class _Trainer(object):
 def _worker(plan_path, out_path):
     with open(plan_path) as handle:
         plan = json.load(handle)
-    data = common.load_data(plan["data"], plan["seed"])
+    data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
     try:
-        curves = common.run_epochs(trainer, plan, data.train.count)
+        curves = dataparallel.run_epochs(trainer, plan, data.train.count)
         if trainer.rank == 0:
             curves["framework_parameters"] = trainer.parameters
             curves["versions"] = trainer.backend.versions(plan["device"])
             curves["framework_threads"] = trainer.backend.effective_threads()
-            resultfile.write_atomic(out_path, common.json_safe(curves))
+            resultfile.write_atomic(out_path, resultfile.json_safe(curves))
     finally:
         trainer.distributed.Communicator.finalize()
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m harness.parallel.cntk")
+    parser = argparse.ArgumentParser(prog="python -m harness.frameworks.cntk.parallel")
     parser.add_argument("--plan", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

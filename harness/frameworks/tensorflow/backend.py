@@ -18,9 +18,9 @@ docs/backends.md for what was verified on which version.
 """
 import os
 
-from .. import cudalibs
-from .. import networks as nets
-from ..errors import HarnessError
+from ... import cudalibs
+from ... import networks as nets
+from ...errors import HarnessError, device_out_of_memory
 
 NAME = "tensorflow"
 DEVICES = ("cpu", "gpu")
@@ -29,7 +29,7 @@ XLA_ENV = "DLREPRO_TF_XLA"
 
 
 def _tf():
-    # Imported here so that `harness.backends` never loads a framework the
+    # Imported here so that `harness.frameworks` never loads a framework the
     # cell does not use, and so that thread variables set by harness.threads
     # are in place before TensorFlow reads them.
     import tensorflow as tf
@@ -178,11 +178,12 @@ def effective_threads():
 
 
 def is_out_of_memory(exc):
-    tf = _tf()
-    if isinstance(exc, (MemoryError, tf.errors.ResourceExhaustedError)):
-        return True
-    text = str(exc)
-    return "out of memory" in text.lower() or "OOM when allocating" in text
+    """The GPU ran out ("OOM when allocating tensor ... on
+    /device:GPU:0 by allocator GPU_0_bfc"); the same error from the CPU
+    allocator ("by allocator cpu") is an error (harness.frameworks:
+    is_out_of_memory). Reads the message only: TensorFlow may be what failed
+    to import."""
+    return device_out_of_memory(exc)
 
 
 # --- translation -------------------------------------------------------------
@@ -508,6 +509,10 @@ def _buffer_dtype(np, buffer):
 
 def prepare(network, batch_size, device, seed, batch=None):
     tf = _tf()
+    # Keras initialisers and tf.random draw from global generators that
+    # every call advances: seeding here, not only in configure, gives each
+    # prepare with one seed the same weights and batch.
+    _seed(tf, seed)
     fmt = data_format(device)
     placement = "/GPU:0" if device == "gpu" else "/CPU:0"
     with tf.device(placement):

@@ -3,14 +3,14 @@ worker, launched with torchrun (`python -m torch.distributed.run
 --standalone`); gloo on the CPU, NCCL on GPUs.
 
 `train` runs in the convergence process and starts torchrun; torchrun starts
-`python -m harness.parallel.pytorch --plan PLAN --out CURVES` once per
+`python -m harness.frameworks.pytorch.parallel --plan PLAN --out CURVES` once per
 worker. Every worker builds the model with the PyTorch backend's
 build_model from the same seed (DDP also broadcasts rank 0's weights),
 trains on its part of each global batch, and DDP averages the gradients
 over the workers during backward, i.e. over the global batch.
 
 Run as:
-    python -m harness.parallel.pytorch --plan PLAN.json --out CURVES.json
+    python -m harness.frameworks.pytorch.parallel --plan PLAN.json --out CURVES.json
 (under torchrun only).
 """
 import argparse
@@ -22,9 +22,10 @@ import sys
 import tempfile
 import threading
 
-from .. import networks, resultfile
-from ..errors import HarnessError
-from . import common
+from ... import networks, resultfile
+from ...errors import HarnessError, device_out_of_memory
+from .. import dataparallel
+from . import backend
 
 NAME = "pytorch"
 DEVICES = ("cpu", "gpu")
@@ -40,7 +41,7 @@ HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 def _torch():
-    # Imported here so that harness.parallel never loads a framework the run
+    # Imported here so that harness.frameworks never loads a framework the run
     # does not use.
     import torch
     return torch
@@ -84,14 +85,14 @@ def train(plan, data, log):
                    "--standalone", "--local-addr", "127.0.0.1",
                    "--nnodes", "1",
                    "--nproc_per_node", str(plan["workers"]),
-                   "-m", "harness.parallel.pytorch",
+                   "-m", "harness.frameworks.pytorch.parallel",
                    "--plan", plan_path, "--out", out_path]
         log("launching: {}".format(" ".join(command)))
         tail = collections.deque(maxlen=20)
         process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                    universal_newlines=True,
                                    start_new_session=True,
-                                   preexec_fn=common.die_with_parent)
+                                   preexec_fn=dataparallel.die_with_parent)
         pump = threading.Thread(target=_pump,
                                 args=(process.stderr, sys.stderr, tail))
         pump.daemon = True
@@ -105,8 +106,12 @@ def train(plan, data, log):
         pump.join(5)
         if status != 0:
             lines = [l for l in tail if l.strip()]
-            reason = next((l for l in reversed(lines)
-                           if "Error" in l or "error" in l), None) or \
+            # A worker's device OOM is named first, so that the run's status
+            # (harness.lifecycle) can tell it from a crash.
+            reason = next((l for l in lines if device_out_of_memory(l)),
+                          None) or \
+                next((l for l in reversed(lines)
+                      if "Error" in l or "error" in l), None) or \
                 (lines[-1] if lines else "no output")
             raise RuntimeError("torchrun exited with status {}: {}".format(
                 status, reason.strip()))
@@ -157,7 +162,6 @@ class _Trainer(object):
     def __init__(self, plan, data, rank, world, device):
         torch = _torch()
         from torch.nn.parallel import DistributedDataParallel
-        from ..backends import pytorch as backend
         self.torch = torch
         self.dist = torch.distributed
         self.rank, self.world = rank, world
@@ -197,7 +201,7 @@ class _Trainer(object):
         return loss, out, labels
 
     def step(self, batch):
-        mine = self.torch.tensor(common.shard(batch, self.rank, self.world),
+        mine = self.torch.tensor(dataparallel.shard(batch, self.rank, self.world),
                                  device=self.device)
         self.optimizer.zero_grad(set_to_none=True)
         loss, _, _ = self._loss(self.ddp, self.train_x[mine],
@@ -254,21 +258,20 @@ def _worker(plan_path, out_path):
     try:
         rank = torch.distributed.get_rank()
         world = torch.distributed.get_world_size()
-        data = common.load_data(plan["data"], plan["seed"])
+        data = dataparallel.load_data(plan["data"], plan["seed"])
         trainer = _Trainer(plan, data, rank, world, device)
-        curves = common.run_epochs(trainer, plan, data.train.count)
+        curves = dataparallel.run_epochs(trainer, plan, data.train.count)
         if rank == 0:
-            from ..backends import pytorch as backend
             curves["framework_parameters"] = trainer.parameters
             curves["versions"] = backend.versions(plan["device"])
             curves["framework_threads"] = torch.get_num_threads()
-            resultfile.write_atomic(out_path, common.json_safe(curves))
+            resultfile.write_atomic(out_path, resultfile.json_safe(curves))
     finally:
         torch.distributed.destroy_process_group()
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m harness.parallel.pytorch")
+    parser = argparse.ArgumentParser(prog="python -m harness.frameworks.pytorch.parallel")
     parser.add_argument("--plan", required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)

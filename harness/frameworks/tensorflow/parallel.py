@@ -8,8 +8,9 @@ replica's loss is its part's summed cross-entropy divided by the global
 batch, and the optimizer sums the replicas' gradients: the update is the
 gradient of the global batch's mean loss, as with one worker.
 """
-from .. import networks
-from . import arrays, common
+from ... import networks
+from .. import arrays, dataparallel
+from . import backend
 
 NAME = "tensorflow"
 DEVICES = ("cpu", "gpu")
@@ -22,7 +23,7 @@ MECHANISM = {
 
 
 def _tf():
-    # Imported here so that harness.parallel never loads a framework the run
+    # Imported here so that harness.frameworks never loads a framework the run
     # does not use.
     import tensorflow
     return tensorflow
@@ -51,7 +52,6 @@ def _to_layout(array, fmt):
 class _Trainer(object):
     def __init__(self, plan, data):
         tf = _tf()
-        from ..backends import tensorflow as backend
         self.tf = tf
         self.backend = backend
         self.network = networks.get(plan["network"])
@@ -116,9 +116,9 @@ class _Trainer(object):
 
     def step(self, batch):
         tf = self.tf
-        xs = [self.train_x[common.shard(batch, r, self.workers)]
+        xs = [self.train_x[dataparallel.shard(batch, r, self.workers)]
               for r in range(self.workers)]
-        ys = [self.train_y[common.shard(batch, r, self.workers)]
+        ys = [self.train_y[dataparallel.shard(batch, r, self.workers)]
               for r in range(self.workers)]
 
         def part(values):
@@ -156,7 +156,7 @@ class _Trainer(object):
 
 def train(plan, data, log):
     trainer = _Trainer(plan, data)
-    curves = common.run_epochs(trainer, plan, data.train.count)
+    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
     curves["framework_parameters"] = trainer.parameters
     curves["versions"] = trainer.backend.versions(plan["device"])
     curves["framework_threads"] = trainer.backend.effective_threads()

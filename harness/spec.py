@@ -1,0 +1,159 @@
+"""What a run is asked to do: the fields of a throughput cell and of a
+convergence spec, and their checks. Pure: imports no framework, no NVML and
+no runner, so that the host validates and plans with the same code the
+harness refuses bad input with, in the same words.
+"""
+import re
+
+from . import clocks, datasets, networks
+from .errors import HarnessError
+
+# The frameworks with a package under harness/frameworks (kept here, not
+# there, so that validating a cell imports no framework code).
+FRAMEWORKS = ("cntk", "mxnet", "pytorch", "tensorflow")
+DEVICES = ("cpu", "gpu")
+# Where the harness runs (native venv, docker, and more to come: podman,
+# charliecloud, under slurm): a name, recorded, never interpreted here.
+RUNTIME_PATTERN = re.compile(r"^[a-z0-9-]+$")
+
+# The fields of a cell, in the order results list them. Together they are
+# the cell's identity: a resumed run skips a cell only when all are equal.
+CELL_FIELDS = ("framework", "profile", "network", "dataset", "batch_size",
+               "global_batch_size", "device", "gpus", "threads", "iterations",
+               "warmup", "runtime", "seed", "clock_policy")
+
+CONVERGENCE_FIELDS = ("framework", "profile", "network", "device", "workers",
+                      "global_batch_size", "epochs", "seed", "threads",
+                      "runtime", "clock_policy", "data", "target_loss")
+DATA_SOURCES = ("files", "synthetic")
+
+
+def check_integer(spec, key, minimum=1, optional=False):
+    value = spec.get(key)
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise HarnessError("{} must be an integer >= {}, got {!r}".format(
+            key, minimum, value))
+
+
+def check_fields(spec, fields, what, label):
+    """`spec` is a JSON object with exactly `fields` (`what` names it in
+    the error, `label` its fields)."""
+    if not isinstance(spec, dict):
+        raise HarnessError("{} must be a JSON object, got {!r}".format(
+            what, spec))
+    missing = [k for k in fields if k not in spec]
+    unknown = sorted(set(spec) - set(fields))
+    if missing or unknown:
+        raise HarnessError("{} fields: missing {}, unknown {}".format(
+            label, missing or "none", unknown or "none"))
+
+
+def check_framework(name):
+    if name not in FRAMEWORKS:
+        raise HarnessError("unknown framework {!r}; valid frameworks: {}".format(
+            name, ", ".join(FRAMEWORKS)))
+
+
+def check_placement(spec):
+    """The spec's device is a known one and its runtime a plain name."""
+    if spec["device"] not in DEVICES:
+        raise HarnessError("device must be one of {}, got {!r}".format(
+            ", ".join(DEVICES), spec["device"]))
+    runtime = spec["runtime"]
+    if not isinstance(runtime, str) or not RUNTIME_PATTERN.match(runtime):
+        raise HarnessError("runtime must be a name of lowercase letters, "
+                           "digits and '-' (native, docker, ...), got "
+                           "{!r}".format(runtime))
+
+
+def validate_cell(cell):
+    """Check a cell spec; returns it with its fields in canonical order."""
+    check_fields(cell, CELL_FIELDS, "a cell", "cell")
+    check_framework(cell["framework"])
+    networks.get(cell["network"])
+    check_placement(cell)
+    for key in ("batch_size", "global_batch_size", "iterations"):
+        check_integer(cell, key)
+    check_integer(cell, "warmup", minimum=0)
+    check_integer(cell, "gpus", minimum=0)
+    check_integer(cell, "seed", minimum=0)
+    check_integer(cell, "threads", optional=True)
+    clocks.parse_policy(cell["clock_policy"])
+    workers = max(cell["gpus"], 1)
+    if cell["global_batch_size"] != cell["batch_size"] * workers:
+        raise HarnessError("global_batch_size must be batch_size x workers "
+                           "({} x {}), got {}".format(
+                               cell["batch_size"], workers,
+                               cell["global_batch_size"]))
+    if cell["device"] == "cpu" and cell["gpus"] != 0:
+        raise HarnessError("a cpu cell uses 0 gpus, got {}".format(cell["gpus"]))
+    return dict((k, cell[k]) for k in CELL_FIELDS)
+
+
+def check_split(global_batch, workers):
+    """The global batch must split into equal, non-empty worker parts."""
+    if workers > global_batch:
+        raise HarnessError("{} workers cannot share a global batch of {} "
+                           "samples: each worker needs at least one".format(
+                               workers, global_batch))
+    if global_batch % workers:
+        raise HarnessError("a global batch of {} does not split evenly over "
+                           "{} workers; use a multiple of {}".format(
+                               global_batch, workers, workers))
+
+
+def _validate_data(data, network):
+    if not isinstance(data, dict) or data.get("source") not in DATA_SOURCES:
+        raise HarnessError("data must be {{\"source\": one of {}, ...}}, got "
+                           "{!r}".format(", ".join(DATA_SOURCES), data))
+    name = datasets.for_network(network)
+    if data.get("name", name) != name:
+        raise HarnessError("{} trains on {}, not {}".format(
+            network, name, data.get("name")))
+    for key in ("train_samples", "test_samples"):
+        check_integer(data, key, 1, optional=True)
+    if data["source"] == "files":
+        if not isinstance(data.get("dir"), str) or not data["dir"]:
+            raise HarnessError("data.dir must name the data folder")
+    elif data.get("checksums") is not None:
+        raise HarnessError("synthetic data has no checksums")
+    checked = dict(data)
+    checked["name"] = name
+    return checked
+
+
+def validate_convergence(spec):
+    """Check a convergence spec (CONVERGENCE_FIELDS); returns it with
+    defaults filled in."""
+    check_fields(spec, CONVERGENCE_FIELDS, "a convergence spec",
+                 "convergence")
+    check_framework(spec["framework"])
+    networks.get(spec["network"])
+    if datasets.for_network(spec["network"]) is None:
+        raise HarnessError("{} trains on synthetic data only; convergence "
+                           "networks: {}".format(
+                               spec["network"],
+                               ", ".join(sorted(datasets.NETWORK_DATASETS))))
+    check_placement(spec)
+    for key, minimum in (("workers", 1), ("global_batch_size", 1),
+                         ("epochs", 1), ("seed", 0)):
+        check_integer(spec, key, minimum)
+    check_integer(spec, "threads", 1, optional=True)
+    if clocks.parse_policy(spec["clock_policy"]).name != clocks.OBSERVE:
+        # The workers run in their own processes for the whole training:
+        # clocks are observed, never set, here.
+        raise HarnessError("convergence runs observe GPU clocks only; "
+                           "clock_policy {!r} is for throughput cells".format(
+                               spec["clock_policy"]))
+    check_split(spec["global_batch_size"], spec["workers"])
+    target = spec["target_loss"]
+    if target is not None and (isinstance(target, bool) or
+                               not isinstance(target, (int, float)) or
+                               not target > 0):
+        raise HarnessError("target_loss must be a positive number or null, "
+                           "got {!r}".format(target))
+    checked = dict(spec)
+    checked["data"] = _validate_data(spec["data"], spec["network"])
+    return checked

@@ -1,0 +1,117 @@
+"""Run one throughput cell: build the network, warm up, time, collect
+provenance, write.
+
+A cell always ends in a result file, whatever happens after its spec has
+been read (harness.lifecycle): an out-of-memory device, a diverging loss,
+a crash in the framework or a SIGTERM from the host's timeout each become a
+status with the iterations measured so far.
+"""
+import sys
+import time
+
+from . import frameworks, gpu, lifecycle, networks, provenance, stats, threads
+from .blocks import (loss_block, model_block, new_result, parameter_note,
+                     timing_block)
+from .errors import Unsupported
+from .spec import validate_cell
+from .timing import Series, run_loop
+
+
+def load_backend(framework, configure):
+    """The framework's backend, configured by configure(backend); a
+    framework this interpreter cannot import makes the cell unsupported,
+    with the interpreter and the import error in the message. Backends
+    import their framework on first use, which is in configure."""
+    try:
+        backend = frameworks.load(framework)
+        configure(backend)
+    except ImportError as exc:
+        raise Unsupported("{} is not importable in {} ({})".format(
+            framework, sys.executable, exc))
+    return backend
+
+
+def run_cell(spec, out_path, clock=time.perf_counter):
+    """Run the cell described by `spec` and write its result to `out_path`.
+
+    Returns the result dict. Raises HarnessError only for a spec that cannot
+    be read as a cell (nothing is written then).
+    """
+    cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
+    # GPU cells: NVML inventory, compatibility gate, clock policy, telemetry.
+    gpus = gpu.CellGpus(cell, spec, out_path)
+    result = new_result(cell, spec.get("container"))
+    series = Series()
+    env = result["environment"]
+    loaded = []
+
+    def configure(backend):
+        if cell["device"] not in backend.DEVICES:
+            raise Unsupported("the {} backend cannot run on {}".format(
+                cell["framework"], cell["device"]))
+        backend.configure(cell["threads"], cell["device"], cell["seed"])
+
+    def body():
+        # Before any framework loads: thread pools read these at import.
+        threads.apply(cell["threads"])
+        env.update(provenance.host_environment())
+        network = networks.get(cell["network"])
+        result["model"] = model_block(network, cell["global_batch_size"])
+        result["gpu_clocks"] = gpu.clock_block(cell["clock_policy"],
+                                               cell["device"])
+        env["gpus"] = gpus.open()
+        if cell["gpus"] > 1:
+            raise Unsupported("data-parallel throughput cells ({} GPUs) run "
+                              "through the convergence mode".format(cell["gpus"]))
+        # Before the framework starts: a stack that cannot run on this GPU
+        # or driver ends here, with the reason.
+        refusal = gpus.gate(result)
+        if refusal:
+            raise Unsupported(refusal)
+        backend = load_backend(cell["framework"], configure)
+        loaded.append(backend)
+        env.update(backend.versions(cell["device"]))
+        env["threads"] = {"requested": cell["threads"],
+                          "framework": backend.effective_threads(),
+                          "environment": threads.snapshot()}
+        session = backend.prepare(network, cell["batch_size"], cell["device"],
+                                  cell["seed"])
+        result["model"]["framework_parameters"] = session.parameters
+        result["model"]["parameter_note"] = parameter_note(network,
+                                                            session.parameters)
+        # Clocks set before the warm-up; restored in `close` (and at exit).
+        warmup = gpus.apply_clocks(result, cell["warmup"])
+        run_loop(gpus.timed(session.step, warmup), cell["iterations"], warmup,
+                 series, clock)
+        if series.diverged_at is not None:
+            result["status"] = "diverged"
+            result["error"] = {"type": "Diverged", "message":
+                               "loss became NaN or infinite at iteration "
+                               "{} (warm-up included)".format(
+                                   series.diverged_at)}
+        else:
+            result["status"] = "ok"
+
+    def is_out_of_memory(exc):
+        # Not loaded yet: the failure came before the framework could run.
+        return bool(loaded) and loaded[0].is_out_of_memory(exc)
+
+    def finish(result):
+        _finish(result, series, cell)
+        gpus.summarize(result, loaded[0] if loaded else None)
+
+    return lifecycle.run(result, out_path, body, is_out_of_memory,
+                         gpus.close, finish)
+
+
+def _finish(result, series, cell):
+    if series.times or series.warmup_s:
+        result["timing"] = timing_block(series, cell)
+        result["loss"] = loss_block(series)
+        mean = result["timing"]["mean_s"]
+        if result["model"] is not None and mean:
+            result["model"]["achieved_flops_per_s"] = (
+                result["model"]["flops_per_iteration"] / mean)
+        if series.times:
+            result["warnings"].extend(stats.warnings_for(series.times,
+                                                         cell["warmup"]))

@@ -1,0 +1,149 @@
+"""How runs end (harness.lifecycle): one status rule for throughput cells
+and convergence runs, and what `oom` means in every framework."""
+import json
+
+import jsonschema
+import pytest
+
+from harness import converge, frameworks, resultfile, throughput
+from harness.errors import device_out_of_memory
+from tests.fake_backend import Backend, Script
+
+# What each framework says when the GPU runs out.
+DEVICE_OOM = {
+    "pytorch": "CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; "
+               "79.15 GiB total capacity; 78.50 GiB already allocated)",
+    "tensorflow": "OOM when allocating tensor with shape[4096,4096] and type "
+                  "float on /job:localhost/replica:0/task:0/device:GPU:0 by "
+                  "allocator GPU_0_bfc",
+    "mxnet": "[12:00:00] src/storage/./pooled_storage_manager.h:161: "
+             "cudaMalloc retry failed: out of memory",
+    "cntk": "CUDA failure 2: out of memory ; GPU=0 ; hostname=h ; "
+            "expr=cudaMalloc((void**) &deviceBufferPtr, sizeof(float) * 8)",
+}
+# ... and when the host's allocator fails: the machine, not the device.
+HOST_OOM = {
+    "pytorch": "[enforce fail at alloc_cpu.cpp:127] err == 0. "
+               "DefaultCPUAllocator: can't allocate memory: you tried to "
+               "allocate 8589934592 bytes. Error code 12 (Cannot allocate "
+               "memory)",
+    "tensorflow": "OOM when allocating tensor with shape[1048576,26752] and "
+                  "type float on /job:localhost/replica:0/task:0/device:CPU:0 "
+                  "by allocator cpu",
+    "mxnet": "[12:00:00] src/storage/./cpu_device_storage.h:72: Failed to "
+             "allocate CPU Memory",
+    "cntk": "std::bad_alloc",
+}
+
+
+@pytest.mark.parametrize("framework", frameworks.NAMES)
+def test_device_allocation_failure_is_oom(framework):
+    backend = frameworks.load(framework)
+    assert backend.is_out_of_memory(RuntimeError(DEVICE_OOM[framework]))
+
+
+@pytest.mark.parametrize("framework", frameworks.NAMES)
+@pytest.mark.parametrize("exc", [
+    lambda f: RuntimeError(HOST_OOM[f]),
+    lambda f: MemoryError(),
+], ids=["host-allocator", "python-memoryerror"])
+def test_host_allocation_failure_is_an_error_not_oom(framework, exc):
+    backend = frameworks.load(framework)
+    assert not backend.is_out_of_memory(exc(framework))
+
+
+def test_classifying_loads_no_framework():
+    # The error path runs when the framework itself failed to import.
+    import subprocess
+    import sys
+    code = ("import sys\n"
+            "from harness import frameworks\n"
+            "for name in frameworks.NAMES:\n"
+            "    frameworks.load(name).is_out_of_memory(RuntimeError('x'))\n"
+            "print(sorted(m for m in ('torch', 'tensorflow', 'mxnet', "
+            "'cntk', 'numpy') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_host_allocation_failure_in_a_cell_is_an_error(monkeypatch, tmp_path):
+    fake = Backend(Script([0.1] * 6, raise_at=3,
+                          exc=RuntimeError(HOST_OOM["pytorch"])))
+    fake.is_out_of_memory = frameworks.load("pytorch").is_out_of_memory
+    monkeypatch.setattr(frameworks, "load", lambda name, part="backend": fake)
+    cell = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
+            "dataset": "synthetic", "batch_size": 8, "global_batch_size": 8,
+            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 4,
+            "warmup": 2, "runtime": "native", "seed": 0,
+            "clock_policy": "observe"}
+    result = throughput.run_cell({"cell": cell, "container": None},
+                                 str(tmp_path / "r.json"),
+                                 clock=fake.script.clock)
+    assert result["status"] == "error"
+    assert "DefaultCPUAllocator" in result["error"]["message"]
+
+
+# --- convergence runs end as cells do ----------------------------------------------
+
+class FailingParallel(object):
+    """A data-parallel module whose training raises `exc`."""
+    NAME = "pytorch"
+    DEVICES = ("cpu", "gpu")
+    PROCESS_PER_WORKER = False
+    MECHANISM = {"cpu": "scripted", "gpu": "scripted"}
+
+    def __init__(self, exc):
+        self.exc = exc
+
+    def gpu_count(self):
+        return 0
+
+    def train(self, plan, data, log):
+        raise self.exc
+
+
+def _converge(monkeypatch, tmp_path, exc):
+    parts = {"parallel": FailingParallel(exc),
+             "backend": frameworks.load("pytorch")}
+    monkeypatch.setattr(frameworks, "load",
+                        lambda name, part="backend": parts[part])
+    # run_convergence sets the thread variables of this process.
+    from harness.threads import THREAD_ENV_VARS
+    for name in THREAD_ENV_VARS:
+        monkeypatch.delenv(name, raising=False)
+    spec = {"convergence": {
+        "framework": "pytorch", "profile": "cpu", "network": "fcn-r",
+        "device": "cpu", "workers": 1, "global_batch_size": 8, "epochs": 1,
+        "seed": 0, "threads": 1, "runtime": "native",
+        "clock_policy": "observe", "target_loss": None,
+        "data": {"source": "synthetic", "train_samples": 32,
+                 "test_samples": 8}}, "container": None}
+    out = tmp_path / "r.json"
+    result = converge.run_convergence(spec, str(out), log=lambda _m: None)
+    on_disk = json.loads(out.read_text())
+    with open(resultfile.SCHEMA_PATH) as handle:
+        jsonschema.Draft7Validator(json.load(handle)).validate(on_disk)
+    assert on_disk == json.loads(json.dumps(result))
+    return on_disk
+
+
+def test_device_oom_in_a_convergence_run_is_oom(monkeypatch, tmp_path):
+    r = _converge(monkeypatch, tmp_path, RuntimeError(
+        "torchrun exited with status 1: torch.OutOfMemoryError: "
+        + DEVICE_OOM["pytorch"]))
+    assert r["status"] == "oom"
+    assert "CUDA out of memory" in r["error"]["message"]
+    assert r["finished_at"] is not None
+
+
+def test_crash_in_a_convergence_run_is_an_error(monkeypatch, tmp_path, capsys):
+    r = _converge(monkeypatch, tmp_path, ValueError("bad gradient\nmore"))
+    assert r["status"] == "error"
+    assert r["error"] == {"type": "ValueError", "message": "bad gradient"}
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_the_shared_rule_names_a_device():
+    assert device_out_of_memory(RuntimeError(DEVICE_OOM["tensorflow"]))
+    assert not device_out_of_memory(RuntimeError("out of memory"))
