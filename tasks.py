@@ -288,7 +288,7 @@ def data(c, dataset=None, data_dir=None, mirror=None, check=False):
 def converge(c, framework=None, network=None, workers=None, gpus=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
-             target_loss=None, device=None, threads=None, seed=0, out=None,
+             target_loss=None, device=None, threads=None, seed="0", out=None,
              timeout=None, runtime="docker", resume=False, dry_run=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
     from dlrepro import matrix

@@ -1,0 +1,301 @@
+"""Faults a hostile user found, each reproduced on the real command line:
+`invoke bench` with the native runtime and tests/bin/scripted-python as
+the interpreter, whose harness is tests/fake_harness.py in a mode chosen
+per network (DLREPRO_FAKE_MODES), so that processes, signals, files and
+the run folder are all real and each case takes seconds."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlrepro.run import runfolder
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
+BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
+         "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
+         "--threads", "1"]
+
+
+def _env(modes):
+    return dict(os.environ, DLREPRO_FAKE_MODES=modes)
+
+
+def invoke(*args, modes="", timeout=120):
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=_env(modes))
+
+
+def start(*args, modes=""):
+    return subprocess.Popen([INVOKE, *args], cwd=ROOT, env=_env(modes),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def bench(out, *networks, modes="", extra=()):
+    args = BENCH + ["--out", str(out)] + [a for n in networks
+                                          for a in ("--network", n)]
+    return invoke(*args, *extra, modes=modes)
+
+
+def wait_for(predicate, seconds=60):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def harness_pids(run_dir):
+    """PIDs of processes whose command line names the run folder."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(run_dir) in cmdline and "scripted-python" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+def statuses(run_dir):
+    return {e["id"].split("-")[2]: e["status"]
+            for e in runfolder.read_run(run_dir)["jobs"]}
+
+
+def row(text, network):
+    """The report table's row of `network`, split into columns."""
+    return next(line.split() for line in text.splitlines()
+                if line.startswith("pytorch ") and line.split()[1] == network)
+
+
+def started_at(run_dir, network):
+    path = Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1.json"
+    return json.loads(path.read_text())["started_at"], path.stat().st_mtime_ns
+
+
+def test_two_resumes_of_one_run_folder_exclude_each_other(tmp_path):
+    """Fault 1: the second process gets a one-line error instead of
+    measuring the same cell at the same time."""
+    first = start(*BENCH, "--out", str(tmp_path), "--network", "fcn8",
+                  modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       harness_pids((tmp_path / "latest").resolve()) and
+                       (tmp_path / "latest").resolve())
+    second = bench(tmp_path, "fcn8", modes="fcn8=slow", extra=["--resume"])
+    assert second.returncode == 2, second.stderr
+    assert second.stderr.startswith(f"error: {run_dir} is being run by "
+                                    f"process {first.pid}")
+    assert second.stderr.count("\n") == 1
+    os.killpg(first.pid, signal.SIGINT)
+    first.wait(60)
+
+
+def test_a_cell_killed_from_outside_is_an_error_and_measured_again(tmp_path):
+    """Fault 2: kill -9 of the cell's own process was recorded as `oom`
+    and never measured again."""
+    proc = start(*BENCH, "--out", str(tmp_path), "--network", "fcn8",
+                 modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    pid = wait_for(lambda: harness_pids(run_dir))[0]
+    os.kill(pid, signal.SIGKILL)
+    assert proc.wait(60) == 0
+    result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    assert result["status"] == "error"
+    assert "killed by SIGKILL from outside" in result["error"]["message"]
+    again = bench(tmp_path, "fcn8", extra=["--resume"])
+    assert "0 of 1 jobs already done" in again.stdout, again.stdout
+    assert statuses(run_dir) == {"fcn8": "ok"}
+
+
+def test_a_kill_after_a_result_keeps_it_for_report_and_resume(tmp_path):
+    """Fault 3: `invoke bench` killed just after a cell wrote its valid
+    result left run.json `pending`; report listed it pending and resume
+    measured it again. The harness here kills its parent (the sweep) right
+    after writing its result."""
+    proc = bench(tmp_path, "fcn5", "fcn8", modes="fcn5=ok-kill-parent")
+    assert proc.returncode == -signal.SIGKILL
+    run_dir = (tmp_path / "latest").resolve()
+    assert statuses(run_dir) == {"fcn5": "pending", "fcn8": "pending"}
+    before = started_at(run_dir, "fcn5")
+    report = invoke("report", "--out", str(tmp_path))
+    assert report.returncode == 0, report.stderr
+    assert row(report.stdout, "fcn5")[5] == "ok"
+    again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
+    assert "1 of 2 jobs already done" in again.stdout, again.stdout
+    assert started_at(run_dir, "fcn5") == before
+    assert statuses(run_dir) == {"fcn5": "ok", "fcn8": "ok"}
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real filesystem that fills up: a 4 MiB tmpfs (needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs",
+                           str(mount)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot mount a tmpfs in CI: {proc.stderr}")
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_resume_keeps_what_was_measured(small_disk):
+    """Fault 3: a full disk under --out gave an OSError traceback, left
+    run.json `running` and a valid result listed `pending`, and resume
+    measured it again."""
+    proc = bench(small_disk, "fcn5", "fcn8", "fcn-r",
+                 modes="fcn8=fill-disk")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert "is full" in proc.stderr and "--resume" in proc.stderr
+    run_dir = (small_disk / "latest").resolve()
+    report = invoke("report", "--out", str(small_disk))
+    assert row(report.stdout, "fcn5")[5] == "ok"
+    before = started_at(run_dir, "fcn5")
+    (run_dir / "filler").unlink()
+    again = bench(small_disk, "fcn5", "fcn8", "fcn-r", extra=["--resume"])
+    assert again.returncode == 0, again.stderr
+    assert "1 of 3 jobs already done" in again.stdout, again.stdout
+    assert started_at(run_dir, "fcn5") == before
+    assert set(statuses(run_dir).values()) == {"ok"}
+
+
+def test_an_interpreter_without_the_framework_says_so(tmp_path, root):
+    """Fault 4: the cell's message said "result failed schema validation";
+    the real cause was only in the log."""
+    python = "/usr/bin/python3"
+    probe = subprocess.run([python, "-c", "import torch"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("/usr/bin/python3 has torch")
+    args = ["bench", "--framework", "pytorch", "--runtime", "native",
+            "--python", python, "--iterations", "2", "--warmup", "1",
+            "--threads", "1", "--network", "fcn5", "--out", str(tmp_path)]
+    proc = invoke(*args)
+    assert proc.returncode == 0, proc.stderr
+    entry = runfolder.read_run((tmp_path / "latest").resolve())["jobs"][0]
+    assert "No module named 'torch'" in entry["message"], entry["message"]
+    assert "schema" not in entry["message"]
+
+
+def test_a_damaged_result_is_named_and_measured_again(tmp_path):
+    """Fault 5: one truncated cell file made `report` refuse the whole run
+    without naming it, and resume counted that cell as done."""
+    assert bench(tmp_path, "fcn5", "fcn8").returncode == 0
+    run_dir = (tmp_path / "latest").resolve()
+    damaged = run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json"
+    damaged.write_text(damaged.read_text()[:100])
+    report = invoke("report", "--out", str(tmp_path))
+    assert report.returncode == 0, report.stderr
+    assert row(report.stdout, "fcn5")[5] == "ok"
+    fcn8 = row(report.stdout, "fcn8")
+    assert fcn8[5] == "error" and damaged.name[:30] in " ".join(fcn8)
+    again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
+    assert "1 of 2 jobs already done" in again.stdout, again.stdout
+    assert statuses(run_dir) == {"fcn5": "ok", "fcn8": "ok"}
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", ".hidden"])
+def test_a_suite_name_that_is_not_a_folder_name(tmp_path, name):
+    """Fault 6: a suite whose name held `/` or `..` gave a traceback."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'name = "{name}"\n[[group]]\nnetworks = ["fcn5"]\n'
+                     f'batch_sizes = [4]\n')
+    proc = bench(tmp_path / "out", "fcn5", extra=["--suite", str(suite)])
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {suite}: `name` must be letters")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_missing_interpreter_is_one_line(tmp_path):
+    """Fault 6: --python /nonexistent gave a traceback."""
+    proc = invoke("bench", "--framework", "pytorch", "--runtime", "native",
+                  "--python", "/nonexistent", "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --python /nonexistent: no such interpreter\n"
+
+
+@pytest.mark.parametrize("content", ['[]', '{"schema_version": 2}',
+                                     '{"schema_version": 2, "kind": "bench",'
+                                     ' "jobs": [{"id": 1}]}'])
+def test_a_run_json_of_the_wrong_shape_is_one_line(tmp_path, content):
+    """Fault 6: valid JSON of the wrong shape gave a traceback."""
+    run_dir = tmp_path / "r1"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(content)
+    proc = invoke("report", "--run", str(run_dir))
+    assert proc.returncode == 2, proc.stdout
+    assert proc.stderr.startswith(f"error: {run_dir / 'run.json'}")
+    assert proc.stderr.count("\n") == 1
+
+
+def test_a_run_json_naming_files_outside_its_folder_is_refused(tmp_path):
+    assert bench(tmp_path, "fcn5").returncode == 0
+    run_dir = (tmp_path / "latest").resolve()
+    record = json.loads((run_dir / "run.json").read_text())
+    record["jobs"][0]["file"] = "../../etc/passwd"
+    (run_dir / "run.json").write_text(json.dumps(record))
+    proc = invoke("report", "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert "outside its run folder" in proc.stderr
+
+
+def test_a_seed_that_is_not_a_number_is_one_line(tmp_path):
+    """Fault 6: `converge --seed abc` gave a traceback."""
+    proc = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
+                  "--synthetic", "--seed", "abc", "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --seed must be an integer >= 0, got 'abc'\n"
+
+
+def test_ctrl_c_stops_the_cell_says_what_was_kept_and_exits_130(tmp_path):
+    """Fault 7: Ctrl-C printed nothing and exited 1."""
+    proc = start(*BENCH, "--out", str(tmp_path), "--network", "fcn5",
+                 "--network", "fcn8", modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    wait_for(lambda: harness_pids(run_dir) and
+             statuses(run_dir)["fcn5"] == "ok")
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "kept 1 finished job(s)" in err and "--resume" in err
+    assert "Traceback" not in err
+    assert harness_pids(run_dir) == []
+    record = runfolder.read_run(run_dir)
+    assert record["status"] == "interrupted"
+    # the stopped cell kept the iterations it had measured
+    stopped = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    assert stopped["error"]["type"] == "Terminated"
+
+
+def _task_names():
+    proc = subprocess.run([INVOKE, "--list"], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    return [line.split()[0] for line in proc.stdout.splitlines()[2:]
+            if line.startswith("  ") and not line.startswith("    ")]
+
+
+def test_every_task_has_a_working_help():
+    """Fault 8: `invoke data --help` took `--help` as the dataset."""
+    names = _task_names()
+    assert {"bench", "converge", "data", "env", "render"} <= set(names)
+    for name in names:
+        proc = invoke(name, "--help")
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert proc.stdout.startswith("Usage: inv[oke]"), (name, proc.stdout)
