@@ -342,7 +342,8 @@ _TARGETS_HELP = {
 @task(positional=[],
       help={"framework": "framework whose Dockerfile to print",
             "profile": "matrix profile (default: cpu)",
-            "base_image": "FROM this image instead of the matrix's base",
+            "base_image": "FROM this image instead: REF or MATRIX_BASE=REF "
+                          "(default: as DLREPRO_BASE_OVERRIDES says)",
             "index": "install from the package index (network) instead of "
                      "the wheelhouse",
             "ca_bundle": "render for a build given a CA bundle (--index)"})
@@ -356,7 +357,8 @@ def render(c, framework=None, profile="cpu", base_image="", index=False,
     from dlrepro.images import render as render_mod
     m = matrix.load()
     entry = matrix.entry(m, framework, profile)
-    base, _pin = images.base_reference(entry, base_image or None)
+    base, _pin = images.base_reference(
+        entry, images.substituted_base(entry, images.substitution(base_image)))
     recipe = render_mod.render_profile(framework, profile, m, base=base,
                                        wheelhouse=not index,
                                        ca_bundle=ca_bundle)
@@ -366,7 +368,9 @@ def render(c, framework=None, profile="cpu", base_image="", index=False,
 @task(iterable=["framework", "base_image"],
       help=dict(_TARGETS_HELP,
                 base_image="FROM this image instead: REF (every target) or "
-                           "MATRIX_BASE=REF (repeatable)",
+                           "MATRIX_BASE=REF (repeatable); for this command "
+                           "only, over DLREPRO_BASE_OVERRIDES, which bench "
+                           "reads too",
                 locked="refuse a base image that `invoke lock` has not pinned",
                 index="install from the package index (network) instead of "
                       "a wheelhouse",
@@ -387,18 +391,29 @@ def build(c, framework=None, profile="", all=False, base_image=None,
     pairs = images.targets(m, framework, profile or None, all)
     overrides = base_image or []
     images.check_overrides(m, pairs, overrides)
+    subst = images.substitution(overrides)
     client = images.engine()
     failures = []
     for fw, prof in pairs:
+        entry = m[fw][prof]
         try:
             print(images.ensure(fw, prof, m, locked=locked, client=client,
-                                base_image=images.base_for(m[fw][prof], overrides),
+                                base_image=images.substituted_base(entry, subst)
+                                or entry["base_image"],
                                 wheelhouse=not index,
                                 ca_bundle=ca_bundle or None, proxy=proxy or None))
         except UserError as exc:
             if len(pairs) == 1:
                 raise
             failures.append(f"{fw}/{prof}: {exc}")
+    setting = images.setting_for(m, pairs, subst)
+    if setting:
+        # bench, converge and save look for the image FROM the base that
+        # DLREPRO_BASE_OVERRIDES names: say how to make them find this one.
+        print(f"note: --base-image is for this command only; for bench, "
+              f"converge and save to use these images, set "
+              f"{images.BASE_OVERRIDES_ENV}={shlex.quote(setting)}",
+              file=sys.stderr)
     if failures:
         raise UserError(f"{len(failures)} of {len(pairs)} builds failed:\n"
                         + "\n".join(failures))
@@ -456,10 +471,14 @@ def save(c, framework=None, profile="", all=False, image=None,
     refs = list(image or [])
     if framework or all:
         client = images.engine()
-        for fw, prof in images.targets(m, framework, profile or None, all):
+        pairs = images.targets(m, framework, profile or None, all)
+        images.check_overrides(m, pairs, base_image or [])
+        subst = images.substitution(base_image or [])
+        for fw, prof in pairs:
+            entry = m[fw][prof]
             plan = images.plan(fw, prof, m, client=client,
-                               base_image=images.base_for(m[fw][prof],
-                                                          base_image or []))
+                               base_image=images.substituted_base(entry, subst)
+                               or entry["base_image"])
             refs.append(plan.tag)
             if with_base:
                 refs.append(plan.base)

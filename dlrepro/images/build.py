@@ -213,31 +213,104 @@ def targets(matrix, frameworks=(), profile=None, every=False):
     return pairs
 
 
-def base_for(entry, overrides=()):
-    """The base image replacing `entry`'s given --base-image values (None:
-    keep the matrix's). FROM=TO replaces the base FROM only; a plain
-    reference replaces any base."""
-    mapped = {}
+# --- base substitution -------------------------------------------------------------
+# One setting says which base each matrix base is replaced by on this
+# machine (a registry that cannot be reached, a local stand-in, a mirror):
+# DLREPRO_BASE_OVERRIDES="FROM=TO[,FROM=TO]". build, bench, converge, save
+# and render all read it through `substituted_base`, so an image that
+# `invoke build` made is the image `invoke bench` looks for. A command's
+# --base-image values are a per-command form of the same mapping (FROM=TO),
+# or a plain REF that replaces whatever base its targets have.
+
+BASE_OVERRIDES_ENV = "DLREPRO_BASE_OVERRIDES"
+
+
+class Substitution(NamedTuple):
+    """Which base replaces which: `given` (a command's FROM=TO) wins over
+    `every` (a command's plain REF), which wins over `setting`
+    (DLREPRO_BASE_OVERRIDES)."""
+    setting: dict
+    given: dict
+    every: Optional[str] = None
+
+
+def parse_overrides(text, where=BASE_OVERRIDES_ENV):
+    """{"FROM": "TO"} from "FROM=TO[,FROM=TO]"."""
+    overrides = {}
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        old, _, new = item.partition("=")
+        if not old.strip() or not new.strip():
+            raise UserError(f"{where}: {item!r} is not FROM=TO")
+        overrides[old.strip()] = new.strip()
+    return overrides
+
+
+def substitution(given=(), mapping=None, environ=None):
+    """The substitution in force for one command: DLREPRO_BASE_OVERRIDES
+    (from `environ`, default os.environ), then `mapping` ({FROM: TO}, e.g. a
+    runtime's option), then the command's --base-image values `given`
+    (FROM=TO, or one plain REF). UserError for a malformed value."""
+    environ = os.environ if environ is None else environ
+    setting = parse_overrides(environ.get(BASE_OVERRIDES_ENV))
+    explicit = dict(mapping or {})
     plain = []
-    for item in overrides:
+    for item in ([given] if isinstance(given, str) else given or ()):
         if "=" in item:
-            old, new = item.split("=", 1)
-            mapped[old] = new
-        else:
-            plain.append(item)
+            explicit.update(parse_overrides(item, "--base-image"))
+        elif item.strip():
+            plain.append(item.strip())
     if len(plain) > 1:
         raise UserError(f"--base-image given {len(plain)} plain references "
                         f"({', '.join(plain)}); write FROM=TO for each base")
-    base = mapped.get(entry["base_image"]) or (plain[0] if plain else None)
-    return None if base == entry["base_image"] else base
+    return Substitution(setting, explicit, plain[0] if plain else None)
+
+
+def substituted_base(entry, subst=None):
+    """The one answer to "which base does this matrix entry build FROM
+    here": the replacement of entry's base_image, or None to keep it.
+    `subst` defaults to DLREPRO_BASE_OVERRIDES alone."""
+    subst = substitution() if subst is None else subst
+    name = entry["base_image"]
+    base = subst.given.get(name) or subst.every or subst.setting.get(name)
+    return None if base in (None, name) else base
+
+
+def setting_for(matrix, pairs, subst):
+    """A DLREPRO_BASE_OVERRIDES value under which every other command
+    substitutes the bases of `pairs` as `subst` does, or None when the
+    setting already does (a plain --base-image or a FROM=TO only on the
+    command line is not seen by a later `invoke bench`)."""
+    wanted = dict(subst.setting)
+    changed = False
+    for fw, prof in pairs:
+        entry = matrix[fw][prof]
+        base = substituted_base(entry, subst)
+        if base != substituted_base(entry, subst._replace(given={},
+                                                          every=None)):
+            wanted[entry["base_image"]] = base or entry["base_image"]
+            changed = True
+    if not changed:
+        return None
+    return ",".join(f"{old}={new}" for old, new in sorted(wanted.items())
+                    if old != new)
+
+
+def base_for(entry, overrides=()):
+    """substituted_base for a command's --base-image values `overrides`,
+    DLREPRO_BASE_OVERRIDES included."""
+    return substituted_base(entry, substitution(overrides))
 
 
 def check_overrides(matrix, pairs, overrides):
     """A plain --base-image must not replace different bases at once."""
-    if any("=" not in item for item in overrides):
+    plain = [item for item in overrides if "=" not in item]
+    if plain:
         bases = sorted({matrix[f][p]["base_image"] for f, p in pairs})
         if len(bases) > 1:
-            raise UserError(f"--base-image {overrides[0]} would replace "
+            raise UserError(f"--base-image {plain[0]} would replace "
                             f"different base images ({', '.join(bases)}); "
                             f"write FROM=TO")
 
@@ -260,8 +333,11 @@ def base_reference(entry, base_image=None, *, locked=False,
 def plan(framework, profile, matrix, *, base_image=None, locked=False,
          base_lock=BASE_LOCK_PATH, client=None, name_prefix=None):
     """What `build` would make, and under which tag (asks the engine for the
-    base's image ID; builds nothing)."""
+    base's image ID; builds nothing). `base_image` None: the base that
+    DLREPRO_BASE_OVERRIDES substitutes, else the matrix's."""
     entry = matrix_mod.entry(matrix, framework, profile)
+    if base_image is None:
+        base_image = substituted_base(entry)
     lock_path = matrix_mod.lock_path(framework, profile)
     if not lock_path.exists():
         raise UserError(f"no lock file {lock_path}; run `invoke pin "
@@ -453,6 +529,16 @@ def pull_base(client, ref, log=print):
     return None
 
 
+def build_command(framework, profile, entry, base_image=None):
+    """The `invoke build` line that makes the image FROM `base_image` (None:
+    the matrix's) under the current DLREPRO_BASE_OVERRIDES."""
+    command = f"invoke build --framework {framework} --profile {profile}"
+    if (base_image or None) != substituted_base(entry):
+        command += f" --base-image {entry['base_image']}=" \
+                   f"{base_image or entry['base_image']}"
+    return command
+
+
 def ensure(framework, profile, matrix, *, base_image=None, locked=False,
            build_missing=True, make_wheels=True, wheelhouse=True,
            ca_bundle=None, proxy=None, client=None, log=print,
@@ -463,9 +549,13 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
     (offline unless `wheelhouse` is False). UserError says exactly what to
     run when the image cannot be had here."""
     client = client or engine()
+    entry = matrix_mod.entry(matrix, framework, profile)
+    if base_image is None:
+        base_image = substituted_base(entry)
 
     def current_plan():
-        return plan(framework, profile, matrix, base_image=base_image,
+        return plan(framework, profile, matrix, base_image=base_image or
+                    entry["base_image"],
                     locked=locked, base_lock=base_lock, client=client,
                     name_prefix=name_prefix)
 
@@ -473,8 +563,7 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
     if local_image(client, plan_.tag) is not None:
         log(f"build: {plan_.tag} is up to date")
         return plan_.tag
-    command = (f"invoke build --framework {framework} --profile {profile}"
-               + (f" --base-image {base_image}" if base_image else ""))
+    command = build_command(framework, profile, entry, base_image)
     if not build_missing:
         raise UserError(f"image {plan_.tag} is missing; run `{command}`")
     if plan_.base_id is None:
@@ -483,8 +572,11 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
             raise UserError(
                 f"image {plan_.tag} is missing and its base {plan_.base} is "
                 f"not present and cannot be pulled ({reason}): load it with "
-                f"`invoke load`, or run `{command.split(' --base-image')[0]} "
-                f"--base-image IMAGE`")
+                f"`invoke load`, or build FROM a local image in its place: "
+                f"{BASE_OVERRIDES_ENV}=\"{entry['base_image']}=IMAGE\" "
+                f"(build, bench, converge, save and render all read it; "
+                f"--base-image {entry['base_image']}=IMAGE says the same for "
+                f"one command)")
         # The base's image ID is part of the recipe: plan again.
         plan_ = current_plan()
         if local_image(client, plan_.tag) is not None:

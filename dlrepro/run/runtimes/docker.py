@@ -8,8 +8,9 @@ cores pinned to the cell's thread count, GPUs through device requests, no
 The container runs as the invoking user, so result files are the user's.
 
 Options (keyword arguments, or environment variables for `invoke bench`):
-  base_overrides  {matrix base: replacement}; DLREPRO_BASE_OVERRIDES=
-                  "FROM=TO[,FROM=TO]" (tests build FROM a debootstrap image)
+  base_overrides  {matrix base: replacement}, over DLREPRO_BASE_OVERRIDES=
+                  "FROM=TO[,FROM=TO]", which `invoke build` reads alike
+                  (dlrepro.images.build.substituted_base)
   build           build missing images (default True)
   shm_size        --shm-size (default 2g: data loaders and NCCL use /dev/shm)
   memory          --memory limit (default none)
@@ -31,27 +32,15 @@ from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
 HARNESS_IN_CONTAINER = "/opt/dlrepro/harness"
 RESULTS_IN_CONTAINER = "/results"
 PYTHON_IN_CONTAINER = "/opt/venv/bin/python"
-BASE_OVERRIDES_ENV = "DLREPRO_BASE_OVERRIDES"
+# The one base substitution setting, read as every image command reads it.
+BASE_OVERRIDES_ENV = images.BASE_OVERRIDES_ENV
+parse_overrides = images.parse_overrides
 DEFAULT_SHM_SIZE = "2g"
 STOP_GRACE_S = 10
 LABEL_CELL = "org.dlrepro.cell"
 # Enough for a framework's thread pools and data-parallel workers; a fork
 # bomb in a job stops there instead of taking the host down.
 PIDS_LIMIT = 4096
-
-
-def parse_overrides(text):
-    """{"FROM": "TO"} from "FROM=TO[,FROM=TO]"."""
-    overrides = {}
-    for item in (text or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        if "=" not in item:
-            raise UserError(f"{BASE_OVERRIDES_ENV}: {item!r} is not FROM=TO")
-        old, new = item.split("=", 1)
-        overrides[old.strip()] = new.strip()
-    return overrides
 
 
 def container_name(run_dir, cell_id):
@@ -86,8 +75,9 @@ class Runtime(Base):
                  shm_size=DEFAULT_SHM_SIZE, memory=None, gpu_ids=None,
                  docker_bin="docker", name_prefix=None, **_options):
         self.matrix = matrix if matrix is not None else matrix_mod.load()
-        self.base_overrides = parse_overrides(os.environ.get(BASE_OVERRIDES_ENV))
-        self.base_overrides.update(base_overrides or {})
+        # DLREPRO_BASE_OVERRIDES, as `invoke build` reads it, then the
+        # base_overrides option.
+        self.substitution = images.substitution(mapping=base_overrides)
         self.build = build
         self.shm_size = shm_size
         self.memory = memory
@@ -115,7 +105,9 @@ class Runtime(Base):
                 entry = matrix_mod.entry(self.matrix, framework, profile)
                 tag = images.ensure(
                     framework, profile, self.matrix,
-                    base_image=self.base_overrides.get(entry["base_image"]),
+                    base_image=images.substituted_base(entry,
+                                                       self.substitution)
+                    or entry["base_image"],
                     build_missing=self.build, client=self.client, log=log,
                     name_prefix=self.name_prefix)
                 self.images[(framework, profile)] = tag
