@@ -22,11 +22,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlrepro.converge import runner as converge
-from dlrepro.converge import datasets
-from dlrepro import svgplot  # noqa: E402
+from dlrepro.converge import datasets, plan, runner, summary  # noqa: E402
+from dlrepro.converge import svgplot  # noqa: E402
 from dlrepro.errors import UserError  # noqa: E402
-from harness import datasets as hd, parallel  # noqa: E402
+from dlrepro.run import progress, runtimes  # noqa: E402
+from harness import datasets as hd, frameworks  # noqa: E402
 
 NETWORKS = ("fcn-r", "alexnet-r")
 
@@ -34,36 +34,37 @@ NETWORKS = ("fcn-r", "alexnet-r")
 def available_frameworks():
     """Frameworks with a data-parallel module and a backend in this tree."""
     here = ROOT / "harness"
-    return [f for f in sorted(parallel.PARALLEL) if f != "cntk" and
-            (here / "parallel" / f"{f}.py").exists() and
-            (here / "backends" / f"{f}.py").exists()]
+    return [f for f in frameworks.NAMES if f != "cntk" and
+            (here / "frameworks" / f / "parallel.py").exists() and
+            (here / "frameworks" / f / "backend.py").exists()]
 
 
 def run_benchmark(args, log=print):
     data_dir = Path(args.out) / "convergence-benchmark-data"
-    specs = []
+    jobs = []
     for network in NETWORKS:
         name = hd.for_network(network)
         checksums = datasets.generate(name, data_dir, args.train_samples,
                                       args.test_samples, seed=args.seed)
-        specs += converge.plan(args.framework, [network], [1, 2],
-                               global_batch=args.global_batch_size,
-                               epochs=args.epochs, seed=args.seed,
-                               threads=args.threads, data_dir=data_dir,
-                               checksums=checksums)
-    converge.check_data(specs, log=log)
-    pythons = converge.environments(specs, log=log)
-    run_dir, _ = converge.run(specs, args.out, pythons=pythons,
-                              timeout=args.timeout,
-                              command=["benchmarks/convergence_report.py"]
-                              + sys.argv[1:], log=log)
+        jobs += plan.plan(args.framework, [network], [1, 2],
+                          global_batch=args.global_batch_size,
+                          epochs=args.epochs, seed=args.seed,
+                          threads=args.threads, data_dir=data_dir,
+                          checksums=checksums, runtime="native",
+                          timeout=args.timeout)
+    plan.check_data(jobs, log=log)
+    with progress.events() as events:
+        run_dir, _ = runner.run(jobs, args.out, runtimes.get("native"),
+                                command=" ".join(
+                                    ["benchmarks/convergence_report.py"]
+                                    + sys.argv[1:]), events=events)
     return run_dir
 
 
 def report(run_dir, svg_paths):
-    _record, results = converge.load_run(run_dir)
-    summary = converge.summarise(results)
-    for line in converge.table_lines(summary):
+    _record, results = runner.load_run(run_dir)
+    figures = summary.summarise(results)
+    for line in summary.table_lines(figures):
         print(line)
     trained = [r for r in results if r.get("convergence") and
                r["convergence"]["curve"]["loss"]]
@@ -73,7 +74,7 @@ def report(run_dir, svg_paths):
     for path in svg_paths:
         Path(path).write_text(svg)
         print(f"plot: {path}")
-    return summary
+    return figures
 
 
 def main(argv=None):

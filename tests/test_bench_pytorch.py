@@ -49,7 +49,7 @@ def processes_mentioning(path):
 def cell_results(run_dir):
     record = results.read_run(run_dir)
     return record, {c["id"]: results.load_result(run_dir / c["file"])
-                    for c in record["cells"]}
+                    for c in record["jobs"]}
 
 
 def test_smoke_cells_end_to_end(root, tmp_path, pytorch_python):
@@ -125,7 +125,7 @@ def test_killed_sweep_keeps_finished_cells_and_resumes(root, tmp_path,
         if (tmp_path / "latest").exists():
             run_dir = (tmp_path / "latest").resolve()
             record = results.read_run(run_dir)  # atomic: never torn
-            done = [c["id"] for c in record["cells"] if c["status"] == "ok"]
+            done = [c["id"] for c in record["jobs"] if c["status"] == "ok"]
     assert done, "no cell finished in time"
     os.killpg(sweep.pid, signal.SIGKILL)
     sweep.wait()
@@ -137,7 +137,7 @@ def test_killed_sweep_keeps_finished_cells_and_resumes(root, tmp_path,
     assert processes_mentioning(run_dir) == []
     record = results.read_run(run_dir)
     assert record["status"] == "running"
-    statuses = {c["id"]: c["status"] for c in record["cells"]}
+    statuses = {c["id"]: c["status"] for c in record["jobs"]}
     assert statuses[done[0]] == "ok"
     assert results.load_result(run_dir / f"{done[0]}.json")["status"] == "ok"
     bench(root, tmp_path, "--network", "alexnet-r", "--network", "fcn-r",
@@ -146,7 +146,7 @@ def test_killed_sweep_keeps_finished_cells_and_resumes(root, tmp_path,
     first = run_dir
     record = results.read_run(first)
     assert record["status"] == "complete" and record["resumed_at"]
-    assert [c["status"] for c in record["cells"]] == ["ok", "ok", "ok"]
+    assert [c["status"] for c in record["jobs"]] == ["ok", "ok", "ok"]
     # the cell finished before the kill ran once only
     log = (first / f"{done[0]}.log").read_text()
     assert log.count(": ok") == 1

@@ -16,20 +16,23 @@ import jsonschema
 import pytest
 
 from _frameworks import framework_python  # noqa: F401 (a fixture)
-from dlrepro.converge import runner as conv
 from dlrepro.converge import datasets as dd
+from dlrepro.converge import plan as conv_plan
+from dlrepro.converge import runner as conv
+from dlrepro.converge import summary as conv_summary
+from dlrepro.run import runfolder, runtimes
 from dlrepro.errors import UserError
-from harness import converge as hconverge
+from harness import spec as hspec
 from harness import figures, resultfile
 from harness.errors import HarnessError
-from harness.parallel import common
+from harness.frameworks import dataparallel as common
 
 ROOT = Path(__file__).resolve().parent.parent
 # Data parallelism reuses each backend's build_model: a framework is tested
 # here once its backend is in the tree. CNTK trains in its image, under the
 # image's mpirun (tests/cntkenv.py).
 FRAMEWORKS = [f for f in ("pytorch", "tensorflow", "mxnet", "cntk")
-              if (ROOT / "harness" / "backends" / f"{f}.py").exists()]
+              if (ROOT / "harness" / "frameworks" / f / "backend.py").exists()]
 # 1 vs 2 workers: the same global batches, gradients averaged over the
 # global batch, so the curves differ only by float32 reduction order
 # (observed: below 1e-5 over 32 iterations). 1e-3 of the loss is 100x that,
@@ -119,44 +122,53 @@ def test_spec_errors_are_clear():
             "data": {"source": "synthetic"}}
     with pytest.raises(HarnessError, match="^4 workers cannot share a global "
                        "batch of 2 samples: each worker needs at least one$"):
-        hconverge.validate(spec)
+        hspec.validate_convergence(spec)
     with pytest.raises(HarnessError, match="^a global batch of 6 does not "
                        "split evenly over 4 workers; use a multiple of 4$"):
-        hconverge.validate(dict(spec, global_batch_size=6))
+        hspec.validate_convergence(dict(spec, global_batch_size=6))
     with pytest.raises(HarnessError, match="fcn5 trains on synthetic data "
                        "only; convergence networks: alexnet-r, fcn-r, lstm, "
                        "resnet-56"):
-        hconverge.validate(dict(spec, network="fcn5", global_batch_size=8))
+        hspec.validate_convergence(dict(spec, network="fcn5", global_batch_size=8))
     with pytest.raises(HarnessError, match="unknown framework 'caffe'"):
-        hconverge.validate(dict(spec, framework="caffe"))
+        hspec.validate_convergence(dict(spec, framework="caffe"))
     with pytest.raises(HarnessError, match="missing \\['epochs'\\]"):
-        hconverge.validate(dict((k, v) for k, v in spec.items()
+        hspec.validate_convergence(dict((k, v) for k, v in spec.items()
                                 if k != "epochs"))
     with pytest.raises(HarnessError, match="target_loss must be a positive"):
-        hconverge.validate(dict(spec, global_batch_size=8, target_loss=-1))
+        hspec.validate_convergence(dict(spec, global_batch_size=8, target_loss=-1))
     with pytest.raises(HarnessError, match="convergence runs observe GPU "
                        "clocks only; clock_policy 'lock=1410'"):
-        hconverge.validate(dict(spec, global_batch_size=8,
+        hspec.validate_convergence(dict(spec, global_batch_size=8,
                                 clock_policy="lock=1410"))
     with pytest.raises(HarnessError, match="global batch \\(64\\) is larger "
                        "than the 10 training samples"):
         common.check_plan(dict(spec, global_batch_size=64), 10)
 
 
+def _plan(*args, **kwargs):
+    """The specs of a convergence plan."""
+    return [job.spec for job in conv_plan.plan(*args, **kwargs)]
+
+
+def _native(python):
+    return runtimes.get("native", python=str(python))
+
+
 def test_plan_defaults_follow_the_paper(tmp_path):
-    specs = conv.plan(["pytorch"], ["fcn-r", "alexnet-r"], [1, 2, 4],
-                      synthetic=True)
+    specs = _plan(["pytorch"], ["fcn-r", "alexnet-r"], [1, 2, 4],
+                  synthetic=True)
     assert [(s["network"], s["workers"], s["global_batch_size"], s["epochs"])
             for s in specs] == [
         ("fcn-r", 1, 1024, 40), ("fcn-r", 2, 1024, 40), ("fcn-r", 4, 1024, 40),
         ("alexnet-r", 1, 1024, 40), ("alexnet-r", 2, 1024, 40),
         ("alexnet-r", 4, 1024, 40)]
-    gpu = conv.plan(["pytorch"], ["fcn-r", "lstm"], [1, 2, 4], device="gpu",
-                    synthetic=True, matrix=GPU_MATRIX)
+    gpu = _plan(["pytorch"], ["fcn-r", "lstm"], [1, 2, 4], device="gpu",
+                synthetic=True, matrix=GPU_MATRIX)
     assert [(s["global_batch_size"], s["epochs"], s["profile"], s["device"])
             for s in gpu][::3] == [(4096, 40, "cuda", "gpu"),
                                    (128, 20, "cuda", "gpu")]
-    data = conv.plan(["pytorch"], ["fcn-r"], [1], data_dir=tmp_path)[0]["data"]
+    data = _plan(["pytorch"], ["fcn-r"], [1], data_dir=tmp_path)[0]["data"]
     assert data == {"source": "files", "name": "mnist",
                     "dir": str(tmp_path.resolve()), "checksums": None,
                     "train_samples": None, "test_samples": None}
@@ -164,25 +176,27 @@ def test_plan_defaults_follow_the_paper(tmp_path):
 
 @pytest.mark.parametrize("kwargs,message", [
     ({"workers": [1, 3]}, "a global batch of 1024 does not split evenly over 3"),
-    ({"global_batch": "0"}, "global-batch-size must be a positive integer"),
+    ({"global_batch": "0"}, "--global-batch-size must be an integer >= 1"),
     ({"networks": ["fcn5"]}, "unknown convergence network 'fcn5'"),
     ({"frameworks": ["caffe"]}, "unknown framework 'caffe'"),
     ({"synthetic": True, "data_dir": "x"}, "exclude each other"),
-    ({"target_loss": "low"}, "target-loss must be a number"),
+    ({"target_loss": "low"}, "--target-loss must be a number"),
+    ({"seed": "abc"}, "--seed must be an integer >= 0, got 'abc'"),
 ])
 def test_plan_errors(kwargs, message):
     args = {"frameworks": ["pytorch"], "networks": ["fcn-r"],
             "workers": [1, 2]}
     args.update(kwargs)
     with pytest.raises(UserError, match=message):
-        conv.plan(args.pop("frameworks"), args.pop("networks"),
-                  args.pop("workers"), **args)
+        conv_plan.plan(args.pop("frameworks"), args.pop("networks"),
+                       args.pop("workers"), **args)
 
 
-def test_parse_counts():
-    assert conv.parse_counts("4,1,2,2", "--workers") == [1, 2, 4]
-    with pytest.raises(UserError, match="--gpus must be positive integers"):
-        conv.parse_counts("1,two", "--gpus")
+def test_worker_counts():
+    assert conv_plan.worker_counts("4,1,2,2", "--workers") == (1, 2, 4)
+    with pytest.raises(UserError, match="--gpus must be an integer >= 1, "
+                                        "got 'two'"):
+        conv_plan.worker_counts("1,two", "--gpus")
 
 
 # --- real training --------------------------------------------------------------
@@ -193,10 +207,11 @@ def mnist(tmp_path_factory):
     return folder, dd.generate("mnist", folder, TRAIN, TEST, seed=11)
 
 
-def _specs(framework, data_dir, checksums, workers, seed=5, epochs=EPOCHS):
-    return conv.plan([framework], ["fcn-r"], workers, global_batch=BATCH,
-                     epochs=epochs, seed=seed, threads=2, data_dir=data_dir,
-                     checksums=checksums)
+def _jobs(framework, data_dir, checksums, workers, seed=5, epochs=EPOCHS):
+    return conv_plan.plan([framework], ["fcn-r"], workers, global_batch=BATCH,
+                          epochs=epochs, seed=seed, threads=2,
+                          data_dir=data_dir, checksums=checksums,
+                          runtime="native", timeout=900)
 
 
 def _max_relative(a, b):
@@ -209,12 +224,11 @@ def trained(request, mnist, tmp_path_factory, framework_python):
     framework = request.param
     data_dir, checksums = mnist
     out = tmp_path_factory.mktemp("results")
-    specs = _specs(framework, data_dir, checksums, [1, 2])
-    conv.check_data(specs, log=lambda m: None)
-    pythons = {(framework, "cpu"): framework_python(framework)}
-    run_dir, results = conv.run(specs, out, pythons=pythons, timeout=900,
-                                log=lambda m: None)
-    return framework, run_dir, results, pythons
+    jobs = _jobs(framework, data_dir, checksums, [1, 2])
+    conv_plan.check_data(jobs, log=lambda m: None)
+    runtime = _native(framework_python(framework))
+    run_dir, results = conv.run(jobs, out, runtime)
+    return framework, run_dir, results, runtime
 
 
 def test_one_and_two_workers_converge_alike(trained, schema):
@@ -264,10 +278,11 @@ def test_one_and_two_workers_converge_alike(trained, schema):
 def test_run_folder_records_and_compares(trained):
     framework, run_dir, results, _ = trained
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["kind"] == "convergence" and record["finished_at"]
-    assert [(r["name"], r["status"]) for r in record["runs"]] == [
+    assert record["kind"] == "converge" and record["finished_at"]
+    assert record["schema_version"] == runfolder.RUN_SCHEMA_VERSION
+    assert [(r["id"], r["status"]) for r in record["jobs"]] == [
         (f"{framework}-fcn-r-w1", "ok"), (f"{framework}-fcn-r-w2", "ok")]
-    assert (run_dir.parent / conv.LATEST).resolve() == run_dir.resolve()
+    assert (run_dir.parent / "latest-converge").resolve() == run_dir.resolve()
     assert conv.latest_run(run_dir.parent) == run_dir.resolve()
     summary = json.loads((run_dir / "convergence.json").read_text())
     (comparison,) = summary["comparisons"]
@@ -282,7 +297,7 @@ def test_run_folder_records_and_compares(trained):
     assert two["scaling_efficiency"] == pytest.approx(two["speedup"] / 2)
     assert two["epochs_ratio"] == two["epochs_to_target"] / \
         one["epochs_to_target"]
-    lines = conv.table_lines(summary)
+    lines = conv_summary.table_lines(summary)
     assert lines[0].startswith(f"{framework} fcn-r on cpu, global batch 64, "
                                f"2 epochs, seed 5, data mnist-custom sha256:")
     assert any(line.split()[:2] == ["2", "ok"] for line in lines)
@@ -312,11 +327,10 @@ def test_another_seed_moves_the_curve_beyond_the_tolerance(trained, mnist,
                                                            tmp_path):
     """The tolerance above can fail: a real difference exceeds it (shown in
     one framework: the argument does not depend on it)."""
-    framework, run_dir, results, pythons = trained
+    framework, run_dir, results, runtime = trained
     data_dir, checksums = mnist
-    specs = _specs(framework, data_dir, checksums, [1], seed=6, epochs=1)
-    _, other = conv.run(specs, tmp_path, pythons=pythons, timeout=900,
-                        log=lambda m: None)
+    jobs = _jobs(framework, data_dir, checksums, [1], seed=6, epochs=1)
+    _, other = conv.run(jobs, tmp_path, runtime)
     moved = other[f"{framework}-fcn-r-w1"]["convergence"]["curve"]["loss"]
     base = results[f"{framework}-fcn-r-w1"]["convergence"]["curve"]["loss"]
     assert _max_relative(base, moved) > 10 * RELATIVE_TOLERANCE
@@ -333,9 +347,9 @@ def _harness(python, root, spec, out):
 
 def test_missing_gpus_are_unsupported(root, tmp_path, framework_python,
                                       schema):
-    spec = conv.plan(["pytorch"], ["fcn-r"], [2], device="gpu",
-                     global_batch=8, epochs=1, synthetic=True,
-                     train_samples=64, test_samples=16, matrix=GPU_MATRIX)[0]
+    spec = _plan(["pytorch"], ["fcn-r"], [2], device="gpu",
+                 global_batch=8, epochs=1, synthetic=True,
+                 train_samples=64, test_samples=16, matrix=GPU_MATRIX)[0]
     out = tmp_path / "gpu.json"
     proc = _harness(framework_python("pytorch"), root, spec, out)
     assert proc.returncode == 0, proc.stderr
@@ -352,7 +366,7 @@ def test_missing_gpus_are_unsupported(root, tmp_path, framework_python,
 def test_harness_rejects_bad_specs_in_one_line(root, tmp_path, mnist,
                                                framework_python):
     data_dir, checksums = mnist
-    spec = _specs("pytorch", data_dir, checksums, [1])[0]
+    spec = _jobs("pytorch", data_dir, checksums, [1])[0].spec
     for change, message in (
             ({"workers": 3}, "a global batch of 64 does not split evenly "
                              "over 3 workers; use a multiple of 3"),
@@ -411,14 +425,14 @@ def test_task_bad_inputs(root, tmp_path, mnist):
 
 
 def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
-    specs = conv.plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
-                      threads=2, synthetic=True, train_samples=4096,
-                      test_samples=64)
-    pythons = {("pytorch", "cpu"): framework_python("pytorch")}
-    run_dir, results = conv.run(specs, tmp_path, pythons=pythons, timeout=20,
-                                log=lambda m: None)
+    jobs = conv_plan.plan(["pytorch"], ["fcn-r"], [2], global_batch=64,
+                          epochs=50, threads=2, synthetic=True,
+                          train_samples=4096, test_samples=64,
+                          runtime="native", timeout=20)
+    run_dir, results = conv.run(jobs, tmp_path,
+                                _native(framework_python("pytorch")))
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["runs"][0]["status"] == "timeout"
+    assert record["jobs"][0]["status"] == "timeout"
     result = results["pytorch-fcn-r-w2"]
     jsonschema.validate(result, schema)
     assert result["status"] == "timeout"
@@ -433,9 +447,9 @@ def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
 def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
     """SIGKILL leaves the harness no time to stop torchrun: the workers must
     go anyway (PR_SET_PDEATHSIG), not train on as orphans."""
-    spec = conv.plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
-                     threads=2, synthetic=True, train_samples=4096,
-                     test_samples=64)[0]
+    spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
+                 threads=2, synthetic=True, train_samples=4096,
+                 test_samples=64)[0]
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
     log_path = tmp_path / "log"
@@ -470,34 +484,46 @@ def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
     assert left == []
 
 
+class Recorder(conv.pipeline.Events):
+    def __init__(self):
+        self.started, self.messages = [], []
+
+    def log(self, message):
+        self.messages.append(message)
+
+    def start(self, index, total, job):
+        self.started.append(job.id)
+
+
 @pytest.mark.parametrize("trained", ["pytorch"], indirect=True)
-def test_resume_keeps_finished_runs_and_reruns_the_rest(trained, tmp_path):
+def test_resume_keeps_finished_runs_and_reruns_the_rest(trained, mnist,
+                                                        tmp_path):
     """A run killed during its second worker count: --resume keeps the
     first result as it was and trains only the missing one."""
     import shutil
     from dlrepro.run import runfolder as results_mod
-    framework, run_dir, results, pythons = trained
+    framework, run_dir, results, runtime = trained
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
-    results_mod.point_latest(tmp_path, copy, conv.LATEST)
+    results_mod.point_latest(tmp_path, copy, "converge")
     kept = (copy / f"{framework}-fcn-r-w1.json").read_bytes()
     (copy / f"{framework}-fcn-r-w2.json").unlink()
-    specs = [r["spec"] for r in json.loads(
-        (copy / "run.json").read_text())["runs"]]
-    messages = []
-    resumed_dir, found = conv.run(specs, tmp_path, pythons=pythons,
-                                  timeout=900, log=messages.append,
-                                  resume=True)
+    data_dir, checksums = mnist
+    events = Recorder()
+    resumed_dir, found = conv.run(
+        _jobs(framework, data_dir, checksums, [1, 2]), tmp_path, runtime,
+        resume=True, events=events)
     assert resumed_dir == copy.resolve()
     assert (copy / f"{framework}-fcn-r-w1.json").read_bytes() == kept
-    assert any("w1: ok in the resumed run, kept" in m for m in messages)
+    assert events.started == [f"{framework}-fcn-r-w2"]
+    assert any("1 of 2 jobs already done" in m for m in events.messages)
     assert found[f"{framework}-fcn-r-w2"]["status"] == "ok"
     record = json.loads((copy / "run.json").read_text())
-    assert [r["status"] for r in record["runs"]] == ["ok", "ok"]
+    assert [r["status"] for r in record["jobs"]] == ["ok", "ok"]
     assert len(record["resumed_at"]) == 1 and record["finished_at"]
 
 
 def test_resume_without_a_run_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="no convergence run under .* to "
                                         "resume"):
-        conv.run([], tmp_path, pythons={}, resume=True)
+        conv.run([], tmp_path, runtimes.get("native"), resume=True)

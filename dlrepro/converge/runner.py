@@ -24,7 +24,18 @@ def run_of(jobs, out, command, resume=False):
 def check_resumable(out):
     """Fail early (before images are built) when there is nothing to
     resume under `out`."""
-    runfolder.resolve_run(out, "latest", "converge")
+    pipeline.resumable(out, "converge")
+
+
+def run(jobs, out, runtime, command="", resume=False, events=None,
+        matrix=None):
+    """Run the jobs and write convergence.json; (run folder, {job id:
+    result})."""
+    run_dir = pipeline.start(run_of(jobs, out, command, resume), runtime,
+                             matrix, events)
+    finish(run_dir)
+    _record, pairs = runfolder.load_run(run_dir)
+    return run_dir, {entry["id"]: result for entry, result in pairs}
 
 
 def finish(run_dir):

@@ -66,7 +66,7 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     runtime.check()
     runfolder.ensure_writable(run.out)
     if run.resume:
-        run_dir = runfolder.resolve_run(run.out, "latest", run.kind)
+        run_dir = resumable(run.out, run.kind)
     else:
         run_dir = runfolder.create_run(run.out, run.name)
     with runfolder.locked(run_dir):
@@ -81,6 +81,17 @@ def start(run, runtime, matrix=None, events=None, executor=None):
                             f"every finished result in {run_dir} is kept: "
                             f"make room, then rerun with --resume")
     return run_dir
+
+
+def resumable(out, kind):
+    """The latest run of `kind` under `out`, or a UserError saying there is
+    none to resume."""
+    try:
+        return runfolder.resolve_run(out, "latest", kind)
+    except UserError:
+        label = "convergence" if kind == "converge" else kind
+        raise UserError(f"no {label} run under {out} to resume; run without "
+                        f"--resume")
 
 
 def _open_record(run, run_dir, runtime, events):
