@@ -215,6 +215,72 @@ def test_missing_base_says_what_to_run(docker_client):
     assert "invoke load" in str(info.value) and "--base-image" in str(info.value)
 
 
+# --- base substitution ----------------------------------------------------------------
+# One setting for every command (fault 11); the real build -> bench path is
+# tests/test_docker_runtime.py::test_build_bench_and_render_read_one_base_substitution.
+
+def test_one_base_substitution_for_every_command(monkeypatch):
+    m = matrix.load()
+    cntk, torch = m["cntk"]["cpu"], m["pytorch"]["cpu"]
+    monkeypatch.delenv(images.BASE_OVERRIDES_ENV, raising=False)
+    assert images.substituted_base(cntk) is None
+    monkeypatch.setenv(images.BASE_OVERRIDES_ENV,
+                       f" ubuntu:18.04 = {BIONIC_IMAGE} ,")
+    assert images.substituted_base(cntk) == BIONIC_IMAGE
+    assert images.substituted_base(torch) is None
+    # What plan() builds FROM when not told: the setting.
+    assert images.base_for(cntk) == BIONIC_IMAGE
+    # A command's FROM=TO wins over the setting, a runtime's mapping sits
+    # between, a plain --base-image replaces any base.
+    assert images.substituted_base(cntk, images.substitution(
+        ["ubuntu:18.04=given:1"], mapping={"ubuntu:18.04": "mapped:1"})) == \
+        "given:1"
+    assert images.substituted_base(cntk, images.substitution(
+        mapping={"ubuntu:18.04": "mapped:1"})) == "mapped:1"
+    plain = images.substitution(["plain:1"])
+    assert images.substituted_base(cntk, plain) == "plain:1"
+    assert images.substituted_base(torch, plain) == "plain:1"
+    # The matrix's own base is no substitution.
+    assert images.substituted_base(cntk, images.substitution(
+        ["ubuntu:18.04=ubuntu:18.04"])) is None
+    with pytest.raises(UserError, match="2 plain references"):
+        images.substitution(["a:1", "b:1"])
+    with pytest.raises(UserError, match="--base-image: 'ubuntu:18.04=' is "
+                                        "not FROM=TO"):
+        images.substitution(["ubuntu:18.04="])
+    monkeypatch.setenv(images.BASE_OVERRIDES_ENV, "no-equals-sign")
+    with pytest.raises(UserError, match="DLREPRO_BASE_OVERRIDES: "
+                                        "'no-equals-sign' is not FROM=TO"):
+        images.substituted_base(cntk)
+
+
+def test_build_says_which_setting_makes_bench_find_its_images(monkeypatch):
+    m = matrix.load()
+    cntk = [("cntk", "cpu")]
+    setting = f"ubuntu:18.04={BIONIC_IMAGE}"
+    monkeypatch.setenv(images.BASE_OVERRIDES_ENV, setting)
+    # Built under the setting: bench sees the same, nothing to say.
+    assert images.setting_for(m, cntk, images.substitution()) is None
+    assert images.setting_for(m, cntk, images.substitution(
+        [BIONIC_IMAGE])) is None
+    # A base bench would not use: the setting that makes it.
+    monkeypatch.delenv(images.BASE_OVERRIDES_ENV)
+    for given in ([BIONIC_IMAGE], [setting]):
+        assert images.setting_for(m, cntk, images.substitution(given)) == \
+            setting
+    monkeypatch.setenv(images.BASE_OVERRIDES_ENV,
+                       f"python:3.11.9-slim-bookworm={BASE_IMAGE}")
+    assert images.setting_for(m, cntk, images.substitution([setting])) == \
+        f"python:3.11.9-slim-bookworm={BASE_IMAGE},{setting}"
+    # What an image that is missing says to run.
+    assert images.build_command("cntk", "cpu", m["cntk"]["cpu"]) == \
+        "invoke build --framework cntk --profile cpu"
+    assert images.build_command("cntk", "cpu", m["cntk"]["cpu"],
+                                "x:1") == ("invoke build --framework cntk "
+                                           "--profile cpu --base-image "
+                                           "ubuntu:18.04=x:1")
+
+
 # --- base-image lock ---------------------------------------------------------------------
 
 def test_lock_pins_a_local_only_base_by_id_and_locked_builds_check_it(

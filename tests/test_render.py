@@ -2,6 +2,7 @@
 every render, clean under hadolint (including those that cannot be built
 here: CNTK and the GPU profiles), offline installs from the wheelhouse, and
 a CA bundle that never reaches the final stage."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,9 +130,11 @@ def test_a_missing_template_variable_is_an_error(tmp_path):
 
 def test_render_task_prints_the_dockerfile_and_rejects_bad_names(root):
     invoke = Path(sys.executable).parent / "invoke"
+    env = dict(os.environ)
+    env.pop(images.BASE_OVERRIDES_ENV, None)
     proc = subprocess.run([str(invoke), "render", "--framework", "tensorflow",
                            "--profile", "cuda"], cwd=root, capture_output=True,
-                          text=True)
+                          text=True, env=env)
     assert proc.returncode == 0, proc.stderr
     entry = matrix.load()["tensorflow"]["cuda"]
     base, _pin = images.base_reference(entry)  # with the lock's digest, if any
@@ -143,3 +146,24 @@ def test_render_task_prints_the_dockerfile_and_rejects_bad_names(root):
     assert proc.stderr.strip().splitlines() == [
         "error: unknown framework 'caffe'; valid frameworks: cntk, mxnet, "
         "pytorch, tensorflow"]
+
+
+def test_render_task_reads_the_base_substitution_as_build_does(root):
+    """DLREPRO_BASE_OVERRIDES, and --base-image as FROM=TO or REF: the FROM
+    line of the image `invoke build` would make under the same setting."""
+    invoke = str(Path(sys.executable).parent / "invoke")
+    env = dict(os.environ, **{images.BASE_OVERRIDES_ENV:
+                              "ubuntu:18.04=stand-in/bionic:1"})
+    for extra, base in (([], "stand-in/bionic:1"),
+                        (["--base-image", "ubuntu:18.04=other/bionic:2"],
+                         "other/bionic:2"),
+                        (["--base-image", "plain/bionic:3"], "plain/bionic:3")):
+        proc = subprocess.run([invoke, "render", "--framework", "cntk", *extra],
+                              cwd=root, env=env, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert f"\nFROM {base} AS system\n" in proc.stdout, proc.stdout
+        entry = matrix.load()["cntk"]["cpu"]
+        assert proc.stdout == render.render_profile(
+            "cntk", "cpu", base=images.base_reference(entry, base)[0]
+        ).dockerfile
