@@ -28,9 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlrepro import matrix
-from dlrepro.images import build as images
-from dlrepro import wheelhouse  # noqa: E402
+from dlrepro import matrix  # noqa: E402
+from dlrepro.bench import plan as bench_plan  # noqa: E402
+from dlrepro.images import build as images  # noqa: E402
+from dlrepro.images import wheelhouse  # noqa: E402
+from dlrepro.run import pipeline  # noqa: E402
 from dlrepro.run.runtimes import get  # noqa: E402
 from dlrepro.run.runtimes.docker import cpuset  # noqa: E402
 from harness import resultfile  # noqa: E402
@@ -42,7 +44,7 @@ DEFAULT_BASES = ["python:3.11.9-slim-bookworm="
 CELL = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "dataset": "synthetic", "batch_size": 64, "global_batch_size": 64,
         "device": "cpu", "gpus": 0, "threads": 1, "iterations": 50,
-        "warmup": 5, "seed": 0, "clock_policy": "observe"}
+        "warmup": 5, "runtime": "docker", "seed": 0, "clock_policy": "observe"}
 
 
 def measure_builds(frameworks, bases, client, cold=True):
@@ -51,7 +53,8 @@ def measure_builds(frameworks, bases, client, cold=True):
     m = matrix.load()
     figures = {}
     for framework in frameworks:
-        base_image = images.base_for(m[framework]["cpu"], bases)
+        base_image = (images.base_for(m[framework]["cpu"], bases)
+                      or m[framework]["cpu"]["base_image"])
         plan = images.plan(framework, "cpu", m, base_image=base_image,
                            client=client, name_prefix=BENCH_PREFIX)
         entry = {"tag": plan.tag, "base": plan.base}
@@ -89,12 +92,14 @@ def measure_container_start(tag, repeats=5):
 
 
 def run_cell(runtime, cell, run_dir, cell_id):
-    """(wall seconds, result) of one cell, started as the sweep starts it."""
+    """(wall seconds, result) of one cell, started as the pipeline starts
+    it."""
     cell = dict(cell, runtime=runtime.name)
-    spec = {"cell": cell,
-            "container": runtime.describe(cell["framework"], cell["profile"])}
+    job = bench_plan.job_for(cell, 3600)._replace(id=cell_id)
+    spec = pipeline.spec_file(job, runtime.describe(job.placement.target),
+                              matrix.load())
     (run_dir / f"{cell_id}.spec.json").write_text(json.dumps(spec))
-    launch = runtime.launch(cell, run_dir, cell_id)
+    launch = runtime.launch(job, run_dir)
     argv = launch.argv
     if runtime.name == "native":
         # The container gets --cpuset-cpus; pin the native process alike.
@@ -105,8 +110,7 @@ def run_cell(runtime, cell, run_dir, cell_id):
                               capture_output=True, text=True)
         wall = time.perf_counter() - start
     finally:
-        if launch.cleanup:
-            launch.cleanup()
+        runtime.cleanup(job, run_dir)
     if proc.returncode != 0:
         raise RuntimeError(f"{runtime.name} cell failed: {proc.stdout}{proc.stderr}")
     result = resultfile.load(str(run_dir / f"{cell_id}.json"))
@@ -122,7 +126,8 @@ def measure_overhead(bases, rounds, cell=CELL):
     entry = matrix.load()[cell["framework"]][cell["profile"]]
     docker = get("docker", name_prefix=BENCH_PREFIX,
                  base_overrides={entry["base_image"]:
-                                 images.base_for(entry, bases)})
+                                 images.base_for(entry, bases)
+                                 or entry["base_image"]})
     reasons = docker.prepare([(cell["framework"], cell["profile"])],
                              log=lambda _m: None)
     if any(reasons.values()):
