@@ -1,12 +1,5 @@
 """What this host offers: usable CPUs and visible GPUs."""
-import os
-
-
-def usable_cpus():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count() or 1
+from harness.provenance import usable_cpus  # noqa: F401 (one definition)
 
 
 def gpu_count():

@@ -27,10 +27,6 @@ DEFAULT_DATA_DIR = ROOT / "data"
 CHUNK = 1 << 16
 
 
-def dataset_names():
-    return sorted(hd.DATASETS)
-
-
 def get(name):
     try:
         return hd.get(name)
