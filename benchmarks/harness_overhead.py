@@ -43,7 +43,7 @@ def hand_written_loop(model, inputs, labels, lr, momentum, iterations):
 
 
 def measure(name, batch, rounds, block, warmup):
-    from harness.backends import pytorch as backend
+    from harness.frameworks.pytorch import backend
     network = networks.get(name)
     session = backend.prepare(network, batch, "cpu", seed=0)
     run_loop(session.step, iterations=0, warmup=warmup)

@@ -138,7 +138,7 @@ def main():
         parser.error("unknown networks {}; choose from {}".format(
             ", ".join(unknown), ", ".join(n for n, _ in CASES)))
     threads.apply(args.threads)  # before TensorFlow loads
-    from harness.backends import tensorflow as backend
+    from harness.frameworks.tensorflow import backend
     backend.configure(args.threads, "cpu", 0)
     rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
             for name, batch in CASES if name in chosen]

@@ -136,7 +136,8 @@ def main(argv, description, framework, measure, format_table):
             parser.error("--{} must be >= 1".format(option))
     # Before the framework loads: its thread pools read these at import.
     thread_env.apply(args.threads)
-    backend = importlib.import_module("harness.backends." + framework)
+    backend = importlib.import_module("harness.frameworks." + framework
+                                      + ".backend")
     backend.configure(args.threads, "cpu", args.seed)
     cases = [measure(backend, name, batch, args.rounds, args.iterations,
                      args.warmup, args.seed)

@@ -80,7 +80,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         sys.stderr.write("telemetry_overhead: PyTorch sees no CUDA device\n")
         return 2
-    from harness.backends import pytorch as backend
+    from harness.frameworks.pytorch import backend
     backend.configure(None, "gpu", 0)
     handle = nvml.call("nvmlDeviceGetHandleByIndex", 0)
     reader = telemetry.NvmlReader(nvml, [handle])
