@@ -36,7 +36,7 @@ sys.path.insert(0, ROOT)
 
 from harness import clocks, compat, resultfile  # noqa: E402  (path fix)
 from harness.errors import HarnessError  # noqa: E402
-from dlrepro import gpu_restore  # noqa: E402  (stdlib-only on this path)
+from dlrepro.run import gpu_restore  # noqa: E402  (stdlib-only on this path)
 from harness.nvml import Nvml, device_info, system_versions  # noqa: E402
 
 NETWORKS = ("fcn5", "alexnet", "resnet50")
