@@ -320,6 +320,24 @@ def test_a_locked_digest_becomes_the_from_reference(tmp_path):
 
 # --- save and load ---------------------------------------------------------------------------
 
+def test_save_task_archives_the_image_bench_runs(cntk_image, monkeypatch):
+    """`invoke save` under DLREPRO_BASE_OVERRIDES names the image build made
+    and bench runs, and the stand-in as its base (archives not written:
+    docker save of the image is what the next test checks)."""
+    import signal
+    from invoke import Context
+    sigpipe = signal.getsignal(signal.SIGPIPE)
+    import tasks  # the repository root is on sys.path (conftest)
+    signal.signal(signal.SIGPIPE, sigpipe)  # tasks.py sets it for the CLI
+    monkeypatch.setenv(images.BASE_OVERRIDES_ENV,
+                       f"ubuntu:18.04={BIONIC_IMAGE}")
+    monkeypatch.setenv(images.PREFIX_ENV, PREFIX)
+    saved = []
+    monkeypatch.setattr(archive, "save", lambda refs, out: saved.append(refs))
+    tasks.save(Context(), framework=["cntk"], with_base=True)
+    assert saved == [[cntk_image, BIONIC_IMAGE]]
+
+
 def test_save_and_load_check_sums_and_ids(docker_client, test_base, tmp_path):
     tag = f"{PREFIX}/savetest:1"
     docker_client.images.get(test_base).tag(tag)
