@@ -24,33 +24,11 @@ from .blocks import loss_block, model_block, new_result, parameter_note, \
     timing_block
 from .errors import HarnessError, Unsupported
 from .frameworks import dataparallel
-from .spec import validate_convergence
+from .spec import convergence_cell, validate_convergence
 
 CPU_NOTE = ("CPU workers are processes or devices sharing this machine's {} "
             "usable cores: this run tests the data-parallel mechanism and "
             "the loss curves; its speed, speedup and efficiency mean little")
-
-
-def _cell(spec, label, total_iterations):
-    """The result's `cell` block (harness.spec.CELL_FIELDS): per-worker
-    batch, GPUs = workers on GPU (0 on CPU), the first iteration as warm-up."""
-    workers = spec["workers"]
-    return dict((k, v) for k, v in (
-        ("framework", spec["framework"]),
-        ("profile", spec["profile"]),
-        ("network", spec["network"]),
-        ("dataset", label),
-        ("batch_size", spec["global_batch_size"] // workers),
-        ("global_batch_size", spec["global_batch_size"]),
-        ("device", spec["device"]),
-        ("gpus", workers if spec["device"] == "gpu" else 0),
-        ("threads", spec["threads"]),
-        ("iterations", max(1, total_iterations - 1)),
-        ("warmup", 1),
-        ("runtime", spec["runtime"]),
-        ("seed", spec["seed"]),
-        ("clock_policy", spec["clock_policy"]),
-    ))
 
 
 def _log(message):
@@ -90,7 +68,7 @@ def run_convergence(spec, out_path, log=_log):
     data = dataparallel.load_data(conv["data"], conv["seed"])
     per_epoch = dataparallel.check_plan(conv, data.train.count)
     total = per_epoch * conv["epochs"]
-    cell = _cell(conv, data.info["label"], total)
+    cell = convergence_cell(conv, data.info["label"], total)
     result = new_result(cell, spec.get("container"))
     # GPU runs: the NVML inventory and the stack's compatibility gate, as
     # throughput cells have them (no clock control, no telemetry).

@@ -157,3 +157,25 @@ def validate_convergence(spec):
     checked = dict(spec)
     checked["data"] = _validate_data(spec["data"], spec["network"])
     return checked
+
+
+def convergence_cell(spec, label, total_iterations):
+    """The result's `cell` block (harness.spec.CELL_FIELDS): per-worker
+    batch, GPUs = workers on GPU (0 on CPU), the first iteration as warm-up."""
+    workers = spec["workers"]
+    return dict((k, v) for k, v in (
+        ("framework", spec["framework"]),
+        ("profile", spec["profile"]),
+        ("network", spec["network"]),
+        ("dataset", label),
+        ("batch_size", spec["global_batch_size"] // workers),
+        ("global_batch_size", spec["global_batch_size"]),
+        ("device", spec["device"]),
+        ("gpus", workers if spec["device"] == "gpu" else 0),
+        ("threads", spec["threads"]),
+        ("iterations", max(1, total_iterations - 1)),
+        ("warmup", 1),
+        ("runtime", spec["runtime"]),
+        ("seed", spec["seed"]),
+        ("clock_policy", spec["clock_policy"]),
+    ))

@@ -154,3 +154,25 @@ def test_gpu_clocks_left_changed_are_reported_after_the_cell(sweep_run):
     assert result["status"] == "ok"
     assert any("clock-state file is unreadable" in w
                for w in result["warnings"])
+
+
+def test_a_convergence_job_that_cannot_run_ends_in_a_valid_result(tmp_path):
+    """Bench and converge jobs share the pipeline: a convergence job that
+    never starts gets a host-made result that the schema accepts, in a
+    run folder of kind `converge`."""
+    from dlrepro.converge import plan as conv_plan
+    jobs = conv_plan.plan(["pytorch"], ["fcn-r"], [1], synthetic=True,
+                          train_samples=64, test_samples=16, runtime="native")
+    jobs = [jobs[0]._replace(skip_reason="no GPUs here")]
+    runtime = ScriptedRuntime()
+    run = pipeline.Run(kind="converge", jobs=jobs, out=tmp_path,
+                       name="converge", command="test")
+    run_dir = pipeline.start(run, runtime)
+    assert runtime.launched == []
+    record, pairs = results.load_run(run_dir)
+    assert record["kind"] == "converge" and record["status"] == "complete"
+    (entry, result), = pairs
+    assert entry["status"] == "unsupported" and result is not None
+    assert result["cell"]["network"] == "fcn-r"
+    assert result["error"]["message"] == "no GPUs here"
+    assert (tmp_path / "latest-converge").resolve() == run_dir

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness import provenance, resultfile
 from harness.blocks import new_result, utc_now
+from harness.spec import convergence_cell
 
 from dlrepro.run import runfolder
 
@@ -32,22 +33,12 @@ def synthesized(job, status, error_type, message, container=None):
 
 
 def _cell_of(job):
-    """The result's `cell` block: the job's cell, or for a convergence run
-    the cell the harness would have derived from its spec."""
+    """The result's `cell` block: the job's cell, or the one the harness
+    derives from a convergence spec (no iterations ran: one, as the
+    schema's minimum)."""
     if job.kind == "bench":
         return job.spec
-    spec = job.spec
-    workers = spec["workers"]
-    return {"framework": spec["framework"], "profile": spec["profile"],
-            "network": spec["network"],
-            "dataset": spec["data"]["name"], "batch_size":
-            max(spec["global_batch_size"] // workers, 1),
-            "global_batch_size": spec["global_batch_size"],
-            "device": spec["device"],
-            "gpus": workers if spec["device"] == "gpu" else 0,
-            "threads": spec["threads"], "iterations": 1, "warmup": 0,
-            "runtime": spec["runtime"], "seed": spec["seed"],
-            "clock_policy": spec["clock_policy"]}
+    return convergence_cell(job.spec, job.spec["data"]["name"], 2)
 
 
 def last_words(log_path):
