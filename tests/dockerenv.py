@@ -24,8 +24,9 @@ PREFIX = "dlrepro-docker-test"
 CPU_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 PYTHON_SLIM = "python:3.11.9-slim-bookworm"
 UBUNTU_1804 = "ubuntu:18.04"
-# What `invoke bench --runtime docker` is told (DLREPRO_BASE_OVERRIDES) so
-# that every CPU image builds FROM the stand-ins.
+# The one base substitution setting (DLREPRO_BASE_OVERRIDES), read alike by
+# `invoke build`, `bench --runtime docker`, `save` and `render`: every CPU
+# image builds FROM the stand-ins, under the tags the fixtures below build.
 BASE_OVERRIDES = f"{PYTHON_SLIM}={BASE_IMAGE},{UBUNTU_1804}={BIONIC_IMAGE}"
 
 

@@ -4,7 +4,9 @@ The repository's harness/ is mounted read-only (the image holds only the
 framework), the run's folder read-write at /results, so the spec the sweep
 wrote and the result the harness writes are host files. No network, CPU
 cores pinned to the cell's thread count, GPUs through device requests, no
---privileged; CAP_SYS_ADMIN only for a clock policy that changes clocks.
+--privileged, no capabilities (--cap-drop ALL), no-new-privileges and a
+pids limit; CAP_SYS_ADMIN (and DAC_OVERRIDE) only for a clock policy that
+changes clocks.
 The container runs as the invoking user, so result files are the user's.
 
 Options (keyword arguments, or environment variables for `invoke bench`):
