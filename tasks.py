@@ -351,19 +351,9 @@ _TARGETS_HELP = {
 def render(c, framework=None, profile="cpu", base_image="", index=False,
            ca_bundle=False):
     """Print the Dockerfile of a framework image (same inputs, same bytes)."""
-    framework = required(framework, "--framework")
-    from dlrepro import matrix
-    from dlrepro.images import build as images
-    from dlrepro.images import render as render_mod
-    m = matrix.load()
-    entry = matrix.entry(m, framework, profile)
-    base, _pin = images.base_reference(
-        entry, images.substituted_base(entry, images.substitution(base_image)))
-    recipe = render_mod.render_profile(framework, profile, m, base=base,
-                                       wheelhouse=not index,
-                                       ca_bundle=ca_bundle)
-    print(recipe.dockerfile, end="")
-
+    from dlrepro.images import commands
+    print(commands.dockerfile(required(framework, "--framework"), profile,
+                              base_image, index, ca_bundle), end="")
 
 @task(iterable=["framework", "base_image"],
       help=dict(_TARGETS_HELP,
@@ -385,39 +375,11 @@ def build(c, framework=None, profile="", all=False, base_image=None,
 
     The tag derives from the recipe's hash, so an unchanged image is not
     rebuilt; the wheelhouse is downloaded first when missing."""
-    from dlrepro import matrix
-    from dlrepro.images import build as images
-    m = matrix.load()
-    pairs = images.targets(m, framework, profile or None, all)
-    overrides = base_image or []
-    images.check_overrides(m, pairs, overrides)
-    subst = images.substitution(overrides)
-    client = images.engine()
-    failures = []
-    for fw, prof in pairs:
-        entry = m[fw][prof]
-        try:
-            print(images.ensure(fw, prof, m, locked=locked, client=client,
-                                base_image=images.substituted_base(entry, subst)
-                                or entry["base_image"],
-                                wheelhouse=not index,
-                                ca_bundle=ca_bundle or None, proxy=proxy or None))
-        except UserError as exc:
-            if len(pairs) == 1:
-                raise
-            failures.append(f"{fw}/{prof}: {exc}")
-    setting = images.setting_for(m, pairs, subst)
-    if setting:
-        # bench, converge and save look for the image FROM the base that
-        # DLREPRO_BASE_OVERRIDES names: say how to make them find this one.
-        print(f"note: --base-image is for this command only; for bench, "
-              f"converge and save to use these images, set "
-              f"{images.BASE_OVERRIDES_ENV}={shlex.quote(setting)}",
-              file=sys.stderr)
-    if failures:
-        raise UserError(f"{len(failures)} of {len(pairs)} builds failed:\n"
-                        + "\n".join(failures))
-
+    from dlrepro.images import commands
+    note = commands.build(framework, profile, all, base_image, locked, index,
+                          ca_bundle, proxy)
+    if note:
+        print(note, file=sys.stderr)
 
 @task(iterable=["framework"], help=_TARGETS_HELP)
 @user_errors
@@ -464,28 +426,9 @@ def save(c, framework=None, profile="", all=False, image=None,
 
     Writes one tar per image, SHA256SUMS and images.json: upstream base
     tags get deleted, an archive keeps the exact image."""
-    from dlrepro import matrix
-    from dlrepro.images import archive
-    from dlrepro.images import build as images
-    m = matrix.load()
-    refs = list(image or [])
-    if framework or all:
-        client = images.engine()
-        pairs = images.targets(m, framework, profile or None, all)
-        images.check_overrides(m, pairs, base_image or [])
-        subst = images.substitution(base_image or [])
-        for fw, prof in pairs:
-            entry = m[fw][prof]
-            plan = images.plan(fw, prof, m, client=client,
-                               base_image=images.substituted_base(entry, subst)
-                               or entry["base_image"])
-            refs.append(plan.tag)
-            if with_base:
-                refs.append(plan.base)
-    if not refs:
-        raise UserError("nothing to save: give --framework, --all or --image")
-    archive.save(list(dict.fromkeys(refs)), out)
-
+    from dlrepro.images import archive, commands
+    archive.save(commands.refs_to_save(framework, profile, all, image,
+                                       with_base, base_image), out)
 
 @task(iterable=["image"],
       help={"dir": "folder written by `invoke save` (default: images/)",
@@ -506,16 +449,5 @@ def pin(c, framework=None, profile="", all=False, host=False):
 
     dockerfiles/requirements/<framework>-<profile>.txt from the matrix's
     `pip`, or with --host requirements/host.txt from requirements/host.in."""
-    from dlrepro import ROOT, matrix
-    from dlrepro.images import build as images
-    from dlrepro.images import pylock
-    if host:
-        text = pylock.host_lock_text(ROOT / "requirements" / "host.in")
-        (ROOT / "requirements" / "host.txt").write_text(text)
-        print("requirements/host.txt")
-        return
-    m = matrix.load()
-    for fw, prof in images.targets(m, framework, profile or None, all):
-        path = matrix.lock_path(fw, prof)
-        path.write_text(pylock.lock_profile_text(fw, prof, m[fw][prof]))
-        print(path.relative_to(ROOT))
+    from dlrepro.images import commands
+    _print_lines(commands.pin(framework, profile, all, host))
