@@ -133,6 +133,7 @@ def test_a_kill_after_a_result_keeps_it_for_report_and_resume(tmp_path):
     report = invoke("report", "--out", str(tmp_path))
     assert report.returncode == 0, report.stderr
     assert row(report.stdout, "fcn5")[5] == "ok"
+    assert report.stdout.splitlines()[0].endswith("(interrupted)")
     again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
     assert started_at(run_dir, "fcn5") == before

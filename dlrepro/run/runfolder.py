@@ -128,6 +128,20 @@ def locked(run_dir):
         handle.close()
 
 
+def held(run_dir):
+    """Whether a live process holds the run folder's lock."""
+    path = Path(run_dir) / LOCK_NAME
+    if not path.exists():
+        return False
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
 def host_info():
     return {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
 
@@ -324,8 +338,12 @@ def load_run(run_dir):
     """(record, [(entry, result or None)]) in job order. A job whose result
     file is damaged keeps result None and says why in its entry's message;
     the others are read as usual. An entry run.json left pending or running
-    takes the status of a valid result on disk."""
+    takes the status of a valid result on disk, and a run that says
+    `running` while no process holds it is shown `interrupted`."""
     record = read_run(run_dir)
+    if record["status"] == "running" and not held(run_dir):
+        # Its process died without closing it (a kill, a full disk).
+        record["status"] = "interrupted"
     pairs = []
     for entry in record["jobs"]:
         result, problem = read_result(Path(run_dir) / entry["file"])
