@@ -34,10 +34,11 @@ def load_reference(path=REFERENCE):
 def rows(pairs, reference):
     """One row per (our ok single-GPU result, matching 2016 record)."""
     out = []
-    for entry, result in pairs:
-        cell = entry["spec"]
-        if (result is None or result["status"] != "ok"
-                or cell["device"] != "gpu" or cell["gpus"] > 1):
+    for _entry, result in pairs:
+        if result is None or result["status"] != "ok":
+            continue
+        cell = result["cell"]
+        if cell["device"] != "gpu" or cell["gpus"] > 1:
             continue
         now = result["timing"]["mean_s"]
         gpu_names = [g.get("name") for g in result["environment"]["gpus"]]
