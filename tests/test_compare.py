@@ -7,9 +7,9 @@ from dlrepro.bench import compare
 def pair(framework, network, batch, mean, device="gpu", status="ok"):
     cell = {"framework": framework, "network": network, "device": device,
             "gpus": 1 if device == "gpu" else 0, "global_batch_size": batch}
-    result = {"status": status, "timing": {"mean_s": mean},
+    result = {"cell": cell, "status": status, "timing": {"mean_s": mean},
               "environment": {"gpus": [{"name": "NVIDIA H200"}]}}
-    return {"cell": cell}, result
+    return {"spec": cell}, result
 
 
 def test_reference_skips_failed_2016_runs():

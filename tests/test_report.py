@@ -5,10 +5,10 @@ from dlrepro.bench import report
 def pair(framework, network, status="ok", mean=0.25, threads=2):
     cell = {"framework": framework, "network": network, "device": "cpu",
             "global_batch_size": 16, "threads": threads}
-    result = {"status": status, "warnings": [],
+    result = {"cell": cell, "status": status, "warnings": [],
               "timing": {"mean_s": mean, "ci95_s": [mean * 0.9, mean * 1.1],
                          "samples_per_s": 16 / mean, "cv": 0.02}}
-    return {"cell": cell, "status": status, "message": None}, result
+    return {"spec": cell, "status": status, "message": None}, result
 
 
 def test_summary_row_formats_time_ci_and_throughput():
