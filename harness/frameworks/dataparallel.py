@@ -7,16 +7,27 @@ the epoch alone, global batch k of an epoch is the k-th slice of that
 permutation (the incomplete last batch is dropped), and worker r trains on
 the r-th contiguous part of it. One worker therefore sees exactly the
 batches that N workers see together, so with gradients averaged over the
-global batch the runs differ only by floating-point reduction order.
+global batch (every framework's update is the gradient of the global
+batch's mean loss, as with one worker) the runs differ only by
+floating-point reduction order.
 """
+import argparse
 import ctypes
+import json
 import math
+import os
 import random
 import signal
+import sys
+import tempfile
 import time
 
-from .. import datasets
+from .. import datasets, networks, resultfile
 from ..errors import HarnessError
+
+# The folder that holds the harness package: worker processes import it.
+HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
 
 
 def epoch_order(count, seed, epoch):
@@ -64,6 +75,22 @@ def new_curves():
 
 def _finite(value):
     return not (math.isnan(value) or math.isinf(value))
+
+
+class Trainer(object):
+    """What every framework's trainer takes from the plan: its backend, the
+    network, the workers and the global batch. global_losses() returns the
+    losses as they are, for steps that already return the global batch's
+    loss; a trainer whose workers each see their own part overrides it."""
+
+    def __init__(self, plan, backend):
+        self.backend = backend
+        self.network = networks.get(plan["network"])
+        self.workers = plan["workers"]
+        self.global_batch = plan["global_batch_size"]
+
+    def global_losses(self, losses):
+        return losses
 
 
 def run_epochs(trainer, plan, train_count, curves=None,
@@ -142,3 +169,69 @@ def die_with_parent():
                                                 signal.SIGTERM)
     except (OSError, AttributeError):
         pass
+
+
+def finish(curves, trainer, plan):
+    """`curves` with what the result records of the framework: the trainer's
+    parameter count, its backend's versions and thread count."""
+    curves["framework_parameters"] = trainer.parameters
+    curves["versions"] = trainer.backend.versions(plan["device"])
+    curves["framework_threads"] = trainer.backend.effective_threads()
+    return curves
+
+
+def train_here(trainer, plan, data):
+    """The curves of a trainer whose workers all live in this process."""
+    return finish(run_epochs(trainer, plan, data.train.count), trainer, plan)
+
+
+# --- frameworks with one process per worker, started by a launcher ---------
+
+def worker_env(plan):
+    """The environment of a launcher's workers: the harness importable, and
+    the plan's threads for each of them."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [HARNESS_PARENT] + [p for p in env.get("PYTHONPATH", "").split(
+            os.pathsep) if p])
+    env["OMP_NUM_THREADS"] = str(plan["threads"])
+    return env
+
+
+def launch(plan, log, command, run, prefix="dlrepro-workers-"):
+    """Rank 0's curves from workers started by `run(command, env)`: the plan
+    goes to a temporary file and the workers, given `--plan PLAN --out
+    CURVES` after `command`, write the curves there (see worker_main)."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        plan_path = os.path.join(tmp, "plan.json")
+        out_path = os.path.join(tmp, "curves.json")
+        resultfile.write_atomic(plan_path, plan)
+        command = command + ["--plan", plan_path, "--out", out_path]
+        log("launching: {}".format(" ".join(command)))
+        run(command, worker_env(plan))
+        with open(out_path) as handle:
+            return json.load(handle)
+
+
+def write_curves(out_path, curves, trainer, plan):
+    """Rank 0's part: the finished curves where launch() reads them."""
+    resultfile.write_atomic(out_path, resultfile.json_safe(
+        finish(curves, trainer, plan)))
+
+
+def worker_main(module, worker, argv=None):
+    """The command line of a worker module (`python -m MODULE --plan PLAN
+    --out CURVES`, under a launcher only): worker(plan, out_path); a
+    HarnessError is exit status 2."""
+    parser = argparse.ArgumentParser(prog="python -m " + module)
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    try:
+        with open(args.plan) as handle:
+            plan = json.load(handle)
+        worker(plan, args.out)
+    except HarnessError as exc:
+        sys.stderr.write("harness: error: {}\n".format(exc))
+        return 2
+    return 0

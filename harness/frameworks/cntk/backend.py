@@ -1,5 +1,9 @@
 """CNTK 2.7 backend: C.layers functions built from harness.networks.
 
+Why this is long: it is one framework's translation of every layer kind
+of the ten networks plus its training session; split, one translation would
+be scattered over files.
+
 CNTK runs only in its image (Python 3.6); nothing here may use newer
 syntax or library (vermin checks). The fast path a CNTK expert would time:
 one Trainer.train_minibatch per iteration on a minibatch already on the
@@ -27,6 +31,7 @@ import os
 
 from ... import cudalibs
 from ... import networks as nets
+from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "cntk"
@@ -203,9 +208,10 @@ def versions(device):
             "cuda": None, "cudnn": None, "nccl": None,
             "framework_build": {"distribution": wheel[0] if wheel else None,
                                 "module_version": C.__version__}}
-    if device != "gpu":
-        info["version_sources"] = cudalibs.cpu_sources()
-        return info
+    return backends.with_library_versions(info, device, _gpu_versions)
+
+
+def _gpu_versions():
     found, sources = cudalibs.library_versions(
         fallback=_loaded("libCntk.Core"))
     for key, version in BUNDLED.items():
@@ -213,16 +219,22 @@ def versions(device):
             found[key] = version
             sources[key] += ("; recorded the version the cntk-gpu 2.7 wheel "
                              "bundles (known, not read at run time)")
-    info.update(found)
-    info["version_sources"] = sources
-    return info
+    return found, sources
+
+
+def _gpus(C):
+    return [d for d in C.device.all_devices()
+            if d.type() == C.device.DeviceKind.GPU]
+
+
+def gpu_count():
+    return len(_gpus(_cntk()))
 
 
 def configure(threads, device, seed):
     C = _cntk()
     if device == "gpu":
-        gpus = [d for d in C.device.all_devices()
-                if d.type() == C.device.DeviceKind.GPU]
+        gpus = _gpus(C)
         if not gpus:
             raise Unsupported("CNTK {} sees no GPU (a CPU-only wheel or no "
                               "device)".format(C.__version__))
@@ -328,7 +340,7 @@ def _batch_norm(C, r, x, build, ctx):
     return _apply_activation(C, layer.activation, norm(x))
 
 
-def _activation_layer(C, r, x, build, ctx):
+def _activation(C, r, x, build, ctx):
     return _apply_activation(C, r.layer.fn, x)
 
 
@@ -393,31 +405,15 @@ def _lstm(C, r, x, build, ctx):
     return x
 
 
-# Layer kind -> translator(C, resolved, x, build, ctx) returning the output.
-# Every kind in networks.LAYER_KINDS must be here (tests check, without CNTK).
-TRANSLATORS = {
-    nets.Dense: _dense,
-    nets.TimeDense: _time_dense,
-    nets.Conv: _conv,
-    nets.BatchNorm: _batch_norm,
-    nets.Activation: _activation_layer,
-    nets.Pool: _pool,
-    nets.GlobalAvgPool: _global_avg_pool,
-    nets.Flatten: _flatten,
-    nets.Residual: _residual,
-    nets.SubsamplePad: _subsample_pad,
-    nets.Embedding: _embedding,
-    nets.LSTM: _lstm,
-}
+# Layer kind -> translator(C, resolved, x, build, ctx) returning the output:
+# _dense for nets.Dense and so on (backends.translator_name).
+TRANSLATORS = backends.translators(globals(), NAME)
 
 
 def _build(resolved_layers, x, ctx):
     C = _cntk()
     for r in resolved_layers:
-        translate = TRANSLATORS.get(type(r.layer))
-        if translate is None:
-            raise HarnessError("cntk backend cannot build {}".format(
-                type(r.layer).__name__))
+        translate = backends.translator(TRANSLATORS, r.layer, NAME)
         x = translate(C, r, x, _build, ctx)
     return x
 
@@ -453,6 +449,21 @@ def count_parameters(model):
 
 # --- training ------------------------------------------------------------------
 
+def learner(model, network, samples):
+    """SGD with the network's learning rate given per minibatch of
+    `samples` (CNTK's count) and its momentum."""
+    C = _cntk()
+    rate = C.learners.learning_parameter_schedule(
+        network.learning_rate, minibatch_size=samples)
+    if network.momentum > 0:
+        # unit_gain=False: the classic momentum update of the other
+        # frameworks (CNTK's unit gain would scale gradients by 1 - m).
+        return C.learners.momentum_sgd(
+            model.parameters, rate,
+            C.learners.momentum_schedule(network.momentum), unit_gain=False)
+    return C.learners.sgd(model.parameters, rate)
+
+
 class Session(object):
     def __init__(self, network, model, features, labels, arguments, samples):
         C = _cntk()
@@ -462,18 +473,8 @@ class Session(object):
         self.arguments = arguments
         self.parameters = count_parameters(model)
         loss = C.cross_entropy_with_softmax(model, labels)
-        rate = C.learners.learning_parameter_schedule(
-            network.learning_rate, minibatch_size=samples)
-        if network.momentum > 0:
-            # unit_gain=False: the classic momentum update of the other
-            # frameworks (CNTK's unit gain would scale gradients by 1 - m).
-            learner = C.learners.momentum_sgd(
-                model.parameters, rate,
-                C.learners.momentum_schedule(network.momentum),
-                unit_gain=False)
-        else:
-            learner = C.learners.sgd(model.parameters, rate)
-        self.trainer = C.Trainer(model, loss, [learner])
+        self.trainer = C.Trainer(model, loss,
+                                 [learner(model, network, samples)])
 
     def step(self):
         self.trainer.train_minibatch(self.arguments)

@@ -17,20 +17,14 @@ rank 0 (its curve with 2 workers equals the 1-worker curve to 1e-7):
 Run as (by train(), under mpirun only):
     python -m harness.frameworks.cntk.parallel --plan PLAN.json --out CURVES.json
 """
-import argparse
-import json
 import os
 import subprocess
 import sys
-import tempfile
 
-from ... import networks, resultfile
-from ...errors import HarnessError
 from .. import arrays, dataparallel
 from . import backend
+from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-NAME = "cntk"
-DEVICES = ("cpu", "gpu")
 PROCESS_PER_WORKER = True
 MECHANISM = {
     "cpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
@@ -38,52 +32,33 @@ MECHANISM = {
     "gpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
            "SGD, not 1-bit), one MPI process per GPU (mpirun)",
 }
-HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+_MODULE = "harness.frameworks.cntk.parallel"
 
 
-def _cntk():
-    # Imported here so that harness.frameworks never loads a framework the run
-    # does not use.
-    import cntk
-    return cntk
-
-
-def gpu_count():
-    C = _cntk()
-    return len([d for d in C.device.all_devices()
-                if d.type() == C.device.DeviceKind.GPU])
+def _mpirun(command, env):
+    status = subprocess.call(command, env=env,
+                             preexec_fn=dataparallel.die_with_parent)
+    if status != 0:
+        raise RuntimeError("mpirun exited with status {} (see the log)"
+                           .format(status))
 
 
 def train(plan, data, log):
     """Run the workers under mpirun and return rank 0's curves."""
-    with tempfile.TemporaryDirectory(prefix="dlrepro-mpi-") as tmp:
-        plan_path = os.path.join(tmp, "plan.json")
-        out_path = os.path.join(tmp, "curves.json")
-        resultfile.write_atomic(plan_path, plan)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [HARNESS_PARENT] + [p for p in env.get("PYTHONPATH", "").split(
-                os.pathsep) if p])
-        env["OMP_NUM_THREADS"] = str(plan["threads"])
-        command = ["mpirun", "-np", str(plan["workers"]), "--bind-to", "none"]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            command.append("--allow-run-as-root")  # containers run as root
-        command += [sys.executable, "-m", "harness.frameworks.cntk.parallel",
-                    "--plan", plan_path, "--out", out_path]
-        log("launching: {}".format(" ".join(command)))
-        status = subprocess.call(command, env=env,
-                                 preexec_fn=dataparallel.die_with_parent)
-        if status != 0:
-            raise RuntimeError("mpirun exited with status {} (see the log)"
-                               .format(status))
-        with open(out_path) as handle:
-            return json.load(handle)
+    command = ["mpirun", "-np", str(plan["workers"]), "--bind-to", "none"]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.append("--allow-run-as-root")  # containers run as root
+    command += [sys.executable, "-m", _MODULE]
+    return dataparallel.launch(plan, log, command, _mpirun,
+                               prefix="dlrepro-mpi-")
 
 
-class _Trainer(object):
+class _Trainer(dataparallel.Trainer):
+    # global_losses: already the global batch's (see the module's doc).
+
     def __init__(self, plan, data):
-        C = _cntk()
+        super(_Trainer, self).__init__(plan, backend)
+        C = backend._cntk()
         self.C = C
         self.distributed = C.train.distributed
         self.rank = self.distributed.Communicator.rank()
@@ -92,12 +67,9 @@ class _Trainer(object):
             C.device.try_set_default_device(C.device.gpu(self.rank))
         backend.configure(plan["threads"], plan["device"], plan["seed"])
         C.cntk_py.set_fixed_random_seed(plan["seed"])
-        self.network = networks.get(plan["network"])
         self.tokens = self.network.input_dtype == "int64"
-        (self.train_x, self.train_y), stats = arrays.arrays(
-            data.train, data.dataset, self.network)
-        (self.test_x, self.test_y), _ = arrays.arrays(
-            data.test, data.dataset, self.network, stats)
+        (self.train_x, self.train_y), (self.test_x, self.test_y) = \
+            arrays.train_test(data, self.network)
         per_worker = plan["global_batch_size"] // self.workers
         self.features, self.labels = backend.input_variables(self.network)
         self.model = backend.build_model(self.network, per_worker,
@@ -106,16 +78,8 @@ class _Trainer(object):
         self.loss = C.cross_entropy_with_softmax(self.model, self.labels)
         self.error = C.classification_error(self.model, self.labels)
         steps = self.network.input_shape[0] if self.tokens else 1
-        rate = C.learners.learning_parameter_schedule(
-            self.network.learning_rate,
-            minibatch_size=plan["global_batch_size"] * steps)
-        if self.network.momentum > 0:
-            learner = C.learners.momentum_sgd(
-                self.model.parameters, rate,
-                C.learners.momentum_schedule(self.network.momentum),
-                unit_gain=False)
-        else:
-            learner = C.learners.sgd(self.model.parameters, rate)
+        learner = backend.learner(self.model, self.network,
+                                  plan["global_batch_size"] * steps)
         # num_quantization_bits=32: full-precision aggregation (plain SGD).
         learner = self.distributed.data_parallel_distributed_learner(
             learner, num_quantization_bits=32, distributed_after=0)
@@ -124,7 +88,6 @@ class _Trainer(object):
         self.communicator = learner.communicator()
         self.trainer = C.Trainer(self.model, (self.loss, self.error),
                                  [learner])
-        self.backend = backend
 
     def _values(self, inputs, targets):
         C = self.C
@@ -148,10 +111,6 @@ class _Trainer(object):
                                                   self.train_y[mine]))
         return float(self.trainer.previous_minibatch_loss_average)
 
-    def global_losses(self, losses):
-        # Already the global batch's (see the module's doc).
-        return losses
-
     def evaluate(self):
         result = (None, None)
         if self.rank == 0:
@@ -172,33 +131,19 @@ class _Trainer(object):
         return result
 
 
-def _worker(plan_path, out_path):
-    with open(plan_path) as handle:
-        plan = json.load(handle)
+def _worker(plan, out_path):
     data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
     try:
         curves = dataparallel.run_epochs(trainer, plan, data.train.count)
         if trainer.rank == 0:
-            curves["framework_parameters"] = trainer.parameters
-            curves["versions"] = trainer.backend.versions(plan["device"])
-            curves["framework_threads"] = trainer.backend.effective_threads()
-            resultfile.write_atomic(out_path, resultfile.json_safe(curves))
+            dataparallel.write_curves(out_path, curves, trainer, plan)
     finally:
         trainer.distributed.Communicator.finalize()
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m harness.frameworks.cntk.parallel")
-    parser.add_argument("--plan", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    try:
-        _worker(args.plan, args.out)
-    except HarnessError as exc:
-        sys.stderr.write("harness: error: {}\n".format(exc))
-        return 2
-    return 0
+    return dataparallel.worker_main(_MODULE, _worker, argv)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """MXNet backend: Gluon HybridBlocks built from harness.networks.
 
+Why this is long: it is one framework's translation of every layer kind
+of the ten networks plus its training session; split, one translation would
+be scattered over files.
+
 The fast path an MXNet expert would time: the network and the loss
 hybridized with static memory and shapes (one cached graph per block),
 gluon.Trainer with SGD, and the iteration ended by mx.nd.waitall() because
@@ -19,6 +23,7 @@ import os
 
 from ... import cudalibs
 from ... import networks as nets
+from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "mxnet"
@@ -45,13 +50,9 @@ def versions(device):
             "framework_build": dict((name, features.is_enabled(name))
                                     for name in BUILD_FEATURES
                                     if name in features)}
-    if device == "gpu":
-        found, sources = cudalibs.library_versions(fallback=_library_path(mx))
-        info.update(found)
-        info["version_sources"] = sources
-    else:
-        info["version_sources"] = cudalibs.cpu_sources()
-    return info
+    return backends.with_library_versions(
+        info, device,
+        lambda: cudalibs.library_versions(fallback=_library_path(mx)))
 
 
 def _library_path(mx):
@@ -75,11 +76,15 @@ def configure(threads, device, seed):
     mx.random.seed(seed)
 
 
+def gpu_count():
+    return _mx().context.num_gpus()
+
+
 def _check_gpu(mx):
     if not mx.runtime.Features().is_enabled("CUDA"):
         raise Unsupported("this MXNet {} build has no CUDA support (a CPU "
                           "wheel)".format(mx.__version__))
-    if mx.context.num_gpus() < 1:
+    if gpu_count() < 1:
         raise HarnessError("device gpu requested but MXNet sees no GPU")
     try:
         mx.nd.ones((1,), ctx=mx.gpu(0)).asnumpy()
@@ -156,7 +161,7 @@ def _glorot():
                              magnitude=3)
 
 
-def _activation(name):
+def _activation_blocks(name):
     return [] if name is None else [_mx().gluon.nn.Activation(name)]
 
 
@@ -199,11 +204,11 @@ def _batch_norm(r, build):
     # description.
     return [nn.BatchNorm(axis=1, momentum=layer.momentum, epsilon=layer.eps,
                          in_channels=r.in_shape[0])] + \
-        _activation(layer.activation)
+        _activation_blocks(layer.activation)
 
 
-def _activation_layer(r, build):
-    return _activation(r.layer.fn)
+def _activation(r, build):
+    return _activation_blocks(r.layer.fn)
 
 
 def _pool(r, build):
@@ -258,31 +263,15 @@ def _lstm(r, build):
                      h2h_bias_initializer="zeros")]
 
 
-# Layer kind -> translator returning a list of Gluon blocks. Every kind in
-# networks.LAYER_KINDS must be here (tests/test_backend_mxnet.py checks).
-TRANSLATORS = {
-    nets.Dense: _dense,
-    nets.TimeDense: _time_dense,
-    nets.Conv: _conv,
-    nets.BatchNorm: _batch_norm,
-    nets.Activation: _activation_layer,
-    nets.Pool: _pool,
-    nets.GlobalAvgPool: _global_avg_pool,
-    nets.Flatten: _flatten,
-    nets.Residual: _residual,
-    nets.SubsamplePad: _subsample_pad,
-    nets.Embedding: _embedding,
-    nets.LSTM: _lstm,
-}
+# Layer kind -> translator(resolved, build) returning a list of Gluon blocks:
+# _dense for nets.Dense and so on (backends.translator_name).
+TRANSLATORS = backends.translators(globals(), NAME)
 
 
 def _build_sequential(resolved_layers):
     sequential = _mx().gluon.nn.HybridSequential()
     for r in resolved_layers:
-        translate = TRANSLATORS.get(type(r.layer))
-        if translate is None:
-            raise HarnessError("mxnet backend cannot build {}".format(
-                type(r.layer).__name__))
+        translate = backends.translator(TRANSLATORS, r.layer, NAME)
         for block in translate(r, _build_sequential):
             sequential.add(block)
     return sequential
@@ -387,13 +376,11 @@ def loss_block():
 
 # --- training ------------------------------------------------------------------
 
-class Session(object):
+class Session(backends.Session):
     def __init__(self, network, model, inputs, labels, batch_size):
         mx = _mx()
-        self.network = network
-        self.model = hybridize(model)
-        self.inputs = inputs
-        self.labels = labels
+        super(Session, self).__init__(network, hybridize(model), inputs,
+                                      labels)
         self.batch_size = batch_size
         self.parameters = count_parameters(model)
         self.loss = loss_block()

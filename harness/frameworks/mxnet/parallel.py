@@ -6,15 +6,13 @@ on the CPU, 'device' on GPUs (the paper's setting).
 The model comes from the MXNet backend's build_model, initialised on every
 context from one draw. Every context's loss is per sample; backward sums
 the gradients of its part, the kvstore sums them over the contexts, and
-Trainer.step(global batch) divides by the global batch: the update is the
-gradient of the global batch's mean loss, as with one worker.
+Trainer.step(global batch) divides by the global batch: the update that
+dataparallel describes.
 """
-from ... import networks
 from .. import arrays, dataparallel
 from . import backend
+from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-NAME = "mxnet"
-DEVICES = ("cpu", "gpu")
 PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "Gluon, contexts mx.cpu(0..N-1) in one process, split_and_load, "
@@ -23,34 +21,20 @@ MECHANISM = {
 }
 
 
-def _mx():
-    # Imported here so that harness.frameworks never loads a framework the run
-    # does not use.
-    import mxnet
-    return mxnet
+class _Trainer(dataparallel.Trainer):
+    # global_losses: the step already sums over the contexts.
 
-
-def gpu_count():
-    return _mx().context.num_gpus()
-
-
-class _Trainer(object):
     def __init__(self, plan, data):
         # Before MXNet loads: it reads its thread settings at import.
         backend.configure(plan["threads"], plan["device"], plan["seed"])
-        mx = _mx()
+        super(_Trainer, self).__init__(plan, backend)
+        mx = backend._mx()
         self.mx = mx
-        self.backend = backend
-        self.network = networks.get(plan["network"])
-        self.workers = plan["workers"]
-        self.global_batch = plan["global_batch_size"]
         gpu = plan["device"] == "gpu"
         self.contexts = [mx.gpu(i) if gpu else mx.cpu(i)
                          for i in range(self.workers)]
-        (train_x, self.train_y), stats = arrays.arrays(
-            data.train, data.dataset, self.network)
-        (test_x, self.test_y), _ = arrays.arrays(data.test, data.dataset,
-                                                 self.network, stats)
+        (train_x, self.train_y), (test_x, self.test_y) = arrays.train_test(
+            data, self.network)
         # Word ids travel as float32 (exact below 2**24), the type Gluon's
         # Embedding and loss take; labels too.
         self.train_x = train_x.astype("float32")
@@ -89,10 +73,6 @@ class _Trainer(object):
         return sum(float(l.sum().asscalar()) for l in losses) / \
             self.global_batch
 
-    def global_losses(self, losses):
-        # The step already summed over the contexts: the global batch's loss.
-        return losses
-
     def evaluate(self):
         mx = self.mx
         context = self.contexts[0]
@@ -126,9 +106,4 @@ def _pad(values, size):
 
 
 def train(plan, data, log):
-    trainer = _Trainer(plan, data)
-    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
-    curves["framework_parameters"] = trainer.parameters
-    curves["versions"] = trainer.backend.versions(plan["device"])
-    curves["framework_threads"] = trainer.backend.effective_threads()
-    return curves
+    return dataparallel.train_here(_Trainer(plan, data), plan, data)

@@ -13,6 +13,7 @@ import math
 
 from ... import cudalibs
 from ... import networks as nets
+from .. import backends
 from ...errors import HarnessError, device_out_of_memory
 
 NAME = "pytorch"
@@ -61,6 +62,11 @@ def configure(threads, device, seed):
     torch.manual_seed(seed)
 
 
+def gpu_count():
+    torch = _torch()
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def effective_threads():
     return _torch().get_num_threads()
 
@@ -100,6 +106,8 @@ def _glorot(weight, fan_in, fan_out):
 
 
 def _build_module(resolved_layers):
+    # Why this is long: one branch per layer kind, read as one table of
+    # torch.nn equivalents.
     torch = _torch()
     nn = torch.nn
     modules = []
@@ -240,13 +248,10 @@ def build_model(network):
 
 # --- training ------------------------------------------------------------------
 
-class Session(object):
+class Session(backends.Session):
     def __init__(self, network, model, inputs, labels, device):
         torch = _torch()
-        self.network = network
-        self.model = model
-        self.inputs = inputs
-        self.labels = labels
+        super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
         self.parameters = sum(p.numel() for p in model.parameters()
                               if p.requires_grad)

@@ -13,22 +13,17 @@ Run as:
     python -m harness.frameworks.pytorch.parallel --plan PLAN.json --out CURVES.json
 (under torchrun only).
 """
-import argparse
 import collections
-import json
 import os
 import subprocess
 import sys
-import tempfile
 import threading
 
-from ... import networks, resultfile
-from ...errors import HarnessError, device_out_of_memory
-from .. import dataparallel
+from ...errors import device_out_of_memory
+from .. import arrays, dataparallel
 from . import backend
+from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-NAME = "pytorch"
-DEVICES = ("cpu", "gpu")
 PROCESS_PER_WORKER = True
 MECHANISM = {
     "cpu": "DistributedDataParallel, gloo, one process per worker "
@@ -36,20 +31,7 @@ MECHANISM = {
     "gpu": "DistributedDataParallel, NCCL, one process per GPU "
            "(torchrun --standalone)",
 }
-HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
-
-
-def _torch():
-    # Imported here so that harness.frameworks never loads a framework the run
-    # does not use.
-    import torch
-    return torch
-
-
-def gpu_count():
-    torch = _torch()
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+_MODULE = "harness.frameworks.pytorch.parallel"
 
 
 # --- the convergence process: start torchrun -----------------------------------
@@ -66,57 +48,50 @@ def _pump(stream, sink, tail):
 
 def train(plan, data, log):
     """Run the workers under torchrun and return rank 0's curves."""
-    with tempfile.TemporaryDirectory(prefix="dlrepro-ddp-") as tmp:
-        plan_path = os.path.join(tmp, "plan.json")
-        out_path = os.path.join(tmp, "curves.json")
-        resultfile.write_atomic(plan_path, plan)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [HARNESS_PARENT] + [p for p in env.get("PYTHONPATH", "").split(
-                os.pathsep) if p])
-        env["PYTHONUNBUFFERED"] = "1"
-        # torchrun would set 1 thread per worker and warn; the plan decides.
-        env["OMP_NUM_THREADS"] = str(plan["threads"])
-        # One node, and containers run with `--network none`, where the
-        # hostname resolves to nothing: rendezvous and gloo stay on loopback
-        # (the store's default address is the hostname, and hangs there).
-        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        command = [sys.executable, "-m", "torch.distributed.run",
-                   "--standalone", "--local-addr", "127.0.0.1",
-                   "--nnodes", "1",
-                   "--nproc_per_node", str(plan["workers"]),
-                   "-m", "harness.frameworks.pytorch.parallel",
-                   "--plan", plan_path, "--out", out_path]
-        log("launching: {}".format(" ".join(command)))
-        tail = collections.deque(maxlen=20)
-        process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
-                                   universal_newlines=True,
-                                   start_new_session=True,
-                                   preexec_fn=dataparallel.die_with_parent)
-        pump = threading.Thread(target=_pump,
-                                args=(process.stderr, sys.stderr, tail))
-        pump.daemon = True
-        pump.start()
-        try:
-            status = process.wait()
-        except BaseException:
-            # SIGTERM from the host's timeout, or Ctrl-C: take the workers down.
-            _stop(process)
-            raise
-        pump.join(5)
-        if status != 0:
-            lines = [l for l in tail if l.strip()]
-            # A worker's device OOM is named first, so that the run's status
-            # (harness.lifecycle) can tell it from a crash.
-            reason = next((l for l in lines if device_out_of_memory(l)),
-                          None) or \
-                next((l for l in reversed(lines)
-                      if "Error" in l or "error" in l), None) or \
-                (lines[-1] if lines else "no output")
-            raise RuntimeError("torchrun exited with status {}: {}".format(
-                status, reason.strip()))
-        with open(out_path) as handle:
-            return json.load(handle)
+    command = [sys.executable, "-m", "torch.distributed.run",
+               "--standalone", "--local-addr", "127.0.0.1",
+               "--nnodes", "1",
+               "--nproc_per_node", str(plan["workers"]),
+               "-m", _MODULE]
+    return dataparallel.launch(plan, log, command, _torchrun,
+                               prefix="dlrepro-ddp-")
+
+
+def _torchrun(command, env):
+    env["PYTHONUNBUFFERED"] = "1"
+    # torchrun would set 1 thread per worker and warn; the plan decides
+    # (OMP_NUM_THREADS, dataparallel.worker_env).
+    # One node, and containers run with `--network none`, where the
+    # hostname resolves to nothing: rendezvous and gloo stay on loopback
+    # (the store's default address is the hostname, and hangs there).
+    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    tail = collections.deque(maxlen=20)
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
+                               universal_newlines=True,
+                               start_new_session=True,
+                               preexec_fn=dataparallel.die_with_parent)
+    pump = threading.Thread(target=_pump,
+                            args=(process.stderr, sys.stderr, tail))
+    pump.daemon = True
+    pump.start()
+    try:
+        status = process.wait()
+    except BaseException:
+        # SIGTERM from the host's timeout, or Ctrl-C: take the workers down.
+        _stop(process)
+        raise
+    pump.join(5)
+    if status != 0:
+        lines = [l for l in tail if l.strip()]
+        # A worker's device OOM is named first, so that the run's status
+        # (harness.lifecycle) can tell it from a crash.
+        reason = next((l for l in lines if device_out_of_memory(l)),
+                      None) or \
+            next((l for l in reversed(lines)
+                  if "Error" in l or "error" in l), None) or \
+            (lines[-1] if lines else "no output")
+        raise RuntimeError("torchrun exited with status {}: {}".format(
+            status, reason.strip()))
 
 
 def _stop(process):
@@ -133,44 +108,42 @@ def _stop(process):
 
 # --- a worker under torchrun ------------------------------------------------------
 
-def _tensors(split, dataset, network, stats=None):
-    """(inputs, labels) of a split as CPU tensors shaped for `network`;
-    images scaled to [0, 1], then standardised per channel with the
-    training split's mean and std (`stats`, computed when None)."""
-    torch = _torch()
-    if dataset.kind == "tokens":
-        steps = network.input_shape[0]
-        tokens = torch.tensor(split.tokens, dtype=torch.int64)
-        n = split.count
-        return (tokens[:n * steps].reshape(n, steps),
-                tokens[1:n * steps + 1].reshape(n, steps)), None
-    channels = dataset.sample_shape[0]
-    pixels = torch.frombuffer(bytearray(split.images), dtype=torch.uint8)
-    images = pixels.reshape(split.count, channels, -1).float().div_(255.0)
-    if stats is None:
-        mean = images.mean(dim=(0, 2))
-        std = images.std(dim=(0, 2)).clamp_min(1e-6)
-        stats = (mean, std)
-    images = (images - stats[0][None, :, None]) / stats[1][None, :, None]
-    labels = torch.frombuffer(bytearray(split.labels),
-                              dtype=torch.uint8).long()
-    return (images.reshape((split.count,) + tuple(network.input_shape)),
-            labels), stats
+class _TorchOps(object):
+    """arrays.prepare()'s operations on CPU tensors."""
+
+    def __init__(self):
+        self.torch = backend._torch()
+
+    def tokens(self, tokens):
+        return self.torch.tensor(tokens, dtype=self.torch.int64)
+
+    def pixels(self, images):
+        return self.torch.frombuffer(bytearray(images),
+                                     dtype=self.torch.uint8).float().div_(255.0)
+
+    def channel_stats(self, pixels):
+        return (pixels.mean(dim=(0, 2)),
+                pixels.std(dim=(0, 2)).clamp_min(1e-6))
+
+    def images(self, images):
+        return images
+
+    def labels(self, labels):
+        return self.torch.frombuffer(bytearray(labels),
+                                     dtype=self.torch.uint8).long()
 
 
-class _Trainer(object):
+class _Trainer(dataparallel.Trainer):
     def __init__(self, plan, data, rank, world, device):
-        torch = _torch()
+        super(_Trainer, self).__init__(plan, backend)
+        torch = backend._torch()
         from torch.nn.parallel import DistributedDataParallel
         self.torch = torch
         self.dist = torch.distributed
         self.rank, self.world = rank, world
         self.device = device
-        self.network = networks.get(plan["network"])
-        (self.train_x, self.train_y), stats = _tensors(
-            data.train, data.dataset, self.network)
-        (self.test_x, self.test_y), _ = _tensors(
-            data.test, data.dataset, self.network, stats)
+        (self.train_x, self.train_y), (self.test_x, self.test_y) = \
+            arrays.train_test(data, self.network, _TorchOps())
         self.train_x, self.train_y = self.train_x.to(device), \
             self.train_y.to(device)
         self.test_x, self.test_y = self.test_x.to(device), \
@@ -241,10 +214,8 @@ class _Trainer(object):
         return result[0].item(), result[1].item()
 
 
-def _worker(plan_path, out_path):
-    torch = _torch()
-    with open(plan_path) as handle:
-        plan = json.load(handle)
+def _worker(plan, out_path):
+    torch = backend._torch()
     gpu = plan["device"] == "gpu"
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     torch.set_num_threads(plan["threads"])
@@ -262,25 +233,13 @@ def _worker(plan_path, out_path):
         trainer = _Trainer(plan, data, rank, world, device)
         curves = dataparallel.run_epochs(trainer, plan, data.train.count)
         if rank == 0:
-            curves["framework_parameters"] = trainer.parameters
-            curves["versions"] = backend.versions(plan["device"])
-            curves["framework_threads"] = torch.get_num_threads()
-            resultfile.write_atomic(out_path, resultfile.json_safe(curves))
+            dataparallel.write_curves(out_path, curves, trainer, plan)
     finally:
         torch.distributed.destroy_process_group()
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m harness.frameworks.pytorch.parallel")
-    parser.add_argument("--plan", required=True)
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args(argv)
-    try:
-        _worker(args.plan, args.out)
-    except HarnessError as exc:
-        sys.stderr.write("harness: error: {}\n".format(exc))
-        return 2
-    return 0
+    return dataparallel.worker_main(_MODULE, _worker, argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,10 @@
 """TensorFlow backend: a Keras functional model built from harness.networks,
 trained by a compiled train step.
 
+Why this is long: it is one framework's translation of every layer kind
+of the ten networks plus its training session; split, one translation would
+be scattered over files.
+
 The fast path a TensorFlow expert would time for these models (the "custom
 training loop" of TensorFlow's guides): the model called inside a
 `tf.function` with a GradientTape and the Keras SGD optimizer, so that one
@@ -20,6 +24,7 @@ import os
 
 from ... import cudalibs
 from ... import networks as nets
+from .. import backends
 from ...errors import HarnessError, device_out_of_memory
 
 NAME = "tensorflow"
@@ -72,13 +77,8 @@ def versions(device):
             "nccl": None, "tf_xla": xla_requested(),
             "tf_data_format": data_format(device),
             "keras_version": _keras_version(tf)}
-    if device == "gpu":
-        found, sources = _cuda_versions(tf)
-        info.update(found)
-        info["version_sources"] = sources
-    else:
-        info["version_sources"] = cudalibs.cpu_sources()
-    return info
+    return backends.with_library_versions(info, device,
+                                          lambda: _cuda_versions(tf))
 
 
 def _cuda_versions(tf):
@@ -150,6 +150,10 @@ def _gpus(tf):
     if listing is None:  # TensorFlow < 2.1
         listing = tf.config.experimental.list_physical_devices
     return listing("GPU")
+
+
+def gpu_count():
+    return len(_gpus(_tf()))
 
 
 def _seed(tf, seed):
@@ -230,6 +234,8 @@ def _spatial(shape):
 
 
 def _build(tf, resolved_layers, x, fmt):
+    # Why this is long: one branch per layer kind, read as one table of
+    # Keras equivalents.
     layers = tf.keras.layers
     channel_axis = 1 if fmt == "channels_first" else -1
     for r in resolved_layers:
@@ -312,6 +318,8 @@ _CLASSES = {}
 
 
 def _layer_classes():
+    # Why this is long: the two custom Keras layers must be defined inside
+    # one function, because subclassing a Keras layer imports TensorFlow.
     # Defined on first use: subclassing a Keras layer imports TensorFlow.
     if _CLASSES:
         return _CLASSES
@@ -453,13 +461,10 @@ def _train_step(tf, model, optimizer, xla):
                                                          tf.__version__))
 
 
-class Session(object):
+class Session(backends.Session):
     def __init__(self, network, model, inputs, labels, device):
         tf = _tf()
-        self.network = network
-        self.model = model
-        self.inputs = inputs
-        self.labels = labels
+        super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
         self.parameters = parameter_count(model)
         self.optimizer = make_optimizer(network)

@@ -5,32 +5,19 @@ per worker in one process; on the CPU over N logical CPU devices
 The model comes from the TensorFlow backend's build_model, created under
 the strategy's scope so that every replica holds a mirrored copy. Each
 replica's loss is its part's summed cross-entropy divided by the global
-batch, and the optimizer sums the replicas' gradients: the update is the
-gradient of the global batch's mean loss, as with one worker.
+batch, and the optimizer sums the replicas' gradients: the update that
+dataparallel describes.
 """
-from ... import networks
 from .. import arrays, dataparallel
 from . import backend
+from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-NAME = "tensorflow"
-DEVICES = ("cpu", "gpu")
 PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "tf.distribute.MirroredStrategy over N logical CPU devices in "
            "one process (replicas share the cores)",
     "gpu": "tf.distribute.MirroredStrategy over N GPUs (NCCL all-reduce)",
 }
-
-
-def _tf():
-    # Imported here so that harness.frameworks never loads a framework the run
-    # does not use.
-    import tensorflow
-    return tensorflow
-
-
-def gpu_count():
-    return len(_tf().config.list_physical_devices("GPU"))
 
 
 def _devices(tf, device, workers):
@@ -49,21 +36,18 @@ def _to_layout(array, fmt):
     return array
 
 
-class _Trainer(object):
+class _Trainer(dataparallel.Trainer):
+    # global_losses: the step already reduces over the replicas.
+
     def __init__(self, plan, data):
-        tf = _tf()
+        super(_Trainer, self).__init__(plan, backend)
+        tf = backend._tf()
         self.tf = tf
-        self.backend = backend
-        self.network = networks.get(plan["network"])
-        self.workers = plan["workers"]
-        self.global_batch = plan["global_batch_size"]
         devices = _devices(tf, plan["device"], self.workers)
         backend.configure(plan["threads"], plan["device"], plan["seed"])
         self.fmt = backend.data_format(plan["device"])
-        (train_x, train_y), stats = arrays.arrays(data.train, data.dataset,
-                                                  self.network)
-        (test_x, test_y), _ = arrays.arrays(data.test, data.dataset,
-                                            self.network, stats)
+        (train_x, train_y), (test_x, test_y) = arrays.train_test(
+            data, self.network)
         int_inputs = self.network.input_dtype == "int64"
         self.train_x = _to_layout(train_x, self.fmt).astype(
             "int32" if int_inputs else "float32")
@@ -132,10 +116,6 @@ class _Trainer(object):
         self._sync()
         return float(loss.numpy())
 
-    def global_losses(self, losses):
-        # The step already reduced over the replicas: the global batch's loss.
-        return losses
-
     def evaluate(self):
         tf = self.tf
         total, correct, count = 0.0, 0, 0
@@ -155,9 +135,4 @@ class _Trainer(object):
 
 
 def train(plan, data, log):
-    trainer = _Trainer(plan, data)
-    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
-    curves["framework_parameters"] = trainer.parameters
-    curves["versions"] = trainer.backend.versions(plan["device"])
-    curves["framework_threads"] = trainer.backend.effective_threads()
-    return curves
+    return dataparallel.train_here(_Trainer(plan, data), plan, data)

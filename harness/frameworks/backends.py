@@ -1,0 +1,62 @@
+"""What the framework backends share, written once: the table from layer
+kinds to a backend's translators, the versions a result records and the
+part of a training Session every backend keeps. Standard library only;
+loads no framework.
+"""
+import re
+
+from .. import cudalibs
+from .. import networks as nets
+from ..errors import HarnessError
+
+
+def translator_name(kind):
+    """The name of a backend's translator for layer `kind`: "_" and the
+    kind in snake case (Dense -> _dense, GlobalAvgPool -> _global_avg_pool,
+    LSTM -> _lstm)."""
+    return "_" + re.sub(r"(?<=[a-z])([A-Z])", r"_\1", kind.__name__).lower()
+
+
+def translators(namespace, framework):
+    """Layer kind -> translator, for every kind in networks.LAYER_KINDS,
+    from a backend module's `namespace` (its globals()); a kind without one
+    is an error when the backend is imported, not when a network needs it."""
+    missing = [translator_name(kind) for kind in nets.LAYER_KINDS
+               if translator_name(kind) not in namespace]
+    if missing:
+        raise HarnessError("{} backend has no translator {}".format(
+            framework, ", ".join(missing)))
+    return dict((kind, namespace[translator_name(kind)])
+                for kind in nets.LAYER_KINDS)
+
+
+def translator(table, layer, framework):
+    """The translator `table` has for `layer`'s kind."""
+    translate = table.get(type(layer))
+    if translate is None:
+        raise HarnessError("{} backend cannot build {}".format(
+            framework, type(layer).__name__))
+    return translate
+
+
+def with_library_versions(info, device, gpu_versions):
+    """`info` with CUDA, cuDNN and NCCL and where each was read: on the GPU
+    from gpu_versions() -> (found, sources); on the CPU none apply."""
+    if device == "gpu":
+        found, sources = gpu_versions()
+        info.update(found)
+        info["version_sources"] = sources
+    else:
+        info["version_sources"] = cudalibs.cpu_sources()
+    return info
+
+
+class Session(object):
+    """The network, the model and the mini-batch every backend's Session
+    holds; a backend adds `parameters`, step() and output_shape()."""
+
+    def __init__(self, network, model, inputs, labels):
+        self.network = network
+        self.model = model
+        self.inputs = inputs
+        self.labels = labels
