@@ -39,7 +39,9 @@ def _finite(y):
 
 
 def _panel(panel, left, top, width, height):
-    """SVG elements of one panel placed at (left, top)."""
+    """SVG elements of one panel placed at (left, top). Why this is long:
+    axes, ticks, grid, series and legend of one panel are one drawing, in
+    one coordinate system."""
     pad_l, pad_r, pad_t, pad_b = 56, 12, 28, 40
     inner_w, inner_h = width - pad_l - pad_r, height - pad_t - pad_b
     xs = [x for s in panel["series"] for x, y in s["points"] if _finite(y)]
