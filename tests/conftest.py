@@ -13,3 +13,23 @@ sys.path.insert(0, str(ROOT))
 @pytest.fixture(scope="session")
 def root():
     return ROOT
+
+
+# A valid cell: one-thread CPU PyTorch training fcn-r on synthetic data.
+CELL = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
+        "dataset": "synthetic", "batch_size": 8, "global_batch_size": 8,
+        "device": "cpu", "gpus": 0, "threads": 1, "iterations": 4,
+        "warmup": 2, "runtime": "native", "seed": 0,
+        "clock_policy": "observe"}
+
+
+@pytest.fixture(scope="session")
+def make_cell():
+    """make_cell(base=None, **overrides) -> a new cell: CELL, then the
+    fields of `base` (a module's own cell), then `overrides`."""
+    def make(base=None, **overrides):
+        cell = dict(CELL)
+        cell.update(base or {})
+        cell.update(overrides)
+        return cell
+    return make

@@ -225,14 +225,8 @@ def test_first_loss_is_chance_and_training_lowers_it(losses, name):
 
 # --- cells through the harness entry point -------------------------------------
 
-def _cell(**overrides):
-    cell = {"framework": "mxnet", "profile": "cpu", "network": "alexnet-r",
-            "dataset": "cifar10", "batch_size": 32, "global_batch_size": 32,
-            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 8,
-            "warmup": 2, "runtime": "native", "seed": 0,
-            "clock_policy": "observe"}
-    cell.update(overrides)
-    return cell
+CELL = {"framework": "mxnet", "network": "alexnet-r", "dataset": "cifar10",
+        "batch_size": 32, "global_batch_size": 32, "iterations": 8}
 
 
 def run_cell(python, root, tmp_path, cell):
@@ -249,9 +243,9 @@ def run_cell(python, root, tmp_path, cell):
 
 
 @pytest.fixture(scope="module")
-def one_thread_result(mxnet_python, root, tmp_path_factory):
+def one_thread_result(make_cell, mxnet_python, root, tmp_path_factory):
     return run_cell(mxnet_python, root, tmp_path_factory.mktemp("cell"),
-                    _cell())
+                    make_cell(CELL))
 
 
 @pytest.fixture(scope="module")
@@ -306,10 +300,10 @@ def test_n_threads_are_n_openmp_threads_in_one_engine_worker(mxnet_python,
     assert result["framework"] == 2
 
 
-def test_gpu_cell_on_a_cpu_build_is_unsupported(mxnet_python, root, tmp_path,
+def test_gpu_cell_on_a_cpu_build_is_unsupported(make_cell, mxnet_python, root, tmp_path,
                                                 schema):
     result = run_cell(mxnet_python, root, tmp_path,
-                      _cell(device="gpu", gpus=1, threads=None))
+                      make_cell(CELL, device="gpu", gpus=1, threads=None))
     jsonschema.validate(result, schema)
     assert result["status"] == "unsupported"
     assert "no CUDA support" in result["error"]["message"]

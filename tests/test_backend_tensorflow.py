@@ -421,14 +421,9 @@ def test_subsample_pad_keeps_strided_pixels_and_adds_zero_channels(numeric):
 
 # --- whole cells through `python -m harness run` ---------------------------------
 
-def _cell(**overrides):
-    cell = {"framework": "tensorflow", "profile": "cpu", "network": "alexnet-r",
-            "dataset": "cifar10", "batch_size": 16, "global_batch_size": 16,
-            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 12,
-            "warmup": 3, "runtime": "native", "seed": 0,
-            "clock_policy": "observe"}
-    cell.update(overrides)
-    return cell
+CELL = {"framework": "tensorflow", "network": "alexnet-r",
+        "dataset": "cifar10", "batch_size": 16, "global_batch_size": 16,
+        "iterations": 12, "warmup": 3}
 
 
 def run_cell(python, tmp_path, cell, env=None):
@@ -448,8 +443,8 @@ def run_cell(python, tmp_path, cell, env=None):
     return result
 
 
-def test_one_thread_cell_uses_one_core(tf_python, tmp_path):
-    result = run_cell(tf_python, tmp_path, _cell())
+def test_one_thread_cell_uses_one_core(make_cell, tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path, make_cell(CELL))
     assert result["status"] == "ok", result["error"]
     env = result["environment"]
     assert env["threads"]["requested"] == 1
@@ -468,9 +463,9 @@ def test_one_thread_cell_uses_one_core(tf_python, tmp_path):
     assert losses[-1] < result["loss"]["warmup"][0]
 
 
-def test_xla_option_compiles_the_step_and_is_reported(tf_python, tmp_path):
+def test_xla_option_compiles_the_step_and_is_reported(make_cell, tf_python, tmp_path):
     result = run_cell(tf_python, tmp_path,
-                      _cell(network="fcn-r", dataset="mnist", batch_size=8,
+                      make_cell(CELL, network="fcn-r", dataset="mnist", batch_size=8,
                             global_batch_size=8, threads=None, iterations=3,
                             warmup=1),
                       env={"DLREPRO_TF_XLA": "1"})
@@ -479,16 +474,16 @@ def test_xla_option_compiles_the_step_and_is_reported(tf_python, tmp_path):
     assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
 
 
-def test_bad_xla_value_is_a_one_line_error(tf_python, tmp_path):
-    result = run_cell(tf_python, tmp_path, _cell(iterations=1, warmup=0),
+def test_bad_xla_value_is_a_one_line_error(make_cell, tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path, make_cell(CELL, iterations=1, warmup=0),
                       env={"DLREPRO_TF_XLA": "maybe"})
     assert result["status"] == "error"
     assert result["error"]["message"] == ("DLREPRO_TF_XLA must be 0 or 1, "
                                           "got 'maybe'")
 
 
-def test_gpu_cell_without_a_gpu_says_why(tf_python, tmp_path):
-    result = run_cell(tf_python, tmp_path, _cell(device="gpu", gpus=1, threads=None,
+def test_gpu_cell_without_a_gpu_says_why(make_cell, tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path, make_cell(CELL, device="gpu", gpus=1, threads=None,
                                                  iterations=1, warmup=0))
     assert result["status"] == "error"
     assert "sees no GPU" in result["error"]["message"]
@@ -496,10 +491,10 @@ def test_gpu_cell_without_a_gpu_says_why(tf_python, tmp_path):
 
 # --- TensorFlow 1.15 (the tf1 profile's version), where Python 3.7 exists --------
 
-def test_tf1_cell_runs_end_to_end(tmp_path):
+def test_tf1_cell_runs_end_to_end(make_cell, tmp_path):
     import tf1_venv
     python = tf1_venv.python()
-    result = run_cell(python, tmp_path, _cell())
+    result = run_cell(python, tmp_path, make_cell(CELL))
     assert result["status"] == "ok", result["error"]
     env = result["environment"]
     assert env["framework_version"] == "1.15.5"
@@ -511,12 +506,12 @@ def test_tf1_cell_runs_end_to_end(tmp_path):
     assert losses[-1] < result["loss"]["warmup"][0]
 
 
-def test_tf1_xla_option_compiles_the_step(tmp_path):
+def test_tf1_xla_option_compiles_the_step(make_cell, tmp_path):
     import tf1_venv
     python = tf1_venv.python()
     # TensorFlow 1.15's tf.function takes experimental_compile.
     result = run_cell(python, tmp_path,
-                      _cell(network="fcn-r", dataset="mnist", batch_size=8,
+                      make_cell(CELL, network="fcn-r", dataset="mnist", batch_size=8,
                             global_batch_size=8, iterations=2, warmup=1),
                       env={"DLREPRO_TF_XLA": "1"})
     assert result["status"] == "ok", result["error"]

@@ -15,16 +15,6 @@ from tests.fake_backend import Backend, Script
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "result-v1-ok.json")
 
 
-def make_cell(**overrides):
-    cell = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
-            "dataset": "synthetic", "batch_size": 8, "global_batch_size": 8,
-            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 4,
-            "warmup": 2, "runtime": "native", "seed": 0,
-            "clock_policy": "observe"}
-    cell.update(overrides)
-    return cell
-
-
 @pytest.fixture(autouse=True)
 def restore_thread_variables(monkeypatch):
     # run_cell sets the thread variables of this process: restore them after.
@@ -34,7 +24,7 @@ def restore_thread_variables(monkeypatch):
 
 
 @pytest.fixture
-def run(monkeypatch, tmp_path):
+def run(make_cell, monkeypatch, tmp_path):
     """run(script, **cell overrides) -> result written by run_cell."""
     def _run(script, backend=None, **overrides):
         fake = backend or Backend(script)
@@ -141,7 +131,7 @@ def test_device_the_backend_lacks_is_unsupported(run):
     assert r["status"] == "unsupported"
 
 
-def test_framework_that_does_not_import_is_unsupported(monkeypatch, tmp_path):
+def test_framework_that_does_not_import_is_unsupported(make_cell, monkeypatch, tmp_path):
     def fail(name, part="backend"):
         raise ImportError("No module named 'torch'")
     monkeypatch.setattr(frameworks, "load", fail)
@@ -170,19 +160,19 @@ def test_two_bias_lstm_count_is_explained(run):
     ({"gpus": 1}, "a cpu cell uses 0 gpus"),
     ({"threads": 0}, "threads must be an integer >= 1"),
 ])
-def test_invalid_cells_are_refused(overrides, message):
+def test_invalid_cells_are_refused(make_cell, overrides, message):
     with pytest.raises(HarnessError, match=message.replace("(", r"\(")):
         spec.validate_cell(make_cell(**overrides))
 
 
-def test_missing_and_unknown_fields_are_named():
+def test_missing_and_unknown_fields_are_named(make_cell):
     cell = make_cell(colour="blue")
     del cell["seed"]
     with pytest.raises(HarnessError, match=r"missing \['seed'\], unknown \['colour'\]"):
         spec.validate_cell(cell)
 
 
-def test_entry_point_reports_bad_specs_in_one_line(tmp_path, root):
+def test_entry_point_reports_bad_specs_in_one_line(make_cell, tmp_path, root):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"cell": make_cell(batch_size=-1)}))
     proc = subprocess.run([sys.executable, "-m", "harness", "run", "--spec",
@@ -204,7 +194,7 @@ def test_entry_point_reports_unreadable_specs(tmp_path, root):
     assert "Traceback" not in proc.stderr
 
 
-def test_interpreter_without_the_framework_says_so_in_the_result(tmp_path,
+def test_interpreter_without_the_framework_says_so_in_the_result(make_cell, tmp_path,
                                                                   root):
     # The host's interpreter has no PyTorch: a cell run with it (a wrong
     # --python) must end in a valid result that names the missing module,
@@ -225,12 +215,12 @@ def test_interpreter_without_the_framework_says_so_in_the_result(tmp_path,
 
 @pytest.mark.parametrize("runtime", ["native", "docker", "podman",
                                      "charliecloud", "slurm-podman"])
-def test_runtime_is_any_plain_name(runtime):
+def test_runtime_is_any_plain_name(make_cell, runtime):
     assert spec.validate_cell(make_cell(runtime=runtime))["runtime"] == runtime
 
 
 @pytest.mark.parametrize("runtime", ["", "Docker", "docker run", None, 3])
-def test_runtime_that_is_not_a_plain_name_is_refused(runtime):
+def test_runtime_that_is_not_a_plain_name_is_refused(make_cell, runtime):
     with pytest.raises(HarnessError, match="runtime must be a name"):
         spec.validate_cell(make_cell(runtime=runtime))
 

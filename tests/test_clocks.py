@@ -363,14 +363,9 @@ def assert_schema_valid(result):
     jsonschema.Draft7Validator(schema).validate(result)
 
 
-def gpu_cell(**over):
-    cell = {"framework": "pytorch", "profile": "cuda", "network": "fcn-r",
-            "dataset": "synthetic", "batch_size": 2, "global_batch_size": 2,
-            "device": "gpu", "gpus": 1, "threads": 1, "iterations": 100000,
-            "warmup": 2, "runtime": "native", "seed": 0,
+GPU_CELL = {"profile": "cuda", "batch_size": 2, "global_batch_size": 2,
+            "device": "gpu", "gpus": 1, "iterations": 100000,
             "clock_policy": "disable-boost"}
-    cell.update(over)
-    return cell
 
 
 def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
@@ -425,9 +420,9 @@ def wait_until_timing(proc, paths, timeout=120):
 
 @pytest.mark.parametrize("signum,exit_status", [
     (signal.SIGTERM, 143), (signal.SIGINT, 0)], ids=["SIGTERM", "SIGINT"])
-def test_signal_restores_clocks_and_writes_the_result(tmp_path, signum,
+def test_signal_restores_clocks_and_writes_the_result(make_cell, tmp_path, signum,
                                                       exit_status):
-    proc, paths = start_cell(tmp_path, [fake_nvml.volta_v100()], gpu_cell())
+    proc, paths = start_cell(tmp_path, [fake_nvml.volta_v100()], make_cell(GPU_CELL))
     wait_until_timing(proc, paths)
     assert fake_nvml.use_file(str(paths["fake"]))["devices"][0]["locked"] == \
         [1312, 1312]
@@ -453,9 +448,9 @@ def test_signal_restores_clocks_and_writes_the_result(tmp_path, signum,
     assert_schema_valid(result)
 
 
-def test_failing_step_restores_clocks(tmp_path):
+def test_failing_step_restores_clocks(make_cell, tmp_path):
     proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()],
-                             gpu_cell(iterations=6), {"FAIL_AT": "5"})
+                             make_cell(GPU_CELL, iterations=6), {"FAIL_AT": "5"})
     assert proc.wait(120) == 0, paths["log"].read_text()
     device = fake_nvml.use_file(str(paths["fake"]))["devices"][0]
     assert device["app"] is None and device["autoboost"] == [1, 1]
@@ -510,10 +505,10 @@ MXNET_CU112 = {"sass": ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86"],
                "framework_version": "1.9.1"}
 
 
-def test_gate_stops_the_cell_before_the_framework_starts(tmp_path):
+def test_gate_stops_the_cell_before_the_framework_starts(make_cell, tmp_path):
     # The host's Python has no PyTorch: the cell must end before importing it.
     proc, paths = start_cell(tmp_path, [fake_nvml.hopper_h200()],
-                             gpu_cell(), stack=MXNET_CU112,
+                             make_cell(GPU_CELL), stack=MXNET_CU112,
                              python=sys.executable)
     assert proc.wait(60) == 0, paths["log"].read_text()
     result = json.loads(paths["result"].read_text())
@@ -528,11 +523,11 @@ def test_gate_stops_the_cell_before_the_framework_starts(tmp_path):
     assert_schema_valid(result)
 
 
-def test_ptx_jit_keeps_compilation_out_of_the_timings(tmp_path):
+def test_ptx_jit_keeps_compilation_out_of_the_timings(make_cell, tmp_path):
     stack = {"sass": ["sm_80"], "ptx": "compute_80", "min_driver": "",
              "cuda": "12.8"}
     proc, paths = start_cell(tmp_path, [fake_nvml.hopper_h200()],
-                             gpu_cell(iterations=3, warmup=0,
+                             make_cell(GPU_CELL, iterations=3, warmup=0,
                                       clock_policy="observe"), stack=stack)
     assert proc.wait(120) == 0, paths["log"].read_text()
     result = json.loads(paths["result"].read_text())
@@ -550,13 +545,13 @@ def test_ptx_jit_keeps_compilation_out_of_the_timings(tmp_path):
     assert_schema_valid(result)
 
 
-def test_no_permission_reaches_the_cell_result(tmp_path, monkeypatch,
+def test_no_permission_reaches_the_cell_result(make_cell, tmp_path, monkeypatch,
                                                capsys):
     from harness import gpu
     from harness.timing import run_loop
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
     fake_nvml.configure([fake_nvml.ampere_a100()], root=False)
-    cells = gpu.CellGpus(gpu_cell(iterations=2), {},
+    cells = gpu.CellGpus(make_cell(GPU_CELL, iterations=2), {},
                          str(tmp_path / "c.json"))
     result = {"warnings": [], "model": None, "timing": None}
     cells.open()
@@ -570,8 +565,8 @@ def test_no_permission_reaches_the_cell_result(tmp_path, monkeypatch,
     assert fake_nvml.device_state(0)["locked"] is None
 
 
-def test_cpu_cell_is_unchanged(tmp_path):
-    spec = {"cell": gpu_cell(device="cpu", gpus=0, iterations=2, warmup=1,
+def test_cpu_cell_is_unchanged(make_cell, tmp_path):
+    spec = {"cell": make_cell(GPU_CELL, device="cpu", gpus=0, iterations=2, warmup=1,
                              clock_policy="observe"), "container": None}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run(

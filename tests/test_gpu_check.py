@@ -96,13 +96,13 @@ def _load_script():
     return module
 
 
-def test_report_of_a_gpu_shaped_result(tmp_path):
+def test_report_of_a_gpu_shaped_result(make_cell, tmp_path):
     """The GPU branches of the report, fed a result that the harness wrote
     for a stand-in GPU cell (fake H100, PyTorch on the CPU)."""
-    from test_clocks import gpu_cell, start_cell
+    from test_clocks import GPU_CELL, start_cell
     proc, paths = start_cell(
         tmp_path, [fake_nvml.hopper_h100(reasons=0x4)],
-        gpu_cell(iterations=3, warmup=1, clock_policy="disable-boost"),
+        make_cell(GPU_CELL, iterations=3, warmup=1, clock_policy="disable-boost"),
         stack={"sass": ["sm_80", "sm_90"], "ptx": "", "min_driver": "",
                "cuda": "13.0"})
     assert proc.wait(120) == 0, paths["log"].read_text()

@@ -14,14 +14,14 @@ from dlrepro.run import gpu_restore
 from dlrepro.errors import UserError
 from harness import clocks
 from harness.nvml import Nvml, device_info
-from test_clocks import TESTS, gpu_cell, start_cell, wait_until_timing
+from test_clocks import GPU_CELL, TESTS, start_cell, wait_until_timing
 
 ROOT = os.path.dirname(TESTS)
 INVOKE = os.path.join(os.path.dirname(sys.executable), "invoke")
 
 
-def test_sigkill_leaves_a_record_the_host_restores(tmp_path):
-    proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()], gpu_cell())
+def test_sigkill_leaves_a_record_the_host_restores(make_cell, tmp_path):
+    proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()], make_cell(GPU_CELL))
     wait_until_timing(proc, paths)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)

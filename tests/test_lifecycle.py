@@ -67,17 +67,12 @@ def test_classifying_loads_no_framework():
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-def test_host_allocation_failure_in_a_cell_is_an_error(monkeypatch, tmp_path):
+def test_host_allocation_failure_in_a_cell_is_an_error(make_cell, monkeypatch, tmp_path):
     fake = Backend(Script([0.1] * 6, raise_at=3,
                           exc=RuntimeError(HOST_OOM["pytorch"])))
     fake.is_out_of_memory = frameworks.load("pytorch").is_out_of_memory
     monkeypatch.setattr(frameworks, "load", lambda name, part="backend": fake)
-    cell = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
-            "dataset": "synthetic", "batch_size": 8, "global_batch_size": 8,
-            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 4,
-            "warmup": 2, "runtime": "native", "seed": 0,
-            "clock_policy": "observe"}
-    result = throughput.run_cell({"cell": cell, "container": None},
+    result = throughput.run_cell({"cell": make_cell(), "container": None},
                                  str(tmp_path / "r.json"),
                                  clock=fake.script.clock)
     assert result["status"] == "error"

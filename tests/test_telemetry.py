@@ -208,23 +208,17 @@ def as_pynvml(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
 
 
-def _cell(**over):
-    cell = {"framework": "pytorch", "profile": "cuda", "network": "fcn5",
-            "dataset": "synthetic", "batch_size": 8, "global_batch_size": 8,
-            "device": "gpu", "gpus": 1, "threads": None, "iterations": 5,
-            "warmup": 2, "runtime": "native", "seed": 0,
-            "clock_policy": "observe"}
-    cell.update(over)
-    return cell
+GPU_CELL = {"profile": "cuda", "network": "fcn5", "device": "gpu", "gpus": 1,
+            "threads": None, "iterations": 5}
 
 
-def test_cell_telemetry_covers_the_timed_window_and_flags_thermal(
+def test_cell_telemetry_covers_the_timed_window_and_flags_thermal(make_cell,
         tmp_path, as_pynvml):
     fake_nvml.configure([fake_nvml.hopper_h200()])
     # Thermal slowdown shows up in the samples taken while timing.
     fake_nvml.set_series(0, "reasons", [0, 0x20, 0x20, 0])
     fake_nvml.set_series(0, "energy_mj", [5000000, 5012000])
-    cells = gpu.CellGpus(_cell(), {}, str(tmp_path / "c.json"),
+    cells = gpu.CellGpus(make_cell(GPU_CELL), {}, str(tmp_path / "c.json"),
                          log=lambda line: None, interval_s=0.01)
     result = {"warnings": [], "model": None, "timing": None}
     cells.open()
