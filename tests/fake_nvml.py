@@ -374,17 +374,18 @@ def _reading(device, key, default):
     return default
 
 
-def _setter(name, handle):
-    """Common checks of every set/reset call; returns the device."""
+def _setter(name, handle, feature, args):
+    """Common checks of every set/reset call, in NVML's order (the device,
+    whether it has `feature`, permission), then the call recorded with its
+    `args`; returns the device."""
     _present(name)
     device = _dev(handle)
-    return device
-
-
-def _permitted(name, handle, args):
+    if not device[feature]:  # None or False: the board lacks it
+        _fail(NVML_ERROR_NOT_SUPPORTED)
     if not state()["root"]:
         _fail(NVML_ERROR_NO_PERMISSION)
     state()["calls"].append([name, handle.index, list(args)])
+    return device
 
 
 # --- system --------------------------------------------------------------------------
@@ -646,33 +647,24 @@ def nvmlDeviceGetUtilizationRates(handle):
 
 def nvmlDeviceSetAutoBoostedClocksEnabled(handle, enabled):
     with _LOCK:
-        name = "nvmlDeviceSetAutoBoostedClocksEnabled"
-        device = _setter(name, handle)
-        if device["autoboost"] is None:
-            _fail(NVML_ERROR_NOT_SUPPORTED)
-        _permitted(name, handle, [enabled])
+        device = _setter("nvmlDeviceSetAutoBoostedClocksEnabled", handle,
+                         "autoboost", [enabled])
         device["autoboost"][0] = int(enabled)
         _save()
 
 
 def nvmlDeviceSetDefaultAutoBoostedClocksEnabled(handle, enabled, flags):
     with _LOCK:
-        name = "nvmlDeviceSetDefaultAutoBoostedClocksEnabled"
-        device = _setter(name, handle)
-        if device["autoboost"] is None:
-            _fail(NVML_ERROR_NOT_SUPPORTED)
-        _permitted(name, handle, [enabled, flags])
+        device = _setter("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", handle,
+                         "autoboost", [enabled, flags])
         device["autoboost"][1] = int(enabled)
         _save()
 
 
 def nvmlDeviceSetApplicationsClocks(handle, maxMemClockMHz, maxGraphicsClockMHz):
     with _LOCK:
-        name = "nvmlDeviceSetApplicationsClocks"
-        device = _setter(name, handle)
-        if not device["app_clocks"]:
-            _fail(NVML_ERROR_NOT_SUPPORTED)
-        _permitted(name, handle, [maxMemClockMHz, maxGraphicsClockMHz])
+        device = _setter("nvmlDeviceSetApplicationsClocks", handle,
+                         "app_clocks", [maxMemClockMHz, maxGraphicsClockMHz])
         allowed = device["supported"].get(str(maxMemClockMHz), [])
         if maxGraphicsClockMHz not in allowed:
             state()["calls"].pop()
@@ -683,22 +675,16 @@ def nvmlDeviceSetApplicationsClocks(handle, maxMemClockMHz, maxGraphicsClockMHz)
 
 def nvmlDeviceResetApplicationsClocks(handle):
     with _LOCK:
-        name = "nvmlDeviceResetApplicationsClocks"
-        device = _setter(name, handle)
-        if not device["app_clocks"]:
-            _fail(NVML_ERROR_NOT_SUPPORTED)
-        _permitted(name, handle, [])
+        device = _setter("nvmlDeviceResetApplicationsClocks", handle,
+                         "app_clocks", [])
         device["app"] = None
         _save()
 
 
 def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
     with _LOCK:
-        name = "nvmlDeviceSetGpuLockedClocks"
-        device = _setter(name, handle)
-        if not device["locked_supported"]:
-            _fail(NVML_ERROR_NOT_SUPPORTED)
-        _permitted(name, handle, [minGpuClockMHz, maxGpuClockMHz])
+        device = _setter("nvmlDeviceSetGpuLockedClocks", handle,
+                         "locked_supported", [minGpuClockMHz, maxGpuClockMHz])
         if not 0 < minGpuClockMHz <= maxGpuClockMHz <= device["max_graphics"]:
             state()["calls"].pop()
             _fail(NVML_ERROR_INVALID_ARGUMENT)
@@ -708,10 +694,7 @@ def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
 
 def nvmlDeviceResetGpuLockedClocks(handle):
     with _LOCK:
-        name = "nvmlDeviceResetGpuLockedClocks"
-        device = _setter(name, handle)
-        if not device["locked_supported"]:
-            _fail(NVML_ERROR_NOT_SUPPORTED)
-        _permitted(name, handle, [])
+        device = _setter("nvmlDeviceResetGpuLockedClocks", handle,
+                         "locked_supported", [])
         device["locked"] = None
         _save()

@@ -208,17 +208,23 @@ def test_a_few_sgd_steps_lower_the_loss(variant, name, probe_dir):
     assert losses[-1] < losses[0], losses
 
 
-def _runnable(probe_dir):
-    reports = {}
+def _in_every_framework(run):
+    """{variant: run(variant)} for the variants runnable here (run skips the
+    others); skips unless two frameworks or more are among them."""
+    results = {}
     for variant in sorted(VARIANTS):
         try:
-            reports[variant] = probe(variant, probe_dir)
+            results[variant] = run(variant)
         except pytest.skip.Exception:
             continue
-    if len(set(VARIANTS[v] for v in reports)) < 2:
+    if len(set(VARIANTS[v] for v in results)) < 2:
         pytest.skip("fewer than two frameworks runnable here: {}".format(
-            ", ".join(reports) or "none"))
-    return reports
+            ", ".join(results) or "none"))
+    return results
+
+
+def _runnable(probe_dir):
+    return _in_every_framework(lambda variant: probe(variant, probe_dir))
 
 
 @pytest.mark.parametrize("name", sorted(nets.NETWORKS))
@@ -259,14 +265,8 @@ def _run_cell(variant, tmp_path):
 
 
 def test_same_cell_gives_same_cell_block_in_every_framework(tmp_path):
-    results = {}
-    for variant in sorted(VARIANTS):
-        try:
-            results[variant] = _run_cell(variant, tmp_path)
-        except pytest.skip.Exception:
-            continue
-    if len(set(VARIANTS[v] for v in results)) < 2:
-        pytest.skip("fewer than two frameworks runnable here")
+    results = _in_every_framework(
+        lambda variant: _run_cell(variant, tmp_path))
     blocks = {}
     for variant, result in results.items():
         assert result["status"] == "ok", (variant, result["error"])
