@@ -192,6 +192,13 @@ def check(capability, driver, stack):
         result["verdict"] = UNSUPPORTED
         result["reason"] = "the profile is a CPU build (no CUDA kernels)"
         return result
+    return _kernels(result, stack, sass, ptx, capability, have)
+
+
+def _kernels(result, stack, sass, ptx, capability, have):
+    """check()'s verdict from the kernels: machine code that runs on the
+    device, else PTX the driver can JIT-compile, else unsupported."""
+    device, driver = result["device"], result["driver"]
     native = [a for a in sass if sass_runs(a, capability)]
     if native:
         best = max(native, key=lambda a: (a.minor, a.suffix == "a"))

@@ -49,13 +49,7 @@ def run_convergence(spec, out_path, log=_log):
     if not isinstance(spec, dict):
         raise HarnessError("a spec must be a JSON object")
     conv = validate_convergence(spec.get("convergence"))
-    try:
-        # The modules only; they import their framework when they train.
-        module = frameworks.load(conv["framework"], "parallel")
-        backend = frameworks.load(conv["framework"], "backend")
-    except ImportError as exc:
-        module = exc
-        backend = None
+    module, backend = _modules(conv["framework"])
     usable = provenance.usable_cpus() or 1
     total_threads = conv["threads"] or usable
     # Worker processes share the threads out; replicas in one process use
@@ -78,7 +72,52 @@ def run_convergence(spec, out_path, log=_log):
     network = networks.get(conv["network"])
     result["model"] = model_block(network, conv["global_batch_size"])
     result["gpu_clocks"] = gpu.clock_block(conv["clock_policy"], conv["device"])
-    plan = {
+    plan = _plan(conv, worker_threads)
+    block = _block(conv, data, per_epoch, total_threads, plan, usable)
+    result["convergence"] = block
+    trained = []
+
+    def body():
+        env["gpus"] = gpus.open()
+        refusal = gpus.gate(result)
+        if refusal:
+            raise Unsupported(refusal)
+        _check_module(module, conv)
+        block["mechanism"] = module.MECHANISM.get(conv["device"])
+        _check_devices(module, conv)
+        log("{} {} x{} on {} ({}), {} epochs of {} iterations".format(
+            conv["framework"], conv["network"], conv["workers"],
+            conv["device"], data.info["label"], conv["epochs"], per_epoch))
+        curves = module.train(plan, data, log)
+        trained.append(curves)
+        _record_framework(result, curves, conv, plan, network)
+        lifecycle.set_outcome(result, curves.get("diverged_at"))
+
+    def is_out_of_memory(exc):
+        return backend is not None and backend.is_out_of_memory(exc)
+
+    def finish(result):
+        if trained:
+            _fill(result, trained[0], conv)
+
+    return lifecycle.run(result, out_path, body, is_out_of_memory,
+                         gpus.close, finish)
+
+
+def _modules(framework):
+    """(parallel module, backend) of `framework`, the modules only (they
+    import the framework when they train); (the ImportError, None) when
+    they cannot be imported."""
+    try:
+        return (frameworks.load(framework, "parallel"),
+                frameworks.load(framework, "backend"))
+    except ImportError as exc:
+        return exc, None
+
+
+def _plan(conv, worker_threads):
+    """What a framework's parallel module trains (its train(plan, ...))."""
+    return {
         "network": conv["network"], "device": conv["device"],
         "workers": conv["workers"],
         "global_batch_size": conv["global_batch_size"],
@@ -86,6 +125,11 @@ def run_convergence(spec, out_path, log=_log):
         "threads": worker_threads,
         "data": conv["data"],
     }
+
+
+def _block(conv, data, per_epoch, total_threads, plan, usable):
+    """The result's convergence block before training: the run's settings,
+    empty curves and the figures of no curve."""
     block = {
         "workers": conv["workers"], "epochs": conv["epochs"],
         "mechanism": None,
@@ -100,60 +144,44 @@ def run_convergence(spec, out_path, log=_log):
         "diverged_at": None,
     }
     block.update(figures.run_figures([], None, conv["target_loss"]))
-    result["convergence"] = block
-    trained = []
+    return block
 
-    def body():
-        env["gpus"] = gpus.open()
-        refusal = gpus.gate(result)
-        if refusal:
-            raise Unsupported(refusal)
-        if isinstance(module, ImportError):
-            raise Unsupported("{} data parallelism is not available in "
-                              "{} ({})".format(conv["framework"],
-                                               sys.executable, module))
-        block["mechanism"] = module.MECHANISM.get(conv["device"])
-        if conv["device"] not in module.DEVICES:
-            raise Unsupported("{} cannot train on {}".format(
-                conv["framework"], conv["device"]))
-        if conv["device"] == "gpu":
-            available = module.gpu_count()
-            if available < conv["workers"]:
-                raise Unsupported(
-                    "{} GPUs asked for, {} sees {} on this machine".format(
-                        conv["workers"], conv["framework"], available))
-        log("{} {} x{} on {} ({}), {} epochs of {} iterations".format(
-            conv["framework"], conv["network"], conv["workers"],
-            conv["device"], data.info["label"], conv["epochs"], per_epoch))
-        curves = module.train(plan, data, log)
-        trained.append(curves)
-        env.update(curves.get("versions") or {})
-        env["threads"] = {"requested": conv["threads"],
-                          "framework": curves.get("framework_threads"),
-                          "per_worker": plan["threads"],
-                          "environment": threads.snapshot()}
-        parameters = curves.get("framework_parameters")
-        result["model"]["framework_parameters"] = parameters
-        if parameters is not None:
-            result["model"]["parameter_note"] = parameter_note(
-                network, parameters)
-        if curves.get("diverged_at") is not None:
-            result["status"] = "diverged"
-            result["error"] = {"type": "Diverged", "message":
-                               "loss became NaN or infinite at iteration "
-                               "{}".format(curves["diverged_at"])}
-        else:
-            result["status"] = "ok"
 
-    def is_out_of_memory(exc):
-        return backend is not None and backend.is_out_of_memory(exc)
+def _check_module(module, conv):
+    """Unsupported unless the framework's parallel module imported."""
+    if isinstance(module, ImportError):
+        raise Unsupported("{} data parallelism is not available in "
+                          "{} ({})".format(conv["framework"],
+                                           sys.executable, module))
 
-    def finish(result):
-        if trained:
-            _fill(result, trained[0], conv)
 
-    return lifecycle.run(result, out_path, body, is_out_of_memory,
-                         gpus.close, finish)
+def _check_devices(module, conv):
+    """Unsupported unless the module trains on the device and sees the
+    GPUs the run asks for."""
+    if conv["device"] not in module.DEVICES:
+        raise Unsupported("{} cannot train on {}".format(
+            conv["framework"], conv["device"]))
+    if conv["device"] == "gpu":
+        available = module.gpu_count()
+        if available < conv["workers"]:
+            raise Unsupported(
+                "{} GPUs asked for, {} sees {} on this machine".format(
+                    conv["workers"], conv["framework"], available))
+
+
+def _record_framework(result, curves, conv, plan, network):
+    """What the trained framework reported: versions, threads, parameters."""
+    env = result["environment"]
+    env.update(curves.get("versions") or {})
+    env["threads"] = {"requested": conv["threads"],
+                      "framework": curves.get("framework_threads"),
+                      "per_worker": plan["threads"],
+                      "environment": threads.snapshot()}
+    parameters = curves.get("framework_parameters")
+    result["model"]["framework_parameters"] = parameters
+    if parameters is not None:
+        result["model"]["parameter_note"] = parameter_note(
+            network, parameters)
 
 
 def _fill(result, curves, conv):

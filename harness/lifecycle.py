@@ -37,6 +37,18 @@ def _device_ran_out(is_out_of_memory, exc):
         return False
 
 
+def set_outcome(result, diverged_at, where=""):
+    """A body's last step: status "diverged" (with the iteration, `where`
+    saying how it is counted) when the loss became non-finite, else "ok"."""
+    if diverged_at is not None:
+        result["status"] = "diverged"
+        result["error"] = {"type": "Diverged", "message":
+                           "loss became NaN or infinite at iteration "
+                           "{}{}".format(diverged_at, where)}
+    else:
+        result["status"] = "ok"
+
+
 def run(result, out_path, body, is_out_of_memory, close, finish):
     """Call body() (which sets result["status"] to ok or diverged) with
     SIGTERM raising Terminated; on an exception set status and error:

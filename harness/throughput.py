@@ -70,27 +70,13 @@ def run_cell(spec, out_path, clock=time.perf_counter):
             raise Unsupported(refusal)
         backend = load_backend(cell["framework"], configure)
         loaded.append(backend)
-        env.update(backend.versions(cell["device"]))
-        env["threads"] = {"requested": cell["threads"],
-                          "framework": backend.effective_threads(),
-                          "environment": threads.snapshot()}
-        session = backend.prepare(network, cell["batch_size"], cell["device"],
-                                  cell["seed"])
-        result["model"]["framework_parameters"] = session.parameters
-        result["model"]["parameter_note"] = parameter_note(network,
-                                                            session.parameters)
+        session = _prepare(result, backend, network, cell)
         # Clocks set before the warm-up; restored in `close` (and at exit).
         warmup = gpus.apply_clocks(result, cell["warmup"])
         run_loop(gpus.timed(session.step, warmup), cell["iterations"], warmup,
                  series, clock)
-        if series.diverged_at is not None:
-            result["status"] = "diverged"
-            result["error"] = {"type": "Diverged", "message":
-                               "loss became NaN or infinite at iteration "
-                               "{} (warm-up included)".format(
-                                   series.diverged_at)}
-        else:
-            result["status"] = "ok"
+        lifecycle.set_outcome(result, series.diverged_at,
+                              " (warm-up included)")
 
     def is_out_of_memory(exc):
         # Not loaded yet: the failure came before the framework could run.
@@ -102,6 +88,22 @@ def run_cell(spec, out_path, clock=time.perf_counter):
 
     return lifecycle.run(result, out_path, body, is_out_of_memory,
                          gpus.close, finish)
+
+
+def _prepare(result, backend, network, cell):
+    """The cell's session, and what the backend reports recorded: versions,
+    threads, parameters."""
+    env = result["environment"]
+    env.update(backend.versions(cell["device"]))
+    env["threads"] = {"requested": cell["threads"],
+                      "framework": backend.effective_threads(),
+                      "environment": threads.snapshot()}
+    session = backend.prepare(network, cell["batch_size"], cell["device"],
+                              cell["seed"])
+    result["model"]["framework_parameters"] = session.parameters
+    result["model"]["parameter_note"] = parameter_note(network,
+                                                        session.parameters)
+    return session
 
 
 def _finish(result, series, cell):

@@ -21,6 +21,7 @@ training, for throughput cells. It provides:
   build_model(network, ...) the model alone, initialised as described (the
                             data-parallel module trains it)
   effective_threads()       the intra-op thread count the framework uses
+  gpu_count()               GPUs the framework sees
   is_out_of_memory(exc)     whether an exception means the DEVICE (the GPU)
                             ran out of memory: status `oom`. A failed host
                             allocation (Python's MemoryError, PyTorch's
@@ -46,7 +47,8 @@ convergence runs. It provides:
                          cell's threads are then shared out among them)
   MECHANISM              {device: how workers run and gradients combine},
                          recorded in every result
-  gpu_count()            GPUs the framework sees
+  gpu_count()            GPUs the framework sees (NAME, DEVICES and this
+                         are the backend's)
   train(plan, data, log) -> Curves
                          trains plan["epochs"] epochs with plan["workers"]
                          workers and the global batch fixed; `data` is a
@@ -56,7 +58,7 @@ convergence runs. It provides:
 Every parallel module builds its model with its backend's `build_model`
 and runs the shared epoch loop of harness.frameworks.dataparallel, so
 sample order, batch splitting, timing and evaluation are the same in every
-framework.
+framework; what the backends share is in harness.frameworks.backends.
 """
 import importlib
 
