@@ -10,7 +10,6 @@ of mean iteration times per network; the goal is within 3%.
     PYTHONPATH=. .venvs/pytorch-cpu/bin/python benchmarks/harness_overhead.py \
         [--rounds 10] [--block 5] [--threads 2] [--json]
 """
-import argparse
 import json
 import os
 import statistics
@@ -18,9 +17,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import networks, threads  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
+import sidebyside  # noqa: E402
 
 # fcn5 and resnet-56 for the harness's overhead (issue 2); alexnet-r too for
 # the per-framework comparison with an idiomatic loop (issue 4).
@@ -57,36 +58,19 @@ def measure(name, batch, rounds, block, warmup):
             session.model, session.inputs, session.labels,
             network.learning_rate, network.momentum, block))
     ratios = [h / m for h, m in zip(harness_means, hand_means)]
-    return {
-        "network": name, "batch_size": batch, "rounds": rounds, "block": block,
-        "harness_mean_s": statistics.mean(harness_means),
-        "hand_mean_s": statistics.mean(hand_means),
-        "ratio_of_means": (statistics.mean(harness_means)
-                           / statistics.mean(hand_means)),
-        "median_round_ratio": statistics.median(ratios),
-        "round_ratios": ratios,
-    }
+    return sidebyside.block_case(name, batch, rounds, block, "hand",
+                                 harness_means, hand_means, ratios)
 
 
 def format_rows(rows):
-    lines = ["network    batch  harness s/iter  hand s/iter  ratio  "
-             "median round ratio"]
-    for r in rows:
-        lines.append("{:<10} {:>5}  {:>14.4f}  {:>11.4f}  {:>5.3f}  {:>18.3f}"
-                     .format(r["network"], r["batch_size"], r["harness_mean_s"],
-                             r["hand_mean_s"], r["ratio_of_means"],
-                             r["median_round_ratio"]))
-    return lines
+    return sidebyside.rows_table(rows, (
+        ("harness s/iter", "harness_mean_s", 4),
+        ("hand s/iter", "hand_mean_s", 4), ("ratio", "ratio_of_means", 3),
+        ("median round ratio", "median_round_ratio", 3)))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--block", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = sidebyside.block_parser(__doc__.splitlines()[0], 10).parse_args()
     threads.apply(args.threads)  # before torch loads
     import torch
     torch.set_num_threads(args.threads)

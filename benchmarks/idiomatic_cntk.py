@@ -64,21 +64,15 @@ def measure(backend, name, batch_size, rounds, iterations, warmup, seed):
                               rounds, iterations, warmup, seed)
 
 
-def format_table(report):
-    lines = sidebyside.table_lines(
-        "CNTK {} on CPU, {} thread(s): harness vs the tutorials' "
-        "train_minibatch loop ({} rounds x {} iterations each)".format(
-            report["framework_version"], report["threads"], report["rounds"],
-            report["iterations"]), report["cases"])
-    lines.append("ratio: harness mean / idiomatic mean wall time per "
-                 "iteration (the harness's data is resident, the tutorial "
-                 "loop hands numpy arrays over each step)")
-    return lines
+NOTES = ("ratio: harness mean / idiomatic mean wall time per iteration (the "
+         "harness's data is resident, the tutorial loop hands numpy arrays "
+         "over each step)",)
 
 
 def main(argv=None):
     return sidebyside.main(argv, __doc__.split("\n\n")[0], "cntk", measure,
-                           format_table)
+                           ("CNTK", "the tutorials' train_minibatch loop"),
+                           NOTES)
 
 
 if __name__ == "__main__":

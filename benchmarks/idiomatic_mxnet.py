@@ -68,25 +68,17 @@ def measure(backend, name, batch_size, rounds, iterations, warmup, seed):
                               settle=mx.nd.waitall)
 
 
-def format_table(report):
-    """Lines of the table for a report from main()."""
-    lines = sidebyside.table_lines(
-        "MXNet {} on CPU, {} thread(s): harness vs idiomatic Gluon loop "
-        "({} rounds x {} iterations each)".format(
-            report["framework_version"], report["threads"], report["rounds"],
-            report["iterations"]), report["cases"])
-    lines.append("ratio: harness mean / idiomatic mean wall time per "
-                 "iteration; round ratios: its spread over the rounds;")
-    lines.append("CPU ratio: the same for process CPU seconds per iteration "
-                 "(all threads); steadier than wall time on a busy machine")
-    lines.append("with one thread (with more, OpenMP threads spinning at "
-                 "barriers for a descheduled teammate inflate it too).")
-    return lines
+NOTES = ("ratio: harness mean / idiomatic mean wall time per iteration; "
+         "round ratios: its spread over the rounds;",
+         "CPU ratio: the same for process CPU seconds per iteration (all "
+         "threads); steadier than wall time on a busy machine",
+         "with one thread (with more, OpenMP threads spinning at barriers for "
+         "a descheduled teammate inflate it too).")
 
 
 def main(argv=None):
     return sidebyside.main(argv, __doc__.split("\n\n")[0], "mxnet", measure,
-                           format_table)
+                           ("MXNet", "idiomatic Gluon loop"), NOTES)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ alike; `--block 1` alternates every iteration. Prints the ratio of mean
     PYTHONPATH=. .venvs/tensorflow-cpu/bin/python benchmarks/idiomatic_tensorflow.py \\
         [--rounds 6] [--block 5] [--warmup 3] [--threads 2] [--json]
 """
-import argparse
 import json
 import os
 import statistics
@@ -24,9 +23,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import networks, threads  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
+import sidebyside  # noqa: E402
 
 CASES = (("fcn5", 64), ("alexnet-r", 128), ("resnet-56", 16))
 
@@ -94,43 +95,31 @@ def measure(backend, name, batch, rounds, block, warmup):
         harness_times += series.times
         fit_times += times
         ratios.append(statistics.mean(series.times) / statistics.mean(times))
-    return {
-        "network": name, "batch_size": batch, "rounds": rounds, "block": block,
-        "harness_mean_s": statistics.mean(harness_times),
-        "fit_mean_s": statistics.mean(fit_times),
+    case = sidebyside.block_case(name, batch, rounds, block, "fit",
+                                 harness_times, fit_times, ratios)
+    case.update({
         "harness_median_s": statistics.median(harness_times),
         "fit_median_s": statistics.median(fit_times),
-        "ratio_of_means": (statistics.mean(harness_times)
-                           / statistics.mean(fit_times)),
         # Robust to the odd iteration that background load stretches.
         "ratio_of_medians": (statistics.median(harness_times)
                              / statistics.median(fit_times)),
-        "median_round_ratio": statistics.median(ratios),
-        "round_ratios": ratios,
-    }
+    })
+    return case
 
 
 def format_rows(rows):
-    lines = ["network    batch  harness s/iter  fit s/iter  ratio of means  "
-             "ratio of medians"]
-    for r in rows:
-        lines.append("{:<10} {:>5}  {:>14.4f}  {:>10.4f}  {:>14.3f}  {:>16.3f}"
-                     .format(r["network"], r["batch_size"], r["harness_mean_s"],
-                             r["fit_mean_s"], r["ratio_of_means"],
-                             r["ratio_of_medians"]))
-    return lines
+    return sidebyside.rows_table(rows, (
+        ("harness s/iter", "harness_mean_s", 4),
+        ("fit s/iter", "fit_mean_s", 4),
+        ("ratio of means", "ratio_of_means", 3),
+        ("ratio of medians", "ratio_of_medians", 3)))
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--block", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser = sidebyside.block_parser(__doc__.splitlines()[0], 6)
     parser.add_argument("--networks", default=",".join(n for n, _ in CASES),
                         help="subset of {}".format(
                             ", ".join(n for n, _ in CASES)))
-    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     chosen = args.networks.split(",")
     unknown = sorted(set(chosen) - set(n for n, _ in CASES))

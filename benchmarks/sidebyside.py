@@ -1,7 +1,8 @@
 """The harness's step against a framework's own training loop, timed side
 by side: the alternation and the table shared by the idiomatic-loop
-benchmarks (MXNet, CNTK). Python 3.6 and the standard library, since the
-CNTK image runs it.
+benchmarks (MXNet, CNTK), and the options and table of the block-alternating
+ones (harness_overhead, idiomatic_tensorflow). Python 3.6 and the standard
+library, since the CNTK image runs it.
 
 Blocks of iterations alternate in one process, the order flipping every
 round (ABBA), so that drifting load on the machine hits both sides alike.
@@ -9,6 +10,8 @@ round (ABBA), so that drifting load on the machine hits both sides alike.
 import argparse
 import importlib
 import json
+import os
+import statistics
 import time
 
 from harness import networks, provenance, threads as thread_env, timing
@@ -108,11 +111,22 @@ def table_lines(title, cases):
     return lines
 
 
-def main(argv, description, framework, measure, format_table):
+def format_table(report, label, loop, notes):
+    """Lines of the table for a report from main(): `label` names the
+    framework and `loop` its idiomatic loop; the `notes` lines follow."""
+    return table_lines(
+        "{} {} on CPU, {} thread(s): harness vs {} ({} rounds x {} "
+        "iterations each)".format(label, report["framework_version"],
+                                  report["threads"], loop, report["rounds"],
+                                  report["iterations"]),
+        report["cases"]) + list(notes)
+
+
+def main(argv, description, framework, measure, title, notes):
     """The command line of an idiomatic-loop benchmark: parse, constrain the
     threads before the framework loads, `measure(backend, network, batch,
     rounds, iterations, warmup, seed)` each case, print the table (or
-    JSON)."""
+    JSON); `title` is format_table()'s (label, loop), `notes` its notes."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--threads", type=int,
                         default=provenance.usable_cpus(),
@@ -153,5 +167,48 @@ def main(argv, description, framework, measure, format_table):
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        print("\n".join(format_table(report)))
+        print("\n".join(format_table(report, title[0], title[1], notes)))
     return 0
+
+
+# --- benchmarks that alternate blocks of iterations ---------------------------
+
+def block_parser(description, rounds):
+    """The options of a block-alternating benchmark: --rounds (default
+    `rounds`), --block, --warmup, --threads and --json."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--block", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--json", action="store_true")
+    return parser
+
+
+def block_case(name, batch, rounds, block, other, harness_s, other_s,
+               ratios):
+    """One case of a block-alternating benchmark: the mean seconds of each
+    side (the other side named `other`), the ratio of the means and the
+    per-round `ratios`."""
+    harness_mean = statistics.mean(harness_s)
+    other_mean = statistics.mean(other_s)
+    return {"network": name, "batch_size": batch, "rounds": rounds,
+            "block": block, "harness_mean_s": harness_mean,
+            other + "_mean_s": other_mean,
+            "ratio_of_means": harness_mean / other_mean,
+            "median_round_ratio": statistics.median(ratios),
+            "round_ratios": ratios}
+
+
+def rows_table(rows, columns):
+    """Lines of a table with one row per case: network and batch size, then
+    `columns`, ((heading, key, decimals), ...), each as wide as its
+    heading."""
+    lines = ["{:<10} {:>5}".format("network", "batch")
+             + "".join("  " + heading for heading, _, _ in columns)]
+    for r in rows:
+        lines.append("{:<10} {:>5}".format(r["network"], r["batch_size"])
+                     + "".join("  {:>{}.{}f}".format(r[key], len(heading),
+                                                     decimals)
+                               for heading, key, decimals in columns))
+    return lines
