@@ -125,13 +125,15 @@ def env(c, framework=None, profile="cpu"):
                         "or lock=<MHz>",
         "python": "native runtime: use this interpreter for every framework "
                   "instead of making virtual environments",
+        "repeat": "independent processes per cell (default: the suite's, "
+                  "1); the cell's interval then spans the processes",
     })
 @user_errors
 def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
           iterations=None, warmup=None, runtime="docker", out="results",
           resume=False, dry_run=False, timeout=None, seed="0",
-          clock_policy="observe", python=None):
+          clock_policy="observe", python=None, repeat=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from dlrepro import matrix
     from dlrepro.bench import plan, report, runner
@@ -142,7 +144,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         network=network, batch_size=batch_size, device=device,
         threads=threads, iterations=iterations, warmup=warmup,
         runtime=runtime, seed=seed, clock_policy=clock_policy,
-        timeout=timeout)
+        timeout=timeout, repeat=repeat)
     suite_data, jobs = runner.make_plan(suite, options, m,
                                         runner.current_host())
     if dry_run:

@@ -1,32 +1,78 @@
-"""Tables from results: summary rows and the side-by-side comparison."""
-from dlrepro.bench import report
+"""Tables from results: one row per cell, one unit per column, the
+side-by-side comparison, and cells measured in several processes."""
+import math
+
+import pytest
+
+from dlrepro.bench import aggregate, report
 
 
-def pair(framework, network, status="ok", mean=0.25, threads=2):
+def pair(framework, network, status="ok", times=(0.24, 0.25, 0.26),
+         threads=2, job=None):
     cell = {"framework": framework, "network": network, "device": "cpu",
             "global_batch_size": 16, "threads": threads}
     result = {"cell": cell, "status": status, "warnings": [],
-              "timing": {"mean_s": mean, "ci95_s": [mean * 0.9, mean * 1.1],
-                         "samples_per_s": 16 / mean, "cv": 0.02}}
-    return {"spec": cell, "status": status, "message": None}, result
+              "timing": {"per_iteration_s": list(times)}}
+    entry = {"id": job or f"{framework}-{network}", "spec": cell,
+             "status": status, "message": None if status == "ok" else "boom"}
+    return entry, (result if status == "ok" else None)
 
 
 def test_summary_row_formats_time_ci_and_throughput():
     (row,) = report.summary_rows([pair("pytorch", "fcn5")])
-    assert row == ("pytorch", "fcn5", "cpu", "16", "2", "ok", "250.00 ms",
-                   "±10.0%", "64.0", "2.0%", "")
+    half = 4.302653 * 0.01 / math.sqrt(3)  # t(2) x sd / sqrt(n)
+    assert row == ("pytorch", "fcn5", "cpu", "16", "2", "ok", "1", "250.00",
+                   f"±{half / 0.25:.1%}", "64.0", "4.0%", "-", "")
+
+
+def test_one_unit_per_column():
+    """A 1.179 s cell beside a 660.97 ms one: both in ms."""
+    rows = report.summary_rows([pair("pytorch", "fcn5", times=(1.179,) * 3),
+                                pair("pytorch", "fcn8", times=(0.66097,) * 3)])
+    assert [r[7] for r in rows] == ["1179.00", "660.97"]
+    assert report.COLUMNS[7] == "mean ms/iter"
+
+
+def test_processes_of_one_cell_make_one_row():
+    rows = report.summary_rows([
+        pair("pytorch", "fcn5", times=(0.20, 0.21), job="a"),
+        pair("pytorch", "fcn5", times=(0.30, 0.31), job="a-p2"),
+        pair("pytorch", "fcn5", status="error", job="a-p3")])
+    (row,) = rows
+    assert row[5] == "error 1/3" and row[6] == "3"
+    assert row[7] == "255.00"
+    assert row[11] != "-"  # the spread between the two processes
+    assert row[12] == "boom"
+
+
+def test_between_process_spread_widens_the_interval():
+    """Two steady processes that disagree: the interval over processes is
+    far wider than one that trusts every iteration alike."""
+    steady = [{"cell": {"global_batch_size": 4}, "status": "ok",
+               "timing": {"per_iteration_s": [m, m, m, m, m + 1e-4]}}
+              for m in (0.100, 0.120)]
+    stats = aggregate.cell_stats(steady[0]["cell"], steady)
+    assert stats.ci_basis == aggregate.BETWEEN
+    assert stats.mean_s == pytest.approx(0.11002)
+    assert stats.between_sd_s == pytest.approx(0.02 / math.sqrt(2))
+    half = stats.ci95_s[1] - stats.mean_s
+    assert half == pytest.approx(12.7062 * stats.between_sd_s / math.sqrt(2),
+                                 rel=1e-4)
+    assert half > 100 * stats.within_sd_s
+    one = aggregate.cell_stats(steady[0]["cell"], steady[:1])
+    assert one.ci_basis == aggregate.WITHIN and one.between_sd_s is None
 
 
 def test_side_by_side_has_a_column_per_framework():
     lines = report.side_by_side([
-        pair("pytorch", "fcn5", mean=0.5), pair("mxnet", "fcn5", mean=2.0),
-        pair("pytorch", "lstm", mean=0.001),
+        pair("pytorch", "fcn5", times=(0.5,) * 3),
+        pair("mxnet", "fcn5", times=(2.0,) * 3),
+        pair("pytorch", "lstm", times=(0.001,) * 3),
         pair("mxnet", "lstm", status="oom")])
     assert lines[0].split() == ["network", "device", "batch", "threads",
-                                "pytorch", "s/iter", "mxnet", "s/iter"]
-    assert lines[2].split() == ["fcn5", "cpu", "16", "2", "500.00", "ms",
-                                "2.000"]
-    assert lines[3].split() == ["lstm", "cpu", "16", "2", "1.00", "ms", "oom"]
+                                "pytorch", "ms/iter", "mxnet", "ms/iter"]
+    assert lines[2].split() == ["fcn5", "cpu", "16", "2", "500.00", "2000.00"]
+    assert lines[3].split() == ["lstm", "cpu", "16", "2", "1.00", "oom"]
 
 
 def test_side_by_side_needs_two_frameworks():

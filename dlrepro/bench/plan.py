@@ -29,6 +29,7 @@ class Options(NamedTuple):
     seed: int = 0
     clock_policy: str = CLOCK_POLICY_DEFAULT
     timeout_s: Optional[int] = None
+    repeat: Optional[int] = None
 
 
 class Host(NamedTuple):
@@ -103,21 +104,27 @@ def build(suite, options, m, host):
                 "clock_policy": options.clock_policy,
             }
             assert tuple(cell) == CELL_FIELDS
-            item = job_for(cell, options.timeout_s or group["timeout_s"],
-                           _skip_reason(cell, host))
-            previous = planned.get(item.id)
-            if previous is not None and previous.spec != cell:
-                raise UserError(f"suite {suite['name']} defines cell {item.id} "
-                                f"twice with different settings")
-            planned[item.id] = item
+            repeat = options.repeat or group.get("repeat", 1)
+            for process in range(1, repeat + 1):
+                item = job_for(cell, options.timeout_s or group["timeout_s"],
+                               _skip_reason(cell, host), process)
+                previous = planned.get(item.id)
+                if previous is not None and previous.spec != cell:
+                    raise UserError(f"suite {suite['name']} defines cell "
+                                    f"{item.id} twice with different settings")
+                planned[item.id] = item
     if not planned:
         raise UserError(f"nothing to run: suite {suite['name']} has no cells "
                         f"for the frameworks and networks given")
     return list(planned.values())
 
 
-def job_for(cell, timeout_s, skip_reason=None):
-    return Job(id=cell_id(cell), kind="bench", spec=cell, timeout_s=timeout_s,
+def job_for(cell, timeout_s, skip_reason=None, process=1):
+    """The job of one process of a cell: the first keeps the cell's id, so
+    a run resumed with a larger --repeat adds processes to it."""
+    suffix = f"-p{process}" if process > 1 else ""
+    return Job(id=cell_id(cell) + suffix, kind="bench", spec=cell,
+               timeout_s=timeout_s,
                placement=Placement(cell["framework"], cell["profile"],
                                    cell["device"], cell["threads"],
                                    cell["gpus"], cell["clock_policy"]),
@@ -147,7 +154,7 @@ def format_plan(plan):
 
 def options(m, *, framework, all_frameworks, profile, network, batch_size,
             device, threads, iterations, warmup, runtime, seed, clock_policy,
-            timeout):
+            timeout, repeat=None):
     """Options from `invoke bench`'s flags, each checked with a one-line
     error naming its flag."""
     from harness import clocks, networks
@@ -178,4 +185,5 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
         warmup=parse.optional_count(warmup, "--warmup", minimum=0),
         runtime=runtime, seed=parse.count(seed, "--seed", minimum=0),
         clock_policy=clock_policy,
-        timeout_s=parse.optional_count(timeout, "--timeout"))
+        timeout_s=parse.optional_count(timeout, "--timeout"),
+        repeat=parse.optional_count(repeat, "--repeat"))

@@ -1,42 +1,72 @@
-"""Tables of results. Functions return rows and lines; callers print."""
+"""Tables of results. Functions return rows and lines; callers print.
+
+One row per cell, whatever number of processes measured it (`--repeat`):
+its mean and confidence interval come from dlrepro.bench.aggregate. Times
+are in milliseconds throughout a column, never a mix of units.
+"""
+from dlrepro.bench import aggregate
 
 COLUMNS = ("framework", "network", "device", "batch", "threads", "status",
-           "mean s/iter", "95% CI", "samples/s", "CV", "note")
+           "procs", "mean ms/iter", "95% CI", "samples/s", "CV",
+           "between CV", "note")
 
 
-def _fmt_s(value):
-    if value is None:
-        return "-"
-    if value >= 1:
-        return f"{value:.3f}"
-    if value >= 1e-3:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value * 1e6:.1f} us"
+def _ms(value):
+    return "-" if value is None else f"{value * 1e3:.2f}"
+
+
+def cells(pairs):
+    """[(spec, [(entry, result), ...])]: the jobs of each cell, grouped by
+    the cell's spec, in the order cells first appear."""
+    groups = {}
+    for entry, result in pairs:
+        key = aggregate.cell_key(entry["spec"])
+        groups.setdefault(key, (entry["spec"], []))[1].append((entry, result))
+    return list(groups.values())
+
+
+def _status(members):
+    """The cell's status: its processes' when they agree, else the worst
+    one with how many processes had it."""
+    statuses = [entry["status"] for entry, _ in members]
+    if len(set(statuses)) == 1:
+        return statuses[0]
+    worst = next(s for s in statuses if s != "ok")
+    return f"{worst} {statuses.count(worst)}/{len(statuses)}"
+
+
+def _note(members):
+    for entry, result in members:
+        if entry["status"] != "ok" and entry.get("message"):
+            return entry["message"]
+    for _, result in members:
+        if result and result.get("warnings"):
+            return result["warnings"][0]
+    return ""
 
 
 def summary_rows(pairs):
-    """One row of strings per (run.json entry, result) pair."""
+    """One row of strings per cell."""
     rows = []
-    for entry, result in pairs:
-        cell = entry["spec"]
-        timing = (result or {}).get("timing") or {}
-        ci = timing.get("ci95_s")
-        mean = timing.get("mean_s")
-        note = entry.get("message") or ""
-        if result and result.get("warnings") and entry["status"] == "ok":
-            note = result["warnings"][0]
+    for spec, members in cells(pairs):
+        ok = [r for e, r in members if r is not None and e["status"] == "ok"]
+        stats = aggregate.cell_stats(ok[0]["cell"], ok) if ok else None
+        note = _note(members)
         rows.append((
-            cell["framework"], cell["network"], cell["device"],
-            str(cell["global_batch_size"]),
-            "-" if cell["threads"] is None else str(cell["threads"]),
-            entry["status"],
-            _fmt_s(mean) if entry["status"] == "ok" else "-",
-            (f"±{(ci[1] - ci[0]) / 2 / mean:.1%}" if ci and mean
-             and entry["status"] == "ok" else "-"),
-            (f"{timing['samples_per_s']:.1f}" if timing.get("samples_per_s")
-             and entry["status"] == "ok" else "-"),
-            (f"{timing['cv']:.1%}" if timing.get("cv") is not None
-             and entry["status"] == "ok" else "-"),
+            spec["framework"], spec["network"], spec["device"],
+            str(spec["global_batch_size"]),
+            "-" if spec["threads"] is None else str(spec["threads"]),
+            _status(members), str(len(members)),
+            _ms(stats.mean_s) if stats else "-",
+            (f"±{(stats.ci95_s[1] - stats.mean_s) / stats.mean_s:.1%}"
+             if stats and stats.mean_s else "-"),
+            f"{stats.samples_per_s:.1f}" if stats and stats.samples_per_s
+            else "-",
+            (f"{stats.within_sd_s / stats.mean_s:.1%}"
+             if stats and stats.mean_s else "-"),
+            (f"{stats.between_sd_s / stats.mean_s:.1%}"
+             if stats and stats.between_sd_s is not None and stats.mean_s
+             else "-"),
             note[:70] + ("…" if len(note) > 70 else ""),
         ))
     return rows
@@ -62,24 +92,23 @@ def status_counts(pairs):
 
 def side_by_side(pairs):
     """Lines of a table with one row per cell setting (network, device,
-    batch, threads) and one column per framework: mean s/iter, or the status
-    when not ok. None when the run has a single framework."""
+    batch, threads) and one column per framework: mean ms/iter, or the
+    status when not ok. None when the run has a single framework."""
     frameworks = []
     rows = {}
-    for entry, result in pairs:
-        cell = entry["spec"]
-        if cell["framework"] not in frameworks:
-            frameworks.append(cell["framework"])
-        key = (cell["network"], cell["device"], cell["global_batch_size"],
-               "-" if cell["threads"] is None else str(cell["threads"]))
-        timing = (result or {}).get("timing") or {}
-        rows.setdefault(key, {})[cell["framework"]] = (
-            _fmt_s(timing.get("mean_s")) if entry["status"] == "ok"
-            else entry["status"])
+    for spec, members in cells(pairs):
+        if spec["framework"] not in frameworks:
+            frameworks.append(spec["framework"])
+        key = (spec["network"], spec["device"], spec["global_batch_size"],
+               "-" if spec["threads"] is None else str(spec["threads"]))
+        ok = [r for e, r in members if r is not None and e["status"] == "ok"]
+        rows.setdefault(key, {})[spec["framework"]] = (
+            _ms(aggregate.cell_stats(ok[0]["cell"], ok).mean_s)
+            if len(ok) == len(members) else _status(members))
     if len(frameworks) < 2:
         return None
     columns = ("network", "device", "batch", "threads") + tuple(
-        f"{f} s/iter" for f in frameworks)
+        f"{f} ms/iter" for f in frameworks)
     table = [(n, d, str(b), t) + tuple(values.get(f, "-") for f in frameworks)
              for (n, d, b, t), values in rows.items()]
     return format_table(table, columns)

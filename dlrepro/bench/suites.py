@@ -16,7 +16,8 @@ default. Example:
 
 Keys of `defaults` and of groups: device ("cpu" or "gpu"), threads (list of
 thread counts, CPU only), gpus (list of GPU counts; the batch size is per
-GPU), iterations, warmup, timeout_s, frameworks (list; default: all).
+GPU), iterations, warmup, timeout_s, frameworks (list; default: all),
+repeat (independent processes per cell; default 1).
 """
 import re
 import tomllib
@@ -30,11 +31,11 @@ from dlrepro.errors import UserError
 SUITES_DIR = ROOT / "benchmarks" / "suites"
 
 GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
-              "iterations", "warmup", "timeout_s", "frameworks"}
+              "iterations", "warmup", "timeout_s", "frameworks", "repeat"}
 SUITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 TOP_KEYS = {"name", "description", "defaults", "group"}
 DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
-            "warmup": 5, "timeout_s": 1800, "frameworks": None}
+            "warmup": 5, "timeout_s": 1800, "frameworks": None, "repeat": 1}
 
 
 def available():
@@ -125,7 +126,8 @@ def _check_group(group, where, needs_networks):
     for key in ("threads", "gpus"):
         if key in group:
             _int_list(group, key, where)
-    for key, minimum in (("iterations", 1), ("warmup", 0), ("timeout_s", 1)):
+    for key, minimum in (("iterations", 1), ("warmup", 0), ("timeout_s", 1),
+                         ("repeat", 1)):
         if key in group:
             _int(group[key], f"{where}: {key}", minimum)
     if "frameworks" in group:

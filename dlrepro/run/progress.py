@@ -2,50 +2,74 @@
 job elsewhere (CI logs, pipes)."""
 import contextlib
 import sys
-import time
 
 from dlrepro.run.pipeline import Events
 
 
-def _eta(started, done, total):
-    if not done:
-        return "?"
-    left = (time.monotonic() - started) / done * (total - done)
-    minutes, seconds = divmod(int(left), 60)
-    return f"{minutes}m{seconds:02d}s"
+class Eta:
+    """Time left, from the jobs that really ran: a job that was unsupported
+    (never started) or kept from a resumed run took no time and says
+    nothing about the others."""
+
+    def __init__(self):
+        self.started = set()
+        self.seconds = 0.0
+        self.ran = 0
+
+    def start(self, job):
+        self.started.add(job.id)
+
+    def finish(self, job, entry):
+        if job.id in self.started and entry["status"] != "unsupported" \
+                and entry.get("wall_s"):
+            self.seconds += entry["wall_s"]
+            self.ran += 1
+
+    def text(self, left):
+        if left <= 0:
+            return "0m00s"
+        if not self.ran:
+            return "?"
+        minutes, seconds = divmod(int(self.seconds / self.ran * left), 60)
+        return f"{minutes}m{seconds:02d}s"
 
 
 class LineEvents(Events):
-    """One line per finished cell; for logs."""
+    """One line per finished job; for logs."""
 
     def __init__(self, stream=sys.stdout):
         self.stream = stream
-        self.started = time.monotonic()
+        self.eta = Eta()
 
     def log(self, message):
         print(message, file=self.stream, flush=True)
 
-    def finish(self, index, total, item, entry):
+    def start(self, index, total, job):
+        self.eta.start(job)
+
+    def finish(self, index, total, job, entry):
+        self.eta.finish(job, entry)
         wall = f" {entry['wall_s']:.1f} s" if entry.get("wall_s") else ""
         note = f" ({entry['message']})" if entry.get("message") else ""
-        print(f"[{index}/{total}] {item.id}: {entry['status']}{wall}{note}"
-              f"  eta {_eta(self.started, index, total)}",
+        print(f"[{index}/{total}] {job.id}: {entry['status']}{wall}{note}"
+              f"  eta {self.eta.text(total - index)}",
               file=self.stream, flush=True)
 
 
 class LiveEvents(Events):
-    """rich's live progress bar: cells done/total, current cell, ETA."""
+    """rich's live progress bar: jobs done/total, current job, ETA."""
 
     def __init__(self, console):
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress,
-                                   TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+                                   TextColumn, TimeElapsedColumn)
         self.console = console
         self.progress = Progress(
             TextColumn("[bold]{task.description}"), BarColumn(),
-            MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-            TimeRemainingColumn(), console=console, transient=False)
+            MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("eta {task.fields[eta]}"), console=console,
+            transient=False)
         self.task = None
+        self.eta = Eta()
 
     def __enter__(self):
         self.progress.start()
@@ -57,22 +81,27 @@ class LiveEvents(Events):
     def log(self, message):
         self.progress.console.print(message, markup=False, highlight=False)
 
-    def start(self, index, total, item):
+    def _task(self, job, total, completed):
         if self.task is None:
-            self.task = self.progress.add_task(item.id, total=total,
-                                               completed=index - 1)
-        self.progress.update(self.task, description=item.id)
+            self.task = self.progress.add_task(job.id, total=total,
+                                               completed=completed, eta="?")
 
-    def finish(self, index, total, item, entry):
-        if self.task is None:
-            self.task = self.progress.add_task(item.id, total=total)
+    def start(self, index, total, job):
+        self.eta.start(job)
+        self._task(job, total, index - 1)
+        self.progress.update(self.task, description=job.id)
+
+    def finish(self, index, total, job, entry):
+        self.eta.finish(job, entry)
+        self._task(job, total, index)
         from rich.markup import escape
         style = {"ok": "green", "unsupported": "yellow"}.get(entry["status"],
                                                              "red")
         note = f" ({entry['message']})" if entry.get("message") else ""
         self.progress.console.print(
-            f"[{style}]{entry['status']:>11}[/] {escape(item.id + note)}")
-        self.progress.update(self.task, completed=index)
+            f"[{style}]{entry['status']:>11}[/] {escape(job.id + note)}")
+        self.progress.update(self.task, completed=index,
+                             eta=self.eta.text(total - index))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,95 @@
+"""One cell measured in several processes (`--repeat N`): its processes'
+results combined into one estimate.
+
+The noise that misleads comparisons lives between processes (memory
+layout, thread placement, frequency, the state of the machine), not only
+between the iterations of one process. With two or more processes the
+confidence interval of a cell's mean therefore treats each process's mean
+as one observation (a two-level estimate: Student's t over the process
+means), so it widens when processes disagree even if each one is steady.
+With one process it falls back to the iterations of that process, and says
+so. Pure functions over result dicts; no I/O.
+"""
+import math
+from typing import NamedTuple, Optional
+
+from harness.stats import t_quantile_975
+
+BETWEEN = "between-process"
+WITHIN = "within-process"
+
+
+class CellStats(NamedTuple):
+    cell: dict
+    processes: int
+    samples: list            # every timed iteration of every process, s
+    process_means: list      # one mean per process, s
+    mean_s: float            # mean of the process means
+    ci95_s: tuple            # 95% CI of mean_s
+    ci_basis: str            # BETWEEN or WITHIN
+    between_sd_s: Optional[float]   # spread of the process means
+    within_sd_s: float       # pooled spread of iterations inside a process
+    samples_per_s: float     # total samples over total timed seconds
+
+
+def cell_key(cell):
+    """What makes two results the same cell: every identity field."""
+    return tuple(sorted((k, json_key(v)) for k, v in cell.items()))
+
+
+def json_key(value):
+    return value if not isinstance(value, (list, dict)) else repr(value)
+
+
+def group(pairs):
+    """[(cell, [result, ...])] of the ok results of a run's (entry,
+    result) pairs, one group per cell, in the order cells first appear."""
+    groups = {}
+    for _entry, result in pairs:
+        if result is None or result["status"] != "ok":
+            continue
+        key = cell_key(result["cell"])
+        groups.setdefault(key, (result["cell"], []))[1].append(result)
+    return list(groups.values())
+
+
+def _mean(values):
+    return math.fsum(values) / len(values)
+
+
+def _sd(values):
+    if len(values) < 2:
+        return 0.0
+    mean = _mean(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values)
+                     / (len(values) - 1))
+
+
+def cell_stats(cell, results):
+    """The combined estimate of one cell's ok results (one per process)."""
+    series = [r["timing"]["per_iteration_s"] for r in results]
+    means = [_mean(s) for s in series]
+    samples = [t for s in series for t in s]
+    mean = _mean(means)
+    within = math.sqrt(_mean([_sd(s) ** 2 for s in series]))
+    if len(means) >= 2:
+        between = _sd(means)
+        half = t_quantile_975(len(means) - 1) * between / math.sqrt(len(means))
+        basis = BETWEEN
+    else:
+        between = None
+        half = (t_quantile_975(len(samples) - 1) * within
+                / math.sqrt(len(samples)) if len(samples) > 1 else 0.0)
+        basis = WITHIN
+    total_s = math.fsum(samples)
+    return CellStats(cell=cell, processes=len(results), samples=samples,
+                     process_means=means, mean_s=mean,
+                     ci95_s=(mean - half, mean + half), ci_basis=basis,
+                     between_sd_s=between, within_sd_s=within,
+                     samples_per_s=(cell["global_batch_size"] * len(samples)
+                                    / total_s if total_s else None))
+
+
+def run_stats(pairs):
+    """CellStats of every cell with at least one ok result, in order."""
+    return [cell_stats(cell, results) for cell, results in group(pairs)]
