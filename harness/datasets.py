@@ -20,18 +20,24 @@ official table only when passed explicitly as an argument; they must name a
 SHA-256 for every file read, and results label the dataset `<name>-custom`,
 so a run on unofficial files can never pass for the real dataset. Nothing
 (no variable, no file in the data folder) turns verification off.
+
+This module holds the registry, the verification and `load`; the readers of
+each format are in harness/datasetformats.py, synthetic data in
+harness/synthetic.py.
 """
-import gzip
 import hashlib
-import io
 import os
-import pickle
 import random
-import struct
-import tarfile
 from collections import namedtuple
 
 from .errors import HarnessError
+from .datasetformats import (Split, cifar_splits, mnist_split, ptb_splits,
+                             sample_size, token_split)
+from .synthetic import synthetic_splits
+# Re-exported: the host and the tests name them as harness.datasets.<name>.
+from .datasetformats import (PTB_VOCABULARY, parse_cifar_batch, parse_idx,
+                             ptb_vocabulary, ptb_words)
+from .synthetic import synthetic_images, synthetic_tokens
 
 # urls: official location first, then well-known mirrors with the same bytes.
 FileSpec = namedtuple("FileSpec", "name sha256 md5 size urls")
@@ -115,15 +121,16 @@ DATASETS = dict((d.name, d) for d in (
 NETWORK_DATASETS = {"fcn-r": "mnist", "alexnet-r": "cifar10",
                     "resnet-56": "cifar10", "lstm": "ptb"}
 
-PTB_VOCABULARY = 10000
-
-# images: uint8 pixels, count x prod(sample_shape), channels-first, C order;
-# labels: one uint8 class per sample. For PTB, `tokens` holds the word ids of
-# the split as one stream (a list of ints), images/labels are None, and a
-# sample is a window: inputs tokens[i*steps:(i+1)*steps], targets the same
-# window shifted by one word, so `count` is (len(tokens) - 1) // steps.
-Split = namedtuple("Split", "count images labels tokens")
+# train and test are harness.datasetformats.Split; info is the result's
+# dataset record.
 Loaded = namedtuple("Loaded", "dataset train test info")
+
+__all__ = ["FileSpec", "Layout", "Dataset", "DATASETS", "NETWORK_DATASETS",
+           "PTB_VOCABULARY", "Split", "Loaded", "get", "for_network",
+           "digests", "verify", "placement", "locate", "check_custom",
+           "read_verified", "manifest_digest", "label", "load", "synthetic",
+           "parse_idx", "parse_cifar_batch", "ptb_words", "ptb_vocabulary",
+           "synthetic_images", "synthetic_tokens"]
 
 
 def get(name):
@@ -139,7 +146,7 @@ def for_network(network_name):
     return NETWORK_DATASETS.get(network_name)
 
 
-# --- verification -------------------------------------------------------------
+# --- verification ------------------------------------------------------------
 
 def digests(data):
     return {"sha256": hashlib.sha256(data).hexdigest(),
@@ -254,261 +261,20 @@ def label(name, records, custom):
                                    manifest_digest(records))
 
 
-# --- MNIST: IDX in gzip ---------------------------------------------------------
+# --- loading -----------------------------------------------------------------
 
-def parse_idx(data, what):
-    """(dims, payload bytes) of an uncompressed IDX file of unsigned bytes."""
-    if len(data) < 4:
-        raise HarnessError("{}: not an IDX file (too short)".format(what))
-    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype != 0x08:
-        raise HarnessError("{}: not an IDX file of unsigned bytes (magic "
-                           "{!r})".format(what, data[:4]))
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    payload = data[4 + 4 * ndim:]
-    count = 1
-    for d in dims:
-        count *= d
-    if len(payload) != count:
-        raise HarnessError("{}: IDX header says {} values, file has {}".format(
-            what, count, len(payload)))
-    return dims, payload
-
-
-def _gunzip(data, what):
-    try:
-        return gzip.decompress(data)
-    except (IOError, OSError, EOFError) as exc:
-        raise HarnessError("{}: not a gzip file ({})".format(what, exc))
-
-
-def _mnist_split(contents, prefix):
-    images_name = "{}-images-idx3-ubyte.gz".format(prefix)
-    labels_name = "{}-labels-idx1-ubyte.gz".format(prefix)
-    dims, images = parse_idx(_gunzip(contents[images_name], images_name),
-                             images_name)
-    ldims, labels = parse_idx(_gunzip(contents[labels_name], labels_name),
-                              labels_name)
-    if len(dims) != 3 or dims[1:] != (28, 28) or len(ldims) != 1:
-        raise HarnessError("{}: expected N x 28 x 28 images, got {}".format(
-            images_name, dims))
-    if dims[0] != ldims[0]:
-        raise HarnessError("{} has {} images but {} has {} labels".format(
-            images_name, dims[0], labels_name, ldims[0]))
-    _check_labels(labels, 10, labels_name)
-    return Split(dims[0], images, labels, None)
-
-
-def _check_labels(labels, classes, what):
-    if labels and max(bytearray(labels)) >= classes:
-        raise HarnessError("{}: label {} out of range 0..{}".format(
-            what, max(bytearray(labels)), classes - 1))
-
-
-# --- CIFAR-10: pickled batches ---------------------------------------------------
-
-class _Array(object):
-    """Stands in for the numpy array in a CIFAR batch: the pickle's state
-    holds shape, dtype and the raw bytes, which is all we need."""
-
-    def __setstate__(self, state):
-        self.state = state
-
-
-class _Dtype(object):
-    def __init__(self, kind):
-        self.kind = kind
-
-    def __setstate__(self, state):
-        self.state = state
-
-
-def _reconstruct(cls, shape, typecode):
-    return _Array()
-
-
-def _dtype(kind, align=False, copy=False):
-    return _Dtype(kind)
-
-
-def _latin1(text, encoding):
-    # Python 3 pickles bytes at protocol 2 as _codecs.encode(text, "latin1").
-    if encoding != "latin1":
-        raise pickle.UnpicklingError("unexpected encoding {!r}".format(encoding))
-    return text.encode("latin-1")
-
-
-_NDARRAY = object()
-_ALLOWED_GLOBALS = {
-    ("_codecs", "encode"): _latin1,
-    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
-    ("numpy", "ndarray"): _NDARRAY,
-    ("numpy", "dtype"): _dtype,
-}
-
-
-class _BatchUnpickler(pickle.Unpickler):
-    # The batches are Python 2 pickles of numpy arrays. Only the three
-    # globals a uint8 array needs are resolved, to stand-ins, so reading a
-    # batch neither needs numpy nor can run code from the file.
-    def find_class(self, module, name):
-        try:
-            return _ALLOWED_GLOBALS[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError("unexpected global {}.{}".format(
-                module, name))
-
-
-def _raw_bytes(value):
-    # Python 2 str payloads arrive as latin-1 text: the bytes are unchanged.
-    return value.encode("latin-1") if isinstance(value, str) else bytes(value)
-
-
-def parse_cifar_batch(data, what):
-    """(count, pixels, labels) of one CIFAR-10 python batch."""
-    try:
-        batch = _BatchUnpickler(io.BytesIO(data), encoding="latin1").load()
-    except Exception as exc:  # any malformed pickle
-        raise HarnessError("{}: not a CIFAR-10 python batch ({})".format(
-            what, exc))
-    if not isinstance(batch, dict) or "data" not in batch or \
-            "labels" not in batch:
-        raise HarnessError("{}: a CIFAR-10 batch is a dict with 'data' and "
-                           "'labels'".format(what))
-    array = batch["data"]
-    state = getattr(array, "state", None)
-    if not isinstance(state, tuple) or len(state) != 5:
-        raise HarnessError("{}: 'data' is not a pickled array".format(what))
-    _, shape, dtype, _, raw = state
-    if not isinstance(dtype, _Dtype) or dtype.kind != "u1":
-        raise HarnessError("{}: 'data' must be uint8".format(what))
-    if len(shape) != 2 or shape[1] != 3072:
-        raise HarnessError("{}: 'data' must be N x 3072, got {}".format(
-            what, shape))
-    pixels = _raw_bytes(raw)
-    labels = bytes(bytearray(batch["labels"]))
-    if len(pixels) != shape[0] * 3072 or len(labels) != shape[0]:
-        raise HarnessError("{}: {} images, {} pixel bytes, {} labels do not "
-                           "match".format(what, shape[0], len(pixels),
-                                          len(labels)))
-    _check_labels(labels, 10, what)
-    return shape[0], pixels, labels
-
-
-def _archive_members(data, what):
-    """{member name without a leading ./: bytes} of a .tar.gz archive."""
-    try:
-        members = {}
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
-            for member in archive.getmembers():
-                if member.isfile():
-                    name = member.name[2:] if member.name.startswith("./") \
-                        else member.name
-                    members[name] = archive.extractfile(member).read()
-        return members
-    except (tarfile.TarError, IOError, OSError, EOFError) as exc:
-        raise HarnessError("{}: not a readable .tar.gz archive ({})".format(
-            what, exc))
-
-
-def _member(members, name, archive):
-    try:
-        return members[name]
-    except KeyError:
-        raise HarnessError("{} has no member {}".format(archive, name))
-
-
-def _cifar_splits(layout, contents):
-    if layout.name == "archive":
-        archive = layout.files[0].name
-        members = _archive_members(contents[archive], archive)
-        batches = dict(("cifar-10-batches-py/" + n,
-                        _member(members, "cifar-10-batches-py/" + n, archive))
-                       for n, _ in _CIFAR_BATCHES)
-    else:
-        batches = contents
-    splits = []
-    for names in (["data_batch_{}".format(i) for i in range(1, 6)],
-                  ["test_batch"]):
-        count, pixels, labels = 0, [], []
-        for n in names:
-            c, p, l = parse_cifar_batch(batches["cifar-10-batches-py/" + n], n)
-            count += c
-            pixels.append(p)
-            labels.append(l)
-        splits.append(Split(count, b"".join(pixels), b"".join(labels), None))
-    return splits
-
-
-# --- PTB: the simple-examples text files ---------------------------------------
-
-def ptb_words(text):
-    """Words of a PTB file, with <eos> ending each line (as the TensorFlow
-    and Zaremba et al. readers do)."""
-    words = []
-    for line in text.splitlines():
-        words.extend(line.split())
-        words.append("<eos>")
-    return words
-
-
-def ptb_vocabulary(train_words, size=PTB_VOCABULARY):
-    """{word: id}, most frequent first, ties by word (the TensorFlow PTB
-    tutorial's order)."""
-    counts = {}
-    for w in train_words:
-        counts[w] = counts.get(w, 0) + 1
-    if len(counts) > size:
-        raise HarnessError("ptb.train.txt has {} distinct words; the network's "
-                           "vocabulary is {}".format(len(counts), size))
-    ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
-    return dict((w, i) for i, (w, _) in enumerate(ordered))
-
-
-def _ptb_splits(layout, contents):
-    if layout.name == "archive":
-        archive = layout.files[0].name
-        members = _archive_members(contents[archive], archive)
-        texts = dict((n, _member(members, "simple-examples/data/" + n, archive))
-                     for n, _ in _PTB_TEXT)
-    else:
-        texts = dict((n, contents["simple-examples/data/" + n])
-                     for n, _ in _PTB_TEXT)
-    words = dict((n, ptb_words(t.decode("utf-8"))) for n, t in texts.items())
-    vocabulary = ptb_vocabulary(words["ptb.train.txt"])
-    splits = []
-    for n in ("ptb.train.txt", "ptb.test.txt"):
-        try:
-            ids = [vocabulary[w] for w in words[n]]
-        except KeyError as exc:
-            raise HarnessError("{}: word {} is not in the training "
-                               "vocabulary".format(n, exc))
-        splits.append(_token_split(ids))
-    return splits
-
-
-def _token_split(ids, steps=32):
-    return Split((len(ids) - 1) // steps, None, None, ids)
-
-
-# --- loading ----------------------------------------------------------------------
-
-def _limit(split, count, sample_size):
+def _limit(split, count, size):
     if count is None or count >= split.count:
         return split
     if split.tokens is not None:
-        return _token_split(split.tokens[:count * sample_size + 1],
-                            sample_size)
-    return Split(count, split.images[:count * sample_size],
+        return token_split(split.tokens[:count * size + 1], size)
+    return Split(count, split.images[:count * size],
                  split.labels[:count], None)
 
 
-def _size(shape):
-    size = 1
-    for d in shape:
-        size *= d
-    return size
+_READERS = {"mnist": lambda layout, contents: (
+                mnist_split(contents, "train"), mnist_split(contents, "t10k")),
+            "cifar10": cifar_splits, "ptb": ptb_splits}
 
 
 def load(name, data_dir, checksums=None, train_samples=None,
@@ -518,14 +284,8 @@ def load(name, data_dir, checksums=None, train_samples=None,
     `train_samples`/`test_samples` keep only the first samples of a split."""
     dataset = get(name)
     layout, contents, records = read_verified(name, data_dir, checksums)
-    if name == "mnist":
-        train, test = _mnist_split(contents, "train"), \
-            _mnist_split(contents, "t10k")
-    elif name == "cifar10":
-        train, test = _cifar_splits(layout, contents)
-    else:
-        train, test = _ptb_splits(layout, contents)
-    size = _size(dataset.sample_shape)
+    train, test = _READERS[name](layout, contents)
+    size = sample_size(dataset.sample_shape)
     train = _limit(train, train_samples, size)
     test = _limit(test, test_samples, size)
     custom = checksums is not None
@@ -546,86 +306,17 @@ def load(name, data_dir, checksums=None, train_samples=None,
     return Loaded(dataset, train, test, info)
 
 
-# --- synthetic data of the same shape -----------------------------------------------
-
-def _noise(rng, count):
-    return rng.getrandbits(8 * count).to_bytes(count, "little") if count else b""
-
-
-def _bernoulli_table(probability):
-    # bytes.translate maps each random byte to 0xFF with the probability:
-    # a per-pixel coin flip at C speed.
-    cut = int(round(256 * probability))
-    return bytes(0xFF if v < cut else 0 for v in range(256))
-
-
-_ON = _bernoulli_table(0.2)
-_KEEP = _bernoulli_table(0.75)
-_STRAY = _bernoulli_table(0.05)
-
-
-def synthetic_images(dataset, count, rng):
-    """Learnable, MNIST-like images: each class has a fixed sparse pattern
-    (a fifth of the pixels on, random intensities); a sample keeps three
-    quarters of its class's pixels and adds stray pixels (5%), so a network
-    can fit it (the loss falls) while every sample differs."""
-    size = _size(dataset.sample_shape)
-
-    def number(data):
-        return int.from_bytes(data, "little")
-
-    patterns = [number(_noise(rng, size).translate(_ON)) &
-                number(_noise(rng, size)) for _ in range(dataset.classes)]
-    labels = bytearray(rng.randrange(dataset.classes) for _ in range(count))
-    images = []
-    for y in labels:
-        keep = number(_noise(rng, size).translate(_KEEP))
-        stray = number(_noise(rng, size).translate(_STRAY)) & \
-            number(_noise(rng, size))
-        images.append(((patterns[y] & keep) | stray).to_bytes(size, "little"))
-    return b"".join(images), bytes(labels)
-
-
-def synthetic_tokens(count, vocabulary, rng, distinct=200):
-    """A word-id stream from a sparse Markov chain over `distinct` ids: the
-    next word is one of two successors of the current word 90% of the time,
-    so a language model can learn it."""
-    ids = rng.sample(range(vocabulary), distinct)
-    successors = dict((w, (rng.choice(ids), rng.choice(ids))) for w in ids)
-    stream, current = [], ids[0]
-    for _ in range(count):
-        stream.append(current)
-        current = rng.choice(successors[current]) if rng.random() < 0.9 \
-            else rng.choice(ids)
-    return stream
-
-
 def synthetic(name, seed, train_samples=None, test_samples=None):
     """Synthetic data shaped like dataset `name` (the official sample counts
     unless given), deterministic in `seed`, labelled `synthetic`."""
     dataset = get(name)
-    rng = random.Random(seed)
+    train, test = synthetic_splits(dataset, random.Random(seed),
+                                   train_samples, test_samples)
     info = {"name": name, "source": "synthetic", "label": "synthetic",
             "checksums": None, "layout": None, "files": [],
-            "sample_shape": list(dataset.sample_shape)}
+            "sample_shape": list(dataset.sample_shape),
+            "train_samples": train.count, "test_samples": test.count}
     if dataset.kind == "tokens":
-        # PTB's own sizes: 929589 training and 82430 test words.
-        steps = dataset.sample_shape[0]
-        train_n = train_samples or (929589 - 1) // steps
-        test_n = test_samples or (82430 - 1) // steps
-        stream = synthetic_tokens((train_n + test_n) * steps + 2,
-                                  dataset.classes, rng)
-        cut = train_n * steps + 1
-        train = _token_split(stream[:cut], steps)
-        test = _token_split(stream[cut:], steps)
-        info.update(train_tokens=len(train.tokens), test_tokens=len(test.tokens),
-                    train_samples=train.count, test_samples=test.count)
-        return Loaded(dataset, train, test, info)
-    train_n = train_samples or dataset.train_count
-    test_n = test_samples or dataset.test_count
-    images, labels = synthetic_images(dataset, train_n + test_n, rng)
-    size = _size(dataset.sample_shape)
-    train = Split(train_n, images[:train_n * size], labels[:train_n], None)
-    test = Split(test_n, images[train_n * size:], labels[train_n:], None)
-    info.update(train_samples=train_n, test_samples=test_n)
+        info.update(train_tokens=len(train.tokens),
+                    test_tokens=len(test.tokens))
     return Loaded(dataset, train, test, info)

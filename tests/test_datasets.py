@@ -19,6 +19,7 @@ from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.converge import datasets as dd
 from dlrepro.errors import UserError
 from harness import datasets as hd
+from harness import datasetformats as hdf
 from harness.errors import HarnessError
 
 LAYOUTS = [(d, l.name) for d in sorted(hd.DATASETS)
@@ -141,9 +142,9 @@ def test_malformed_files_are_clear_errors():
     with pytest.raises(HarnessError, match="header says 8 values, file has 7"):
         hd.parse_idx(b"\x00\x00\x08\x01\x00\x00\x00\x08" + b"\x00" * 7, "x")
     with pytest.raises(HarnessError, match="not a gzip file"):
-        hd._gunzip(b"plain", "x")
+        hdf.gunzip(b"plain", "x")
     with pytest.raises(HarnessError, match="not a readable .tar.gz"):
-        hd._archive_members(gzip.compress(b"not a tar"), "x")
+        hdf.archive_members(gzip.compress(b"not a tar"), "x")
 
 
 def test_cifar_reader_runs_no_code_from_the_file():
