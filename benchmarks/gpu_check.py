@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""GPU device check (issue 5): the harness natively with PyTorch on a real GPU.
+"""GPU device check: the harness natively with PyTorch on a real GPU.
 
 Run it on a machine with an NVIDIA GPU, PyTorch and nvidia-ml-py, from the
 repository root, with that machine's own Python (no Docker, no venv):
 
     python3 benchmarks/gpu_check.py              # ~3-6 minutes on one H200
     OUT=/some/folder python3 benchmarks/gpu_check.py
-    python3 benchmarks/gpu_check.py --device cpu --quick   # smoke test, no GPU
+    python3 benchmarks/gpu_check.py --device cpu --quick  # smoke, no GPU
 
 It runs fcn5, alexnet and resnet50 at two batch sizes each through
 `python -m harness run` (one process per cell, as the sweep does) and prints
 iteration times, the telemetry of each timed window, the compatibility
 gate's verdict for every GPU profile of dockerfiles/matrix.toml (and for the
 PyTorch it runs) against this GPU, and MFU. Everything lands in
-$OUT/summary.json and $OUT/report.txt (or under --out).
+$OUT/summary.json and $OUT/report.txt (or under --out); the report's text
+is benchmarks/gpu_check_report.py.
 
 It NEVER changes GPU settings: the clock policy is `observe` unless
 --clock-policy is given together with --i-own-this-gpu (for a machine that
@@ -33,11 +34,13 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 from harness import clocks, compat, resultfile  # noqa: E402  (path fix)
 from harness.errors import HarnessError  # noqa: E402
 from dlrepro.run import gpu_restore  # noqa: E402  (stdlib-only on this path)
 from harness.nvml import Nvml, device_info, system_versions  # noqa: E402
+from gpu_check_report import report_lines  # noqa: E402
 
 NETWORKS = ("fcn5", "alexnet", "resnet50")
 # Two of the paper's GPU batch sizes per network.
@@ -109,7 +112,8 @@ def torch_stack(info):
 
 
 def matrix_stacks(path):
-    """{"framework/profile": stack} of the matrix's GPU profiles, or a reason."""
+    """{"framework/profile": stack} of the matrix's GPU profiles, or a
+    reason."""
     try:
         import tomllib  # Python 3.11+; the harness itself never needs it
     except ImportError:
@@ -205,7 +209,8 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
             started = time.monotonic()
             output, rc = run_harness(
                 [python, "-m", "harness", "run", "--spec", spec_path, "--out",
-                 out_path], env, timeout if left is None else min(timeout, left))
+                 out_path], env,
+                timeout if left is None else min(timeout, left))
             wall = time.monotonic() - started
             # The harness restores what a clock policy changed; this catches
             # a cell that could not (killed), as the sweep does.
@@ -224,172 +229,7 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
     return results
 
 
-# --- presentation ---------------------------------------------------------------
-
-def _fmt(value, pattern, missing="-"):
-    return pattern.format(value) if value is not None else missing
-
-
-def format_inventory(gpus, reason, torch, torch_error, device, notes):
-    lines = ["== machine"]
-    lines.append("python {} ({})".format(sys.version.split()[0],
-                                         sys.executable))
-    if torch:
-        lines.append("torch {} (CUDA {}), cuda available: {}, arch list: "
-                     "{}".format(torch["version"], torch["cuda"],
-                                 torch["cuda_available"],
-                                 " ".join(torch["arch_list"]) or "-"))
-    else:
-        lines.append("torch: not importable ({})".format(torch_error))
-    if not gpus:
-        lines.append("GPUs: none seen by NVML ({})".format(reason))
-    for gpu in gpus:
-        lines.append(
-            "GPU {index}: {name}, sm_{cc}, {mem} GiB, driver {driver} (CUDA "
-            "{cuda}), max SM {sm} MHz, power limit {power} W, uuid {uuid}"
-            .format(index=gpu["index"], name=gpu["name"],
-                    cc=(gpu["compute_capability"] or "?").replace(".", ""),
-                    mem=_fmt(gpu["memory_total_bytes"] and
-                             gpu["memory_total_bytes"] / 2.0 ** 30, "{:.0f}"),
-                    driver=gpu["driver_version"],
-                    cuda=gpu["cuda_driver_version"],
-                    sm=gpu["max_sm_clock_mhz"],
-                    power=_fmt(gpu["power_limit_w"], "{:.0f}"),
-                    uuid=gpu["uuid"]))
-    lines.append("cells run on: {}".format(device))
-    lines.extend("NOTE: " + n for n in notes)
-    return lines
-
-
-def format_verdicts(title, table, reason):
-    lines = ["== compatibility gate: " + title]
-    if reason:
-        lines.append("  " + reason)
-    for name, verdict in sorted(table.items()):
-        lines.append("  {:<28} {:<15} {}".format(name, verdict["verdict"],
-                                                 verdict["reason"]))
-        lines.extend("  {:<28} {:<15} warning: {}".format("", "", w)
-                     for w in verdict["warnings"])
-    return lines
-
-
-def format_cells(cells):
-    lines = ["== cells",
-             "{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} {:>6} "
-             "{:>12} {}".format("cell", "status", "mean ms", "median", "cv",
-                                "samples/s", "SM MHz", "power W", "temp",
-                                "MFU", "flags")]
-    for cell in cells:
-        result = cell["result"] or {}
-        timing = result.get("timing") or {}
-        tele = (result.get("telemetry") or {}).get("gpus") or [{}]
-        mfu = (result.get("model") or {}).get("mfu") or {}
-        flags = [k for k, v in ((result.get("telemetry") or {})
-                                .get("flags") or {}).items() if v]
-        lines.append("{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} "
-                     "{:>6} {:>12} {}".format(
-                         cell["id"], result.get("status") or (
-                             "skipped" if cell["exit"] == "skipped"
-                             else "no result"),
-                         _fmt(timing.get("mean_s") and
-                              timing["mean_s"] * 1e3, "{:.2f}"),
-                         _fmt(timing.get("median_s") and
-                              timing["median_s"] * 1e3, "{:.2f}"),
-                         _fmt(timing.get("cv"), "{:.1%}"),
-                         _fmt(timing.get("samples_per_s"), "{:.0f}"),
-                         _fmt((tele[0].get("sm_clock_mhz") or {}).get("mean"),
-                              "{:.0f}"),
-                         _fmt((tele[0].get("power_w") or {}).get("mean"),
-                              "{:.0f}"),
-                         _fmt((tele[0].get("temperature_c") or {}).get("max"),
-                              "{:.0f}C"),
-                         _fmt(mfu.get("value"), "{:.1%}") +
-                         (" " + mfu["precision"] if mfu.get("precision")
-                          else ""),
-                         ",".join(flags) or "-"))
-    return lines
-
-
-def format_details(cells):
-    lines = ["== per cell"]
-    for cell in cells:
-        result = cell["result"]
-        lines.append("-- {} (exit {}, {:.0f} s wall)".format(
-            cell["id"], cell["exit"], cell["wall_s"]))
-        if result is None:
-            lines.extend("   | " + l for l in cell["log_tail"])
-            continue
-        if result.get("error"):
-            lines.append("   error: {}: {}".format(result["error"]["type"],
-                                                   result["error"]["message"]))
-        timing = result.get("timing") or {}
-        if timing.get("per_iteration_s"):
-            lines.append("   iteration ms: min {:.2f} p05 {:.2f} median {:.2f}"
-                         " p95 {:.2f} max {:.2f}; warm-up first {:.1f}".format(
-                             *[timing[k] * 1e3 for k in
-                               ("min_s", "p05_s", "median_s", "p95_s",
-                                "max_s")] +
-                             [(timing.get("warmup_s") or [0])[0] * 1e3]))
-        gate = result.get("compatibility")
-        if gate:
-            lines.append("   gate: {} ({})".format(gate["verdict"],
-                                                   gate["reason"]))
-        for record in (result.get("gpu_clocks") or {}).get("gpus", []):
-            original = record.get("original") or {}
-            lines.append("   clocks GPU {}: application {}, default {}, max {},"
-                         " autoboost {}".format(
-                             record["index"],
-                             _pair(original.get("applications_clocks")),
-                             _pair(original.get("default_applications_clocks")),
-                             _pair(original.get("max_clocks")),
-                             original.get("autoboost")))
-        env = result.get("environment") or {}
-        lines.append("   framework {} CUDA {} cuDNN {} NCCL {}".format(
-            env.get("framework_version"), env.get("cuda"), env.get("cudnn"),
-            env.get("nccl")))
-        for tele in (result.get("telemetry") or {}).get("gpus", []):
-            reasons = dict((k, v) for k, v in (tele.get("reasons") or {})
-                           .items() if v)
-            lines.append("   telemetry GPU {}: SM {} MHz, memory {} MHz, power"
-                         " {} W, temp {} C, util {} %, energy {} J, reasons {}"
-                         .format(tele["index"], _range(tele["sm_clock_mhz"]),
-                                 _range(tele["memory_clock_mhz"]),
-                                 _range(tele["power_w"]),
-                                 _range(tele["temperature_c"]),
-                                 _range(tele.get("utilization_pct")),
-                                 _fmt(tele["energy_j"], "{:.1f}"),
-                                 reasons or "none"))
-        mfu = (result.get("model") or {}).get("mfu")
-        if mfu and mfu.get("value") is not None:
-            lines.append("   MFU {:.2%} of {} peak {:.1f} TFLOP/s at {:.0f} MHz "
-                         "({}); achieved {:.2f} TFLOP/s; vs datasheet peak "
-                         "{:.2%}".format(mfu["value"], mfu["precision"],
-                                         mfu["peak_flops_per_s"] / 1e12,
-                                         mfu["clock_mhz"], mfu["clock_source"],
-                                         mfu["achieved_flops_per_s"] / 1e12,
-                                         mfu["value_at_datasheet_clock"]))
-        elif mfu:
-            lines.append("   MFU: {}".format(mfu.get("note")))
-        for warning in result.get("warnings", []):
-            lines.append("   warning: " + warning)
-    return lines
-
-
-def _pair(clocks):
-    if not clocks or "error" in clocks:
-        return (clocks or {}).get("error", "-")
-    return "{}/{} MHz (SM/memory)".format(clocks["graphics_mhz"],
-                                          clocks["memory_mhz"])
-
-
-def _range(stats):
-    if not stats:
-        return "-"
-    return "{:.0f}/{:.0f}/{:.0f}".format(stats["min"], stats["mean"],
-                                         stats["max"])
-
-
-# --- entry point ------------------------------------------------------------------
+# --- entry point -------------------------------------------------------------
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(
@@ -404,7 +244,8 @@ def parse_args(argv):
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--networks", default=",".join(NETWORKS),
-                        help="comma-separated subset of " + ", ".join(NETWORKS))
+                        help="comma-separated subset of " +
+                        ", ".join(NETWORKS))
     parser.add_argument("--matrix", default=os.path.join(
         ROOT, "dockerfiles", "matrix.toml"),
         help="the version matrix whose GPU profiles the gate checks")
@@ -446,26 +287,16 @@ def parse_args(argv):
     return args
 
 
-def main(argv=None):
-    args = parse_args(argv)
-    started = time.monotonic()
-
-    def log(line):
-        sys.stderr.write("[{:5.0f} s] {}\n".format(time.monotonic() - started,
-                                                  line))
-
-    gpus, nvml_reason = gpu_inventory()
-    torch, torch_error = torch_info(args.python)
-    notes = []
-    device = args.device
-    if device == "gpu" and not (gpus and torch and torch["cuda_available"]):
-        sys.stderr.write("gpu_check: --device gpu, but {}; use --device cpu "
-                         "for a smoke test\n".format(
-                             "NVML sees no GPU ({})".format(nvml_reason)
-                             if not gpus else "PyTorch sees no CUDA device"))
-        return 2
+def choose_device(args, gpus, nvml_reason, torch):
+    """(device, notes), or (None, why) when --device gpu cannot be had."""
+    usable = bool(gpus and torch and torch["cuda_available"])
+    missing = ("NVML sees no GPU ({})".format(nvml_reason) if not gpus
+               else "PyTorch sees no CUDA device")
+    if args.device == "gpu" and not usable:
+        return None, missing
+    device, notes = args.device, []
     if device == "auto":
-        device = "gpu" if gpus and torch and torch["cuda_available"] else "cpu"
+        device = "gpu" if usable else "cpu"
         if device == "cpu":
             notes.append("no usable GPU ({}): the cells run on the CPU as a "
                          "smoke test; clocks, telemetry, gate and MFU need "
@@ -474,6 +305,11 @@ def main(argv=None):
     if torch is None:
         notes.append("PyTorch is not importable with {}: cells will fail"
                      .format(args.python))
+    return device, notes
+
+
+def output_folders(args):
+    """(the report's folder, the per-cell files' folder), both made."""
     out = args.out or os.environ.get("OUT") or os.path.join(
         ROOT, "results", "gpu-check-" +
         datetime.datetime.now(datetime.timezone.utc).strftime(
@@ -484,13 +320,12 @@ def main(argv=None):
         if os.environ.get("OUT") and not args.out \
         else os.path.join(out, "cells")
     os.makedirs(cells_dir, exist_ok=True)
-    batches = QUICK_BATCHES if args.quick else (
-        GPU_BATCHES if device == "gpu" else CPU_BATCHES)
-    iterations, warmup = ((3, 1) if args.quick else
-                          (args.iterations, args.warmup))
+    return out, cells_dir
 
-    stack = torch_stack(torch) if device == "gpu" else None
-    stacks, matrix_reason = matrix_stacks(args.matrix)
+
+def gate_tables(gpus, torch, stacks):
+    """{"GPU <index> <name>": verdicts} for the matrix's stacks and for the
+    PyTorch that runs the cells."""
     gate = {}
     for gpu in gpus:
         table = verdicts(gpu, stacks)
@@ -499,6 +334,32 @@ def main(argv=None):
                 gpu["compute_capability"], gpu["driver_version"],
                 torch_stack(torch))
         gate["GPU {} {}".format(gpu["index"], gpu["name"])] = table
+    return gate
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.monotonic()
+
+    def log(line):
+        sys.stderr.write("[{:5.0f} s] {}\n".format(time.monotonic() - started,
+                                                  line))
+
+    gpus, nvml_reason = gpu_inventory()
+    torch, torch_error = torch_info(args.python)
+    device, notes = choose_device(args, gpus, nvml_reason, torch)
+    if device is None:
+        sys.stderr.write("gpu_check: --device gpu, but {}; use --device cpu "
+                         "for a smoke test\n".format(notes))
+        return 2
+    out, cells_dir = output_folders(args)
+    batches = QUICK_BATCHES if args.quick else (
+        GPU_BATCHES if device == "gpu" else CPU_BATCHES)
+    iterations, warmup = ((3, 1) if args.quick else
+                          (args.iterations, args.warmup))
+    stack = torch_stack(torch) if device == "gpu" else None
+    stacks, matrix_reason = matrix_stacks(args.matrix)
+    gate = gate_tables(gpus, torch, stacks)
 
     log("{} cells on {} ({} iterations, {} warm-up), clock policy {}".format(
         sum(len(batches[n]) for n in args.networks), device, iterations,
@@ -507,16 +368,8 @@ def main(argv=None):
                       warmup, args.clock_policy, cells_dir, args.timeout,
                       stack, log, deadline=time.monotonic() + args.budget)
 
-    lines = format_inventory(gpus, nvml_reason, torch, torch_error, device,
-                             notes)
-    if not gpus:
-        lines += ["== compatibility gate", "  not evaluated: no GPU "
-                  "({}); matrix GPU profiles: {}".format(
-                      nvml_reason, ", ".join(sorted(stacks)) or
-                      matrix_reason or "none")]
-    for title, table in sorted(gate.items()):
-        lines += format_verdicts(title, table, matrix_reason)
-    lines += format_cells(cells) + format_details(cells)
+    lines = report_lines((gpus, nvml_reason, torch, torch_error), device,
+                         notes, stacks, matrix_reason, gate, cells)
     lines.append("== done in {:.0f} s; results in {}".format(
         time.monotonic() - started, out))
     text = "\n".join(lines) + "\n"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import fake_nvml
-from test_clocks import ROOT, TESTS, torch_python
+from test_clocks import ROOT, torch_python
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.py")
 
@@ -50,17 +50,11 @@ def test_rejects_a_malformed_policy_even_with_the_flag():
 
 
 def test_smoke_without_a_gpu(tmp_path):
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    fake_nvml.write_shim(shim)
-    fake = tmp_path / "fake.json"
-    fake_nvml.configure([fake_nvml.hopper_h200()], path=str(fake))
+    env, fake = fake_nvml.child_env(tmp_path, [fake_nvml.hopper_h200()])
+    env.pop("OUT", None)
     matrix = tmp_path / "matrix.toml"
     matrix.write_text(MATRIX)
     out = tmp_path / "out"
-    env = dict(os.environ, FAKE_NVML_STATE=str(fake),
-               PYTHONPATH=os.pathsep.join([str(shim), TESTS]))
-    env.pop("OUT", None)
     python = torch_python()
     proc = subprocess.run(
         [python, SCRIPT, "--quick", "--networks", "fcn5", "--python",
@@ -85,7 +79,7 @@ def test_smoke_without_a_gpu(tmp_path):
     assert all(len(c["result"]["timing"]["per_iteration_s"]) == 3
                for c in summary["cells"])
     # observe only: the script never asked NVML to change anything
-    assert fake_nvml.use_file(str(fake))["calls"] == []
+    assert fake_nvml.use_file(fake)["calls"] == []
 
 
 def _load_script():
@@ -94,6 +88,12 @@ def _load_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _load_report():
+    _load_script()  # puts benchmarks/ on sys.path
+    import gpu_check_report
+    return gpu_check_report
 
 
 def test_report_of_a_gpu_shaped_result(make_cell, tmp_path):
@@ -111,9 +111,9 @@ def test_report_of_a_gpu_shaped_result(make_cell, tmp_path):
               "wall_s": 3.0, "result": result, "log_tail": []},
              {"id": "broken", "network": "fcn5", "batch": 2, "exit": 1,
               "wall_s": 1.0, "result": None, "log_tail": ["boom"]}]
-    script = _load_script()
-    table = "\n".join(script.format_cells(cells))
-    details = "\n".join(script.format_details(cells))
+    report = _load_report()
+    table = "\n".join(report.format_cells(cells))
+    details = "\n".join(report.format_details(cells))
     row = [l for l in table.splitlines() if l.startswith("fcn-r-b2")][0]
     assert " ok " in row and "1590" in row and "power_capping" in row
     assert "fp32" in row
@@ -125,7 +125,7 @@ def test_report_of_a_gpu_shaped_result(make_cell, tmp_path):
     assert "MFU " in details and "of fp32 peak" in details
     assert "| boom" in details
     gpus = [dict(result["environment"]["gpus"][0])]
-    inventory = "\n".join(script.format_inventory(
+    inventory = "\n".join(report.format_inventory(
         gpus, None, {"version": "2.11.0", "cuda": "13.0",
                      "cuda_available": True, "arch_list": ["sm_90"]},
         None, "gpu", []))
@@ -154,4 +154,4 @@ def test_cells_past_the_time_budget_are_skipped(tmp_path):
     assert [c["exit"] for c in cells] == ["skipped", "skipped"]
     assert all("time budget" in line for line in lines)
     assert list(tmp_path.iterdir()) == []
-    assert "skipped" in "\n".join(script.format_cells(cells))
+    assert "skipped" in "\n".join(_load_report().format_cells(cells))
