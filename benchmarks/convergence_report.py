@@ -4,8 +4,8 @@ SVG plot and the convergence figures (docs/convergence.md defines them).
 Default: fcn-r (MNIST-format files) and alexnet-r (CIFAR-10-format files),
 a few thousand generated samples, 3 epochs, 1 and 2 workers, in every
 framework that has a data-parallel module here, on the CPU. The files are
-generated in the exact official formats (dlrepro.converge.datasets.generate) and
-read through the same verified readers as the real ones, against the
+generated in the exact official formats (dlrepro.converge.datasets.generate)
+and read through the same verified readers as the real ones, against the
 checksums of the generated files (the results say `-custom`).
 
     .venv/bin/python benchmarks/convergence_report.py            # run + report

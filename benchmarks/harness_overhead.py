@@ -23,8 +23,8 @@ from harness import networks, threads  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
 import sidebyside  # noqa: E402
 
-# fcn5 and resnet-56 for the harness's overhead (issue 2); alexnet-r too for
-# the per-framework comparison with an idiomatic loop (issue 4).
+# fcn5 and resnet-56 for the harness's overhead; alexnet-r too, so that the
+# cases are those of the idiomatic_<framework>.py comparisons.
 CASES = (("fcn5", 64), ("alexnet-r", 128), ("resnet-56", 16))
 
 

@@ -1,4 +1,4 @@
-"""The harness against a plain, idiomatic CNTK training loop (issue 4).
+"""The harness against a plain, idiomatic CNTK training loop.
 
 For fcn5 (batch 64), alexnet-r (batch 128) and resnet-56 (batch 16) on the
 CPU: the harness's mean iteration time (harness.timing.run_loop over the

@@ -13,7 +13,8 @@ Keras would otherwise choose). Blocks of iterations alternate in one process
 alike; `--block 1` alternates every iteration. Prints the ratio of mean
 (and of median) iteration times per network; the goal is within 5%.
 
-    PYTHONPATH=. .venvs/tensorflow-cpu/bin/python benchmarks/idiomatic_tensorflow.py \\
+    PYTHONPATH=. .venvs/tensorflow-cpu/bin/python \\
+        benchmarks/idiomatic_tensorflow.py \\
         [--rounds 6] [--block 5] [--warmup 3] [--threads 2] [--json]
 """
 import json

@@ -9,10 +9,11 @@ overhead of running a cell in a container instead of natively.
 Cold builds use the existing wheelhouses (downloads are not timed) and no
 layer cache, under a separate name prefix whose images are removed
 afterwards; each image builds FROM the debootstrap stand-in of its base
-(.ci/base-image.sh), or what --base-image says (as for `invoke build`). The container-versus-native comparison runs the same PyTorch
-cell through runtimes.native and runtimes.docker alternately, `--rounds`
-times each, in this one process, and reports the ratio of mean (and
-median) iteration times and each path's start-up cost (process wall time
+(.ci/base-image.sh), or what --base-image says (as for `invoke build`).
+The container-versus-native comparison runs the same PyTorch cell through
+runtimes.native and runtimes.docker alternately, `--rounds` times each, in
+this one process, and reports the ratio of mean (and median) iteration
+times and each path's start-up cost (process wall time
 minus the timed and warm-up iterations). The native process is pinned to
 the same CPUs as the container (taskset), so both run under the same
 constraint. Measurement functions return numbers; main() prints.
@@ -63,7 +64,8 @@ def measure_builds(frameworks, bases, client, cold=True):
         if cold:
             _remove(client, plan.tag)
             start = time.perf_counter()
-            images.build(plan, client=client, nocache=True, log=lambda _m: None)
+            images.build(plan, client=client, nocache=True,
+                         log=lambda _m: None)
             entry["cold_s"] = time.perf_counter() - start
         else:
             images.build(plan, client=client, log=lambda _m: None)
@@ -112,7 +114,8 @@ def run_cell(runtime, cell, run_dir, cell_id):
     finally:
         runtime.cleanup(job, run_dir)
     if proc.returncode != 0:
-        raise RuntimeError(f"{runtime.name} cell failed: {proc.stdout}{proc.stderr}")
+        raise RuntimeError(f"{runtime.name} cell failed: "
+                           f"{proc.stdout}{proc.stderr}")
     result = resultfile.load(str(run_dir / f"{cell_id}.json"))
     if result["status"] != "ok":
         raise RuntimeError(f"{runtime.name} cell: {result['error']}")
@@ -140,9 +143,11 @@ def measure_overhead(bases, rounds, cell=CELL):
                 wall, result = run_cell(runtime, cell, run_dir,
                                         f"{runtime.name}-{round_}")
                 timing = result["timing"]
-                timed = sum(timing["per_iteration_s"]) + sum(timing["warmup_s"])
+                timed = sum(timing["per_iteration_s"]) + \
+                    sum(timing["warmup_s"])
+                cpus = result["environment"]["cpus_usable"]
                 rows.append({"runtime": runtime.name, "round": round_,
-                             "cpus_usable": result["environment"]["cpus_usable"],
+                             "cpus_usable": cpus,
                              "mean_s": timing["mean_s"],
                              "median_s": timing["median_s"], "wall_s": wall,
                              "startup_s": wall - timed})
@@ -152,7 +157,8 @@ def measure_overhead(bases, rounds, cell=CELL):
 def summarize_overhead(rows):
     by = {name: [r for r in rows if r["runtime"] == name]
           for name in ("native", "docker")}
-    ratios = [d["mean_s"] / n["mean_s"] for n, d in zip(by["native"], by["docker"])]
+    ratios = [d["mean_s"] / n["mean_s"]
+              for n, d in zip(by["native"], by["docker"])]
     median_ratios = [d["median_s"] / n["median_s"]
                      for n, d in zip(by["native"], by["docker"])]
     return {
@@ -162,8 +168,10 @@ def summarize_overhead(rows):
         "docker_mean_s": statistics.median(r["mean_s"] for r in by["docker"]),
         "ratio_per_round": ratios,
         "ratio_median": statistics.median(ratios),
-        "native_startup_s": statistics.median(r["startup_s"] for r in by["native"]),
-        "docker_startup_s": statistics.median(r["startup_s"] for r in by["docker"]),
+        "native_startup_s": statistics.median(r["startup_s"]
+                                              for r in by["native"]),
+        "docker_startup_s": statistics.median(r["startup_s"]
+                                              for r in by["docker"]),
     }
 
 
@@ -181,18 +189,21 @@ def format_report(builds, bare_start_s, overhead, cell):
     if o is None:
         return lines
     lines += [
-        f"cell {cell['framework']} {cell['network']} batch {cell['batch_size']}, "
+        f"cell {cell['framework']} {cell['network']} "
+        f"batch {cell['batch_size']}, "
         f"{cell['threads']} threads, {cell['iterations']} iterations, "
         f"{len(o['ratio_per_round'])} alternating rounds, same CPUs pinned:",
         f"  mean iteration  native {o['native_mean_s'] * 1e3:.1f} ms   docker "
         f"{o['docker_mean_s'] * 1e3:.1f} ms   ratio docker/native "
         f"{o['ratio_median']:.3f} (per round: "
         + ", ".join(f"{r:.3f}" for r in o["ratio_per_round"]) + ")",
-        f"  median iteration ratio docker/native {o['median_ratio_median']:.3f} "
+        f"  median iteration ratio docker/native "
+        f"{o['median_ratio_median']:.3f} "
         f"(per round: " + ", ".join(f"{r:.3f}" for r in
                                     o["median_ratio_per_round"]) + ")",
         f"  start-up per cell (wall minus iterations)  native "
-        f"{o['native_startup_s']:.2f} s   docker {o['docker_startup_s']:.2f} s   "
+        f"{o['native_startup_s']:.2f} s   "
+        f"docker {o['docker_startup_s']:.2f} s   "
         f"difference {o['docker_startup_s'] - o['native_startup_s']:+.2f} s",
     ]
     return lines

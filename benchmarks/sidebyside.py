@@ -157,8 +157,8 @@ def main(argv, description, framework, measure, title, notes):
                      args.warmup, args.seed)
              for name, batch in CASES
              if not args.network or name in args.network]
-    report = {"framework": framework,
-              "framework_version": backend.versions("cpu")["framework_version"],
+    version = backend.versions("cpu")["framework_version"]
+    report = {"framework": framework, "framework_version": version,
               "threads": args.threads,
               "effective_threads": backend.effective_threads(),
               "rounds": args.rounds, "iterations": args.iterations,
@@ -171,7 +171,7 @@ def main(argv, description, framework, measure, title, notes):
     return 0
 
 
-# --- benchmarks that alternate blocks of iterations ---------------------------
+# --- benchmarks that alternate blocks of iterations --------------------------
 
 def block_parser(description, rounds):
     """The options of a block-alternating benchmark: --rounds (default

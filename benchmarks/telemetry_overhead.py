@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What does GPU telemetry cost a timed iteration? (issue 5)
+"""What does GPU telemetry cost a timed iteration?
 
 The harness samples NVML from a background thread while a GPU cell's timed
 iterations run. This times the same PyTorch session with the sampler off
@@ -8,7 +8,7 @@ harness's interval and at a five times shorter one, and prints the ratio of
 mean iteration times (on / off). Observe-only: it reads NVML, changes
 nothing.
 
-    python3 benchmarks/telemetry_overhead.py            # ~1-2 minutes on one GPU
+    python3 benchmarks/telemetry_overhead.py     # ~1-2 minutes on one GPU
     python3 benchmarks/telemetry_overhead.py --json
 
 It needs a GPU, PyTorch with CUDA and nvidia-ml-py; without them it says

@@ -6,9 +6,9 @@ import pytest
 from harness import networks as nets
 from harness.errors import HarnessError
 
-# PAPER.md's counts where it gives them; the others computed by hand from
-# the architectures (see the comments) and cross-checked against the
-# frameworks in tests/test_identity.py.
+# The networks of Shi et al. 2016 (arXiv:1608.07249); their parameter
+# counts computed by hand from the architectures (see the comments) and
+# cross-checked against the frameworks in tests/test_identity.py.
 EXPECTED_PARAMETERS = {
     "fcn5": 117_997_696,
     "fcn8": 130_586_752,
