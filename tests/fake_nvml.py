@@ -9,7 +9,7 @@ else. Tests inject it as `pynvml`:
 - in a subprocess (signals, SIGKILL): a directory holding a one-line
   `pynvml.py` shim (see `write_shim`) on PYTHONPATH, with the state in a JSON
   file named by FAKE_NVML_STATE so that the test can read what the
-  subprocess left behind.
+  subprocess left behind; `child_env` makes both.
 
 Generations (presets below):
 - Kepler/Maxwell Tesla (K80): autoboost switch and its default, application
@@ -265,11 +265,35 @@ def configure(devices, driver="580.65.06", cuda_driver=13000, root=True,
 
 
 def write_shim(folder):
-    """A `pynvml.py` in `folder` that makes `import pynvml` load this module."""
+    """A `pynvml.py` in `folder` that makes `import pynvml` load this
+    module."""
     path = os.path.join(str(folder), "pynvml.py")
     with open(path, "w") as handle:
-        handle.write("import sys, fake_nvml\nsys.modules[__name__] = fake_nvml\n")
+        handle.write("import sys, fake_nvml\n"
+                     "sys.modules[__name__] = fake_nvml\n")
     return path
+
+
+def child_env(folder, devices=None, state=None, path_extra=(), **options):
+    """(environment, state file) for a subprocess whose `import pynvml`
+    loads this module: a shim in `folder`/shim, then tests/ and `path_extra`
+    on PYTHONPATH. With `devices`, a fresh fake machine (configure(devices,
+    **options)) keeps its state in `state` (default `folder`/fake-nvml.json),
+    which FAKE_NVML_STATE names; `state` alone names an existing one."""
+    shim = os.path.join(str(folder), "shim")
+    if not os.path.isdir(shim):
+        os.makedirs(shim)
+    write_shim(shim)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [shim, os.path.dirname(os.path.abspath(__file__))] +
+        [str(p) for p in path_extra])
+    if devices is not None:
+        state = state or os.path.join(str(folder), "fake-nvml.json")
+        configure(devices, path=str(state), **options)
+    if state is not None:
+        env["FAKE_NVML_STATE"] = str(state)
+    return env, state
 
 
 def use_file(path):

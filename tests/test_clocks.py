@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -373,20 +374,14 @@ def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
     """Start the harness on a stand-in GPU cell in a real process, with the
     fake NVML (state in a file) as its pynvml. Returns (process, paths)."""
     python = python or torch_python()
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    fake_nvml.write_shim(shim)
-    (shim / "gpu_standin.py").write_text(STANDIN)
-    state = tmp_path / "fake-nvml.json"
-    fake_nvml.configure(devices, path=str(state))
+    env, state = fake_nvml.child_env(tmp_path, devices, path_extra=[ROOT])
+    (tmp_path / "shim" / "gpu_standin.py").write_text(STANDIN)
     spec = {"cell": cell, "container": None,
             "clock_state": "cell.clock-state.json"}
     if stack is not None:
         spec["stack"] = stack
     (tmp_path / "cell.spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ)
-    env.update({"PYTHONPATH": os.pathsep.join([str(shim), TESTS, ROOT]),
-                "FAKE_NVML_STATE": str(state), "PYTHONUNBUFFERED": "1"})
+    env["PYTHONUNBUFFERED"] = "1"
     env.update(env_extra or {})
     log = open(str(tmp_path / "cell.log"), "w")
     proc = subprocess.Popen(
@@ -395,7 +390,7 @@ def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
          str(tmp_path / "cell.json")],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, {"state": tmp_path / "cell.clock-state.json",
-                  "result": tmp_path / "cell.json", "fake": state,
+                  "result": tmp_path / "cell.json", "fake": Path(state),
                   "log": tmp_path / "cell.log"}
 
 
@@ -484,18 +479,13 @@ sys.exit(3)  # no restore call: atexit must do it
 
 
 def test_exit_without_restore_restores_at_exit(tmp_path):
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    fake_nvml.write_shim(shim)
-    fake = tmp_path / "fake.json"
-    fake_nvml.configure([fake_nvml.ampere_a100()], path=str(fake))
-    env = dict(os.environ, FAKE_NVML_STATE=str(fake),
-               PYTHONPATH=os.pathsep.join([str(shim), TESTS, ROOT]))
+    env, fake = fake_nvml.child_env(tmp_path, [fake_nvml.ampere_a100()],
+                                    path_extra=[ROOT])
     proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT,
                            str(tmp_path / "s.clock-state.json")],
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 3, proc.stderr
-    assert fake_nvml.use_file(str(fake))["devices"][0]["locked"] is None
+    assert fake_nvml.use_file(fake)["devices"][0]["locked"] is None
     state = json.loads((tmp_path / "s.clock-state.json").read_text())
     assert state["status"] == "restored"
 

@@ -103,13 +103,7 @@ def test_gpu_missing_from_this_host_fails_loudly(tmp_path):
 
 
 def _invoke(tmp_path, *args, fake=None):
-    shim = tmp_path / "shim"
-    shim.mkdir(exist_ok=True)
-    fake_nvml.write_shim(shim)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), TESTS,
-                                                       ROOT]))
-    if fake:
-        env["FAKE_NVML_STATE"] = str(fake)
+    env, _ = fake_nvml.child_env(tmp_path, state=fake, path_extra=[ROOT])
     return subprocess.run([INVOKE, "gpu-restore"] + list(args), cwd=ROOT,
                           env=env, capture_output=True, text=True)
 
