@@ -1,10 +1,18 @@
 """Code run in a framework's own Python (a virtual environment, or the
 CNTK image's interpreter), with the repository on PYTHONPATH; it prints
-one JSON line last, which the tests read."""
+one JSON line last, which the tests read. Also the checks that the MXNet
+and CNTK backend tests share (BackendChecks): the same probes run in each
+framework must give the same answers."""
 import json
+import math
 import os
 import subprocess
 import textwrap
+
+import layer_reference as ref
+import pytest
+
+from harness import networks as nets
 
 TIMEOUT = 900
 
@@ -16,6 +24,37 @@ def run_probe(python, root, code, *args):
                           text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_cell(python, root, folder, cell):
+    """Run `cell` through `python -m harness run`; its result."""
+    spec, out = folder / "spec.json", folder / "result.json"
+    spec.write_text(json.dumps({"cell": cell, "container": None}))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run([python, "-s", "-m", "harness", "run", "--spec",
+                           str(spec), "--out", str(out)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def networks_probe(framework):
+    """Every network built at batch 2: {network: {parameters,
+    output_shape}}."""
+    return """
+    import json
+    from harness import threads, networks as nets
+    threads.apply(2)
+    from harness.frameworks.{} import backend
+    backend.configure(2, "cpu", 0)
+    out = {{}}
+    for name, network in sorted(nets.NETWORKS.items()):
+        session = backend.prepare(network, 2, "cpu", 0)
+        out[name] = {{"parameters": session.parameters,
+                     "output_shape": list(session.output_shape())}}
+        del session
+    print(json.dumps(out))
+    """.format(framework)
 
 
 def loss_probe(framework):
@@ -35,3 +74,100 @@ def loss_probe(framework):
         out[name] = [session.step() for _ in range(6)]
     print(json.dumps(out))
     """.format(framework)
+
+
+# One-layer models run on a fixed input: the framework's `run(layer, shape,
+# ones=False)` (defined by the code before this) returns {x, y, shape}.
+CONVENTION_CASES = """
+    print(json.dumps({
+        "max": run(nets.Pool("max", 3, 2), (2, 6, 8)),
+        "avg": run(nets.Pool("avg", 3, 2), (2, 6, 8)),
+        "pad34": run(nets.Conv(1, 11, 4, (3, 4), False, None), (2, 24, 27),
+                     ones=True),
+        "pad11": run(nets.Conv(1, 3, 2, (1, 1), False, None), (2, 7, 6),
+                     ones=True),
+        "shortcut": run(nets.SubsamplePad(2, 5), (2, 5, 6)),
+    }))
+"""
+
+
+def conventions_probe(setup):
+    """`setup` (indented by four spaces, defining `run`) and the cases."""
+    return setup + CONVENTION_CASES
+
+
+class BackendChecks(object):
+    """The probes a backend test module runs in its framework's Python, and
+    their checks. A module subclasses it as `Test...`, naming FRAMEWORK and
+    CONVENTIONS (its conventions_probe), and defines the fixture
+    `probe_python` (that framework's interpreter)."""
+
+    FRAMEWORK = None
+    CONVENTIONS = None
+    # Gluon's LSTM keeps i2h and h2h biases: one extra vector per gate.
+    SECOND_LSTM_BIAS = False
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def built(cls, probe_python, root):
+        return run_probe(probe_python, root, networks_probe(cls.FRAMEWORK))
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def conventions(cls, probe_python, root):
+        return run_probe(probe_python, root, cls.CONVENTIONS)
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def losses(cls, probe_python, root):
+        return run_probe(probe_python, root, loss_probe(cls.FRAMEWORK))
+
+    @pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+    def test_parameter_count_is_the_description(self, built, name):
+        network = nets.get(name)
+        expected = nets.parameter_count(network)
+        if self.SECOND_LSTM_BIAS:
+            expected += nets.lstm_extra_bias(network)
+        assert built[name]["parameters"] == expected
+
+    @pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+    def test_output_shape_is_the_description(self, built, name):
+        assert tuple(built[name]["output_shape"]) == \
+            nets.output_shape(nets.get(name))
+
+    @pytest.mark.parametrize("op", ["max", "avg"])
+    def test_pooling_keeps_the_last_partial_window_and_averages_in_bounds(
+            self, conventions, op):
+        result = conventions[op]
+        x = ref.grid(result["x"], 2, 6, 8)
+        assert result["shape"] == [2, 3, 4]
+        assert result["y"] == pytest.approx(ref.pool(x, op, 3, 2), abs=1e-5)
+
+    @pytest.mark.parametrize("case, k, s, before, after, shape", [
+        ("pad34", 11, 4, 3, 4, (24, 27)),   # AlexNet's asymmetric SAME pad
+        ("pad11", 3, 2, 1, 1, (7, 6)),
+    ])
+    def test_convolution_padding_is_placed_as_described(
+            self, conventions, case, k, s, before, after, shape):
+        result = conventions[case]
+        x = ref.grid(result["x"], 2, shape[0], shape[1])
+        expected = ref.ones_conv(x, k, s, before, after)
+        assert result["shape"][1:] == [
+            (shape[0] + before + after - k) // s + 1,
+            (shape[1] + before + after - k) // s + 1]
+        assert result["y"] == pytest.approx(expected, abs=1e-4)
+
+    def test_subsample_shortcut_keeps_every_second_pixel_then_zeros(
+            self, conventions):
+        result = conventions["shortcut"]
+        x = ref.grid(result["x"], 2, 5, 6)
+        assert result["shape"] == [5, 3, 3]
+        assert result["y"] == pytest.approx(ref.subsample(x, 2) +
+                                            [0.0] * (3 * 9))
+
+    @pytest.mark.parametrize("name", ["fcn-r", "alexnet-r", "lstm"])
+    def test_first_loss_is_chance_and_training_lowers_it(self, losses, name):
+        values = losses[name]
+        chance = math.log(nets.get(name).classes)
+        assert abs(values[0] - chance) < 0.5
+        assert min(values[1:]) < values[0]

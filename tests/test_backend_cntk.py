@@ -13,22 +13,20 @@ machines have only in the CNTK image. Two groups of tests:
 import ast
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import cntkenv
 import jsonschema
-import layer_reference as ref
+import probes
 import pytest
-from probes import loss_probe, run_probe
+from probes import run_cell, run_probe
 
 from harness import networks as nets
 from harness.frameworks.cntk import backend
 
 MODULE = Path(backend.__file__)
-TIMEOUT = 900
 
 
 def _walk(resolved):
@@ -179,39 +177,7 @@ def cntk_python():
     return str(cntkenv.python())
 
 
-NETWORKS_PROBE = """
-    import json
-    from harness import threads, networks as nets
-    threads.apply(2)
-    from harness.frameworks.cntk import backend
-    backend.configure(2, "cpu", 0)
-    out = {}
-    for name, network in sorted(nets.NETWORKS.items()):
-        session = backend.prepare(network, 2, "cpu", 0)
-        out[name] = {"parameters": session.parameters,
-                     "output_shape": list(session.output_shape())}
-    print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def built(cntk_python, root):
-    return run_probe(cntk_python, root, NETWORKS_PROBE)
-
-
-@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
-def test_parameter_count_is_the_description(built, name):
-    # One bias vector per LSTM gate, as the description counts.
-    assert built[name]["parameters"] == nets.parameter_count(nets.get(name))
-
-
-@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
-def test_output_shape_is_the_description(built, name):
-    assert tuple(built[name]["output_shape"]) == \
-        nets.output_shape(nets.get(name))
-
-
-CONVENTIONS_PROBE = """
+CONVENTIONS_PROBE = probes.conventions_probe("""
     import json, random
     import numpy as np
     from harness import networks as nets
@@ -229,65 +195,21 @@ CONVENTIONS_PROBE = """
         x = [rng.uniform(-1, 1) for _ in range(2 * shape[1] * shape[2])]
         data = np.array(x, dtype=np.float32).reshape((1,) + shape)
         out = np.asarray(model.eval({model.arguments[0]: data}))
-        return {"x": x, "y": out.ravel().tolist(), "shape": list(out.shape[1:])}
-
-    print(json.dumps({
-        "max": run(nets.Pool("max", 3, 2), (2, 6, 8)),
-        "avg": run(nets.Pool("avg", 3, 2), (2, 6, 8)),
-        "pad34": run(nets.Conv(1, 11, 4, (3, 4), False, None), (2, 24, 27),
-                     ones=True),
-        "pad11": run(nets.Conv(1, 3, 2, (1, 1), False, None), (2, 7, 6),
-                     ones=True),
-        "shortcut": run(nets.SubsamplePad(2, 5), (2, 5, 6)),
-    }))
-"""
+        return {"x": x, "y": out.ravel().tolist(),
+                "shape": list(out.shape[1:])}
+""")
 
 
-@pytest.fixture(scope="module")
-def conventions(cntk_python, root):
-    return run_probe(cntk_python, root, CONVENTIONS_PROBE)
+class TestCNTKProbes(probes.BackendChecks):
+    """Networks, layer conventions and training, as for MXNet; CNTK counts
+    one bias vector per LSTM gate, as the description does."""
+    FRAMEWORK = "cntk"
+    CONVENTIONS = CONVENTIONS_PROBE
 
-
-@pytest.mark.parametrize("op", ["max", "avg"])
-def test_cntk_pooling_matches_the_reference(conventions, op):
-    result = conventions[op]
-    assert result["shape"] == [2, 3, 4]
-    assert result["y"] == pytest.approx(
-        ref.pool(ref.grid(result["x"], 2, 6, 8), op, 3, 2), abs=1e-5)
-
-
-@pytest.mark.parametrize("case, k, s, before, after, shape", [
-    ("pad34", 11, 4, 3, 4, (24, 27)),
-    ("pad11", 3, 2, 1, 1, (7, 6)),
-])
-def test_cntk_padding_matches_the_reference(conventions, case, k, s, before,
-                                            after, shape):
-    result = conventions[case]
-    x = ref.grid(result["x"], 2, shape[0], shape[1])
-    assert result["y"] == pytest.approx(ref.ones_conv(x, k, s, before, after),
-                                        abs=1e-4)
-
-
-def test_cntk_subsample_shortcut_matches_the_reference(conventions):
-    result = conventions["shortcut"]
-    x = ref.grid(result["x"], 2, 5, 6)
-    assert result["shape"] == [5, 3, 3]
-    assert result["y"] == pytest.approx(ref.subsample(x, 2) + [0.0] * 27)
-
-
-LOSS_PROBE = loss_probe("cntk")
-
-
-@pytest.fixture(scope="module")
-def losses(cntk_python, root):
-    return run_probe(cntk_python, root, LOSS_PROBE)
-
-
-@pytest.mark.parametrize("name", ["fcn-r", "alexnet-r", "lstm"])
-def test_cntk_first_loss_is_chance_and_training_lowers_it(losses, name):
-    values = losses[name]
-    assert abs(values[0] - math.log(nets.get(name).classes)) < 0.5
-    assert min(values[1:]) < values[0]
+    @pytest.fixture(scope="class")
+    @classmethod
+    def probe_python(cls, cntk_python):
+        return cntk_python
 
 
 # The update rule, checked against plain Python on two small models: a
@@ -428,22 +350,13 @@ def test_cntk_version_is_the_wheels(cntk_python, root):
     assert (info["cuda"], info["cudnn"], info["nccl"]) == (None, None, None)
 
 
-def test_cntk_cell_is_valid_and_one_thread_is_really_used(cntk_python, root,
+def test_cntk_cell_is_valid_and_one_thread_is_really_used(make_cell,
+                                                          cntk_python, root,
                                                           tmp_path):
-    cell = {"framework": "cntk", "profile": "cpu", "network": "alexnet-r",
-            "dataset": "cifar10", "batch_size": 32, "global_batch_size": 32,
-            "device": "cpu", "gpus": 0, "threads": 1, "iterations": 8,
-            "warmup": 2, "runtime": "native", "seed": 0,
-            "clock_policy": "observe"}
-    spec, out = tmp_path / "spec.json", tmp_path / "result.json"
-    spec.write_text(json.dumps({"cell": cell, "container": None}))
-    env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run([cntk_python, "-s", "-m", "harness", "run",
-                           "--spec", str(spec), "--out", str(out)], cwd=root,
-                          env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads(out.read_text())
+    cell = make_cell({"framework": "cntk", "network": "alexnet-r",
+                      "dataset": "cifar10", "batch_size": 32,
+                      "global_batch_size": 32, "iterations": 8})
+    result = run_cell(cntk_python, root, tmp_path, cell)
     schema = json.loads((root / "harness" / "result.schema.json").read_text())
     jsonschema.validate(result, schema)
     assert result["status"] == "ok", result["error"]

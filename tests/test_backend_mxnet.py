@@ -3,19 +3,16 @@ the same lock file as the CPU image). Framework code runs in subprocesses of
 that environment's Python; the checks run here."""
 import json
 import math
-import os
 import subprocess
 import sys
 
 import jsonschema
-import layer_reference as ref
+import probes
 import pytest
-from probes import loss_probe, run_probe
+from probes import run_cell, run_probe
 
 from harness import networks as nets
 from harness.frameworks.mxnet import backend
-
-PROBE_TIMEOUT = 900
 
 
 @pytest.fixture(scope="module")
@@ -40,46 +37,9 @@ def test_module_imports_without_loading_mxnet(root):
     assert proc.stdout.strip() == "False", proc.stderr
 
 
-# --- every network: parameters and shapes -------------------------------------
+# --- networks, layer conventions, training: the probes both backends run ---
 
-NETWORKS_PROBE = """
-    import json
-    from harness import threads, networks as nets
-    threads.apply(2)
-    from harness.frameworks.mxnet import backend
-    backend.configure(2, "cpu", 0)
-    out = {}
-    for name, network in sorted(nets.NETWORKS.items()):
-        session = backend.prepare(network, 2, "cpu", 0)
-        out[name] = {"parameters": session.parameters,
-                     "output_shape": list(session.output_shape())}
-        del session
-    print(json.dumps(out))
-"""
-
-
-@pytest.fixture(scope="module")
-def built(mxnet_python, root):
-    return run_probe(mxnet_python, root, NETWORKS_PROBE)
-
-
-@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
-def test_parameter_count_is_the_description_plus_second_lstm_bias(built, name):
-    network = nets.get(name)
-    # Gluon's LSTM keeps i2h and h2h biases: one extra vector per gate.
-    expected = nets.parameter_count(network) + nets.lstm_extra_bias(network)
-    assert built[name]["parameters"] == expected
-
-
-@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
-def test_output_shape_is_the_description(built, name):
-    assert tuple(built[name]["output_shape"]) == \
-        nets.output_shape(nets.get(name))
-
-
-# --- conventions: pooling, padding, shortcut, initialisation -------------------
-
-CONVENTIONS_PROBE = """
+CONVENTIONS_PROBE = probes.conventions_probe("""
     import json, random
     import mxnet as mx
     from harness import networks as nets
@@ -100,55 +60,21 @@ CONVENTIONS_PROBE = """
         out = model(mx.nd.array(x).reshape((1, 2) + shape[1:]))
         return {"x": x, "y": out.asnumpy().ravel().tolist(),
                 "shape": list(out.shape[1:])}
-
-    print(json.dumps({
-        "max": run(nets.Pool("max", 3, 2), (2, 6, 8)),
-        "avg": run(nets.Pool("avg", 3, 2), (2, 6, 8)),
-        "pad34": run(nets.Conv(1, 11, 4, (3, 4), False, None), (2, 24, 27),
-                     ones=True),
-        "pad11": run(nets.Conv(1, 3, 2, (1, 1), False, None), (2, 7, 6),
-                     ones=True),
-        "shortcut": run(nets.SubsamplePad(2, 5), (2, 5, 6)),
-    }))
-"""
+""")
 
 
-@pytest.fixture(scope="module")
-def conventions(mxnet_python, root):
-    return run_probe(mxnet_python, root, CONVENTIONS_PROBE)
+class TestMXNetProbes(probes.BackendChecks):
+    FRAMEWORK = "mxnet"
+    CONVENTIONS = CONVENTIONS_PROBE
+    SECOND_LSTM_BIAS = True
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def probe_python(cls, mxnet_python):
+        return mxnet_python
 
 
-@pytest.mark.parametrize("op", ["max", "avg"])
-def test_pooling_keeps_the_last_partial_window_and_averages_in_bounds(
-        conventions, op):
-    result = conventions[op]
-    x = ref.grid(result["x"], 2, 6, 8)
-    assert result["shape"] == [2, 3, 4]
-    assert result["y"] == pytest.approx(ref.pool(x, op, 3, 2),
-                                        abs=1e-5)
-
-
-@pytest.mark.parametrize("case, k, s, before, after, shape", [
-    ("pad34", 11, 4, 3, 4, (24, 27)),   # AlexNet's asymmetric SAME padding
-    ("pad11", 3, 2, 1, 1, (7, 6)),
-])
-def test_convolution_padding_is_placed_as_described(conventions, case, k, s,
-                                                    before, after, shape):
-    result = conventions[case]
-    x = ref.grid(result["x"], 2, shape[0], shape[1])
-    expected = ref.ones_conv(x, k, s, before, after)
-    assert result["shape"][1:] == [(shape[0] + before + after - k) // s + 1,
-                                   (shape[1] + before + after - k) // s + 1]
-    assert result["y"] == pytest.approx(expected, abs=1e-4)
-
-
-def test_subsample_shortcut_keeps_every_second_pixel_then_zero_channels(
-        conventions):
-    result = conventions["shortcut"]
-    x = ref.grid(result["x"], 2, 5, 6)
-    assert result["shape"] == [5, 3, 3]
-    assert result["y"] == pytest.approx(ref.subsample(x, 2) + [0.0] * (3 * 9))
-
+# --- initialisation -------------------------------------------------------------
 
 INIT_PROBE = """
     import json
@@ -205,41 +131,10 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
                                                  rel=0.03), where
 
 
-# --- training -------------------------------------------------------------------
-
-LOSS_PROBE = loss_probe("mxnet")
-
-
-@pytest.fixture(scope="module")
-def losses(mxnet_python, root):
-    return run_probe(mxnet_python, root, LOSS_PROBE)
-
-
-@pytest.mark.parametrize("name", ["fcn-r", "alexnet-r", "lstm"])
-def test_first_loss_is_chance_and_training_lowers_it(losses, name):
-    values = losses[name]
-    chance = math.log(nets.get(name).classes)
-    assert abs(values[0] - chance) < 0.5
-    assert min(values[1:]) < values[0]
-
-
 # --- cells through the harness entry point -------------------------------------
 
 CELL = {"framework": "mxnet", "network": "alexnet-r", "dataset": "cifar10",
         "batch_size": 32, "global_batch_size": 32, "iterations": 8}
-
-
-def run_cell(python, root, tmp_path, cell):
-    spec = tmp_path / "spec.json"
-    out = tmp_path / "result.json"
-    spec.write_text(json.dumps({"cell": cell, "container": None}))
-    env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.run([python, "-s", "-m", "harness", "run", "--spec",
-                           str(spec), "--out", str(out)], cwd=root, env=env,
-                          capture_output=True, text=True,
-                          timeout=PROBE_TIMEOUT)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(out.read_text())
 
 
 @pytest.fixture(scope="module")
@@ -300,8 +195,8 @@ def test_n_threads_are_n_openmp_threads_in_one_engine_worker(mxnet_python,
     assert result["framework"] == 2
 
 
-def test_gpu_cell_on_a_cpu_build_is_unsupported(make_cell, mxnet_python, root, tmp_path,
-                                                schema):
+def test_gpu_cell_on_a_cpu_build_is_unsupported(make_cell, mxnet_python, root,
+                                                tmp_path, schema):
     result = run_cell(mxnet_python, root, tmp_path,
                       make_cell(CELL, device="gpu", gpus=1, threads=None))
     jsonschema.validate(result, schema)
