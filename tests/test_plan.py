@@ -21,7 +21,7 @@ def build(suite="smoke", **options):
 def test_smoke_plan_has_one_cell_per_network_and_framework():
     cells = build(frameworks=("pytorch", "mxnet"))
     assert len(cells) == 20
-    first = cells[0].cell
+    first = cells[0].spec
     assert first["threads"] == 2 and first["gpus"] == 0
     assert first["dataset"] == "synthetic"
     assert cells[0].id == "pytorch-cpu-fcn5-cpu-b16-t2"
@@ -42,13 +42,13 @@ def test_network_outside_the_suite_needs_a_batch_size():
 
 
 def test_iterations_warmup_and_seed_override():
-    cell = build(networks=("fcn5",), iterations=7, warmup=0, seed=3)[0].cell
+    cell = build(networks=("fcn5",), iterations=7, warmup=0, seed=3)[0].spec
     assert (cell["iterations"], cell["warmup"], cell["seed"]) == (7, 0, 3)
 
 
 def test_thread_counts_beyond_the_host_are_unsupported():
     cells = build("paper-synthetic-cpu", networks=("fcn5",))
-    reasons = {c.cell["threads"]: c.skip_reason for c in cells}
+    reasons = {c.spec["threads"]: c.skip_reason for c in cells}
     assert reasons[1] is None and reasons[2] is None
     assert reasons[4] == "needs 4 CPU threads; this host has 2 usable CPUs"
 
@@ -56,7 +56,7 @@ def test_thread_counts_beyond_the_host_are_unsupported():
 def test_gpu_cells_without_gpus_are_unsupported():
     cells = build("paper-multi-gpu", frameworks=("pytorch",))
     assert all(c.skip_reason.startswith("needs") for c in cells)
-    split = [c.cell for c in cells if c.cell["network"] == "fcn-r"]
+    split = [c.spec for c in cells if c.spec["network"] == "fcn-r"]
     assert [(c["batch_size"], c["gpus"], c["global_batch_size"])
             for c in split] == [(4096, 1, 4096), (2048, 2, 4096),
                                 (1024, 4, 4096)]
@@ -64,7 +64,7 @@ def test_gpu_cells_without_gpus_are_unsupported():
 
 def test_device_override_moves_cells_to_the_gpu():
     cell = build(networks=("fcn5",), device="gpu")[0]
-    assert cell.cell["threads"] is None and cell.cell["gpus"] == 1
+    assert cell.spec["threads"] is None and cell.spec["gpus"] == 1
     assert cell.skip_reason == "needs 1 GPU(s); this host has 0"
 
 
