@@ -186,16 +186,60 @@ def report(c, run="latest", out="results", json=False):
     _print_side_by_side(report_mod, pairs)
 
 
-@task(help={"run": "run id, `latest` (default) or a run folder",
-            "out": "results root (default: results)"})
+@task(help={"run": "the run to look at: id, `latest` (default) or a folder",
+            "against": "a base run (id or folder) to compare with, cell by "
+                       "cell, instead of the 2016 figures",
+            "out": "results root (default: results)",
+            "fail_slower": "with --against: exit 3 when a cell is "
+                           "significantly slower by more than this percent",
+            "min_change": "with --against: smallest change, in percent, "
+                          "called a difference (default 5)"})
 @user_errors
-def compare(c, run="latest", out="results"):
-    """Set a run's single-GPU results beside the 2016 figures (then vs now)."""
-    from dlrepro.bench import compare as compare_mod
+def compare(c, run="latest", against=None, out="results", fail_slower=None,
+            min_change="5"):
+    """Compare a run with another run, or with the 2016 figures."""
+    from dlrepro import parse
+    from dlrepro.bench import compare as compare_mod, versus
     from dlrepro.run import runfolder
     _, pairs = runfolder.load_run(runfolder.resolve_run(out, run))
-    _print_lines(compare_mod.format_rows(
-        compare_mod.rows(pairs, compare_mod.load_reference())))
+    if against is None:
+        _print_lines(compare_mod.format_rows(
+            compare_mod.rows(pairs, compare_mod.load_reference())))
+        return
+    _, base = runfolder.load_run(runfolder.resolve_run(out, against))
+    rows, unmatched = versus.compare_runs(
+        base, pairs, min_change=parse.number(min_change, "--min-change") / 100)
+    _print_lines(versus.format_rows(rows, unmatched))
+    if fail_slower is not None:
+        limit = parse.number(fail_slower, "--fail-slower")
+        slower = versus.slowdowns(rows, limit / 100)
+        if slower:
+            raise Exit(f"{len(slower)} cell(s) significantly slower by more "
+                       f"than {limit:g}%", code=3)
+
+
+@task(iterable=["run"],
+      help={"run": "run id or folder (repeatable; default: latest)",
+            "all": "every run under --out",
+            "out": "results root (default: results)",
+            "csv": "write the rows to this CSV file",
+            "sqlite": "insert or replace the rows in this SQLite database "
+                      "(table cells, keyed by run_id and cell_id)"})
+@user_errors
+def export(c, run=None, all=False, out="results", csv=None, sqlite=None):
+    """Export runs as one row per cell (identity and statistics)."""
+    from dlrepro.bench import export as export_mod
+    from dlrepro.run import runfolder
+    if not csv and not sqlite:
+        raise UserError("give --csv FILE, --sqlite FILE or both")
+    rows = []
+    for run_dir in runfolder.run_folders(out, run or ["latest"], all):
+        rows += export_mod.rows(*runfolder.load_run(run_dir))
+    if csv:
+        export_mod.write_csv(csv, rows)
+    if sqlite:
+        export_mod.write_sqlite(sqlite, rows)
+    print(f"{len(rows)} cells exported")
 
 
 @task(help={"k": "only tests matching this pytest expression",

@@ -25,7 +25,7 @@ def cells(pairs):
     return list(groups.values())
 
 
-def _status(members):
+def status_of(members):
     """The cell's status: its processes' when they agree, else the worst
     one with how many processes had it."""
     statuses = [entry["status"] for entry, _ in members]
@@ -56,7 +56,7 @@ def summary_rows(pairs):
             spec["framework"], spec["network"], spec["device"],
             str(spec["global_batch_size"]),
             "-" if spec["threads"] is None else str(spec["threads"]),
-            _status(members), str(len(members)),
+            status_of(members), str(len(members)),
             _ms(stats.mean_s) if stats else "-",
             (f"±{(stats.ci95_s[1] - stats.mean_s) / stats.mean_s:.1%}"
              if stats and stats.mean_s else "-"),
@@ -104,7 +104,7 @@ def side_by_side(pairs):
         ok = [r for e, r in members if r is not None and e["status"] == "ok"]
         rows.setdefault(key, {})[spec["framework"]] = (
             _ms(aggregate.cell_stats(ok[0]["cell"], ok).mean_s)
-            if len(ok) == len(members) else _status(members))
+            if len(ok) == len(members) else status_of(members))
     if len(frameworks) < 2:
         return None
     columns = ("network", "device", "batch", "threads") + tuple(

@@ -100,6 +100,19 @@ def resolve_run(out, run="latest", kind="bench"):
     return path.resolve()
 
 
+def run_folders(out, runs=("latest",), every=False):
+    """The run folders named by `runs` (ids, folders, `latest`), or with
+    `every` all run folders under `out`, oldest first."""
+    if every:
+        found = sorted(p for p in Path(out).iterdir()
+                       if not p.is_symlink() and (p / "run.json").exists()) \
+            if Path(out).is_dir() else []
+        if not found:
+            raise UserError(f"no runs under {out}")
+        return found
+    return [resolve_run(out, run) for run in runs]
+
+
 @contextmanager
 def locked(run_dir):
     """Hold the run folder for this process: a second process that runs or

@@ -1,0 +1,91 @@
+"""Runs as rows: one row per cell with its identity fields and statistics,
+written as CSV or into a SQLite database (merged by run and cell, so the
+runs of several machines can be gathered into one file and queried)."""
+import csv
+import sqlite3
+from pathlib import Path
+
+from harness.spec import CELL_FIELDS
+
+from dlrepro.bench import aggregate, report
+from dlrepro.errors import UserError
+
+STAT_FIELDS = ("status", "processes", "mean_s", "ci95_low_s", "ci95_high_s",
+               "ci_basis", "between_sd_s", "within_sd_s", "samples_per_s",
+               "framework_version", "python_version", "host", "cpu_model",
+               "gpu", "image", "image_digest", "message")
+FIELDS = ("run_id", "cell_id") + CELL_FIELDS + STAT_FIELDS
+
+
+def rows(record, pairs):
+    """One dict per cell of a run (record, pairs from runfolder.load_run)."""
+    out = []
+    for spec, members in report.cells(pairs):
+        ok = [r for e, r in members if r is not None and e["status"] == "ok"]
+        first = next((r for _, r in members if r is not None), None)
+        row = {"run_id": record["run_id"], "cell_id": members[0][0]["id"]}
+        cell = first["cell"] if first else spec
+        row.update({k: cell.get(k) for k in CELL_FIELDS})
+        row.update(_stats(ok))
+        row.update(_provenance(first))
+        row["status"] = report.status_of(members)
+        row["message"] = next((e["message"] for e, _ in members
+                               if e.get("message")), None)
+        out.append(row)
+    return out
+
+
+def _stats(ok):
+    if not ok:
+        return {k: None for k in ("processes", "mean_s", "ci95_low_s",
+                                  "ci95_high_s", "ci_basis", "between_sd_s",
+                                  "within_sd_s", "samples_per_s")}
+    stats = aggregate.cell_stats(ok[0]["cell"], ok)
+    return {"processes": stats.processes, "mean_s": stats.mean_s,
+            "ci95_low_s": stats.ci95_s[0], "ci95_high_s": stats.ci95_s[1],
+            "ci_basis": stats.ci_basis, "between_sd_s": stats.between_sd_s,
+            "within_sd_s": stats.within_sd_s,
+            "samples_per_s": stats.samples_per_s}
+
+
+def _provenance(result):
+    env = (result or {}).get("environment") or {}
+    container = env.get("container") or {}
+    gpus = env.get("gpus") or []
+    return {"framework_version": env.get("framework_version"),
+            "python_version": env.get("python_version"),
+            "host": env.get("host"), "cpu_model": env.get("cpu_model"),
+            "gpu": ", ".join(g.get("name") or "?" for g in gpus) or None,
+            "image": container.get("image"),
+            "image_digest": container.get("digest")}
+
+
+def _value(value):
+    return value if value is None or isinstance(value, (int, float, str)) \
+        else str(value)
+
+
+def write_csv(path, all_rows):
+    try:
+        with open(path, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            for row in all_rows:
+                writer.writerow({k: _value(row[k]) for k in FIELDS})
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def write_sqlite(path, all_rows):
+    """Insert or replace the rows in table `cells` (key: run_id, cell_id)."""
+    columns = ", ".join(f'"{k}"' for k in FIELDS)
+    try:
+        with sqlite3.connect(Path(path)) as db:
+            db.execute(f"CREATE TABLE IF NOT EXISTS cells ({columns}, "
+                       f"PRIMARY KEY (run_id, cell_id))")
+            db.executemany(
+                f"INSERT OR REPLACE INTO cells ({columns}) VALUES "
+                f"({', '.join('?' for _ in FIELDS)})",
+                [tuple(_value(row[k]) for k in FIELDS) for row in all_rows])
+    except sqlite3.Error as exc:
+        raise UserError(f"cannot write {path}: {exc}")

@@ -1,0 +1,56 @@
+"""invoke export: one row per cell, as CSV and merged into SQLite."""
+import csv
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
+
+
+def invoke(*args, modes=""):
+    import os
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120,
+                          env=dict(os.environ, DLREPRO_FAKE_MODES=modes))
+
+
+def bench(out, *extra, modes=""):
+    proc = invoke("bench", "--framework", "pytorch", "--runtime", "native",
+                  "--python", SCRIPTED, "--network", "fcn5", "--network",
+                  "fcn8", "--iterations", "4", "--warmup", "1", "--threads",
+                  "1", "--out", str(out), *extra, modes=modes)
+    assert proc.returncode == 0, proc.stderr
+    return (out / "latest").resolve()
+
+
+def test_runs_merge_into_one_database_and_a_csv(tmp_path):
+    first = bench(tmp_path, "--repeat", "2")
+    second = bench(tmp_path, modes="fcn8=crash")
+    db = tmp_path / "all.db"
+    for _ in range(2):  # exporting again replaces, never duplicates
+        proc = invoke("export", "--out", str(tmp_path), "--all", "--sqlite",
+                      str(db), "--csv", str(tmp_path / "all.csv"))
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "4 cells exported\n"
+    with sqlite3.connect(db) as con:
+        got = con.execute("SELECT run_id, network, status, processes, "
+                          "ci_basis, mean_s FROM cells ORDER BY run_id, "
+                          "network").fetchall()
+    assert [g[:5] for g in got] == [
+        (first.name, "fcn5", "ok", 2, "between-process"),
+        (first.name, "fcn8", "ok", 2, "between-process"),
+        (second.name, "fcn5", "ok", 1, "within-process"),
+        (second.name, "fcn8", "error", None, None)]
+    assert got[0][5] == got[2][5] == 0.01  # the scripted harness's 10 ms
+    rows = list(csv.DictReader(open(tmp_path / "all.csv")))
+    assert len(rows) == 4 and rows[3]["message"].startswith(
+        "the harness exited with status 3")
+
+
+def test_export_needs_a_destination(tmp_path):
+    proc = invoke("export", "--out", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr == "error: give --csv FILE, --sqlite FILE or both\n"
