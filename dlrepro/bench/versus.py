@@ -1,0 +1,207 @@
+"""Run against run: per matching cell, the ratio of means with its 95%
+confidence interval and a significance test.
+
+The test is Mann-Whitney U on the raw per-iteration times, as asv does:
+iteration times are skewed, with a long right tail (allocator, page
+faults, interrupts), and a rank test assumes no distribution. Iterations
+of one process are not independent, though: two processes of the same
+code can differ by more than their iterations' spread. So a difference is
+called only when (1) U's two-sided p < 0.05, (2) the ratio's confidence
+interval excludes 1, where that interval spans the process means whenever
+both runs measured a cell in two or more processes (`--repeat`), and (3)
+the change is at least `min_change` (default 5%, like asv's factor):
+anything else is marked not significant.
+
+Cells match on framework, network, device, batch sizes, GPUs and dataset;
+matching cells that differ in what makes a comparison meaningless (thread
+count, clock policy, framework version, iterations' device) are named
+with the reason, not compared.
+"""
+import math
+from typing import NamedTuple
+
+from harness.stats import t_quantile_975
+
+from dlrepro.bench import aggregate
+
+ALPHA = 0.05
+MIN_CHANGE = 0.05
+MATCH = ("framework", "network", "device", "batch_size", "global_batch_size",
+         "gpus", "dataset")
+MUST_AGREE = (("threads", "thread count"), ("clock_policy", "clock policy"),
+              ("profile", "profile"))
+
+
+class Row(NamedTuple):
+    cell: dict
+    base_s: float
+    new_s: float
+    ratio: float              # new / base: above 1 is slower
+    ratio_ci: tuple
+    p_value: float
+    verdict: str              # "slower", "faster" or "not significant"
+    basis: str                # what the interval spans
+
+
+class Unmatched(NamedTuple):
+    cell: dict
+    reason: str
+
+
+def _key(cell):
+    return tuple(cell.get(k) for k in MATCH)
+
+
+def _version(result):
+    return (result.get("environment") or {}).get("framework_version")
+
+
+def mann_whitney_p(a, b):
+    """Two-sided p-value of Mann-Whitney U (exact without ties for small
+    samples, else the normal approximation with tie correction)."""
+    n, m = len(a), len(b)
+    ranked = sorted([(v, 0) for v in a] + [(v, 1) for v in b])
+    ranks, ties, i = [0.0] * len(ranked), [], 0
+    while i < len(ranked):
+        j = i
+        while j + 1 < len(ranked) and ranked[j + 1][0] == ranked[i][0]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[k] = (i + j) / 2 + 1
+        ties.append(j - i + 1)
+        i = j + 1
+    u = sum(r for r, (_, side) in zip(ranks, ranked) if side == 0) \
+        - n * (n + 1) / 2
+    if all(t == 1 for t in ties) and n * m <= 400:
+        return _exact_p(u, n, m)
+    mean = n * m / 2
+    total = n + m
+    var = n * m / 12 * ((total + 1) - sum(t ** 3 - t for t in ties)
+                        / (total * (total - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(u - mean) - 0.5) / math.sqrt(var)
+    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+
+
+def _exact_p(u, n, m):
+    # counts[k] = arrangements of n and m values with U == k
+    counts = [[[0] * (n * m + 1) for _ in range(m + 1)] for _ in range(n + 1)]
+    for j in range(m + 1):
+        counts[0][j][0] = 1
+    for i in range(1, n + 1):
+        counts[i][0][0] = 1
+        for j in range(1, m + 1):
+            for k in range(n * m + 1):
+                counts[i][j][k] = counts[i][j - 1][k] + (
+                    counts[i - 1][j][k - j] if k >= j else 0)
+    dist = counts[n][m]
+    total = math.comb(n + m, n)
+    low = min(u, n * m - u)
+    tail = sum(dist[k] for k in range(int(math.floor(low)) + 1)) / total
+    return min(1.0, 2 * tail)
+
+
+def _log_se(stats):
+    """(standard error of log(mean), degrees of freedom) over the units the
+    cell's interval spans."""
+    units = stats.process_means if stats.processes >= 2 else stats.samples
+    if len(units) < 2:
+        return 0.0, 1
+    sd = aggregate.sd(units)
+    return sd / math.sqrt(len(units)) / stats.mean_s, len(units) - 1
+
+
+def ratio_ci(base, new):
+    se_a, df_a = _log_se(base)
+    se_b, df_b = _log_se(new)
+    ratio = new.mean_s / base.mean_s
+    half = t_quantile_975(min(df_a, df_b)) * math.sqrt(se_a ** 2 + se_b ** 2)
+    return ratio, (ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def compare_cell(base, new, alpha=ALPHA, min_change=MIN_CHANGE):
+    ratio, ci = ratio_ci(base, new)
+    p = mann_whitney_p(base.samples, new.samples)
+    called = p < alpha and not ci[0] <= 1.0 <= ci[1] and \
+        abs(ratio - 1) >= min_change
+    verdict = ("slower" if ratio > 1 else "faster") if called else \
+        "not significant"
+    basis = (aggregate.BETWEEN if base.processes >= 2 and new.processes >= 2
+             else aggregate.WITHIN)
+    return Row(new.cell, base.mean_s, new.mean_s, ratio, ci, p, verdict,
+               basis)
+
+
+def _first_results(pairs):
+    found = {}
+    for _entry, result in pairs:
+        if result is not None and result["status"] == "ok":
+            found.setdefault(aggregate.cell_key(result["cell"]), result)
+    return found
+
+
+def compare_runs(base_pairs, new_pairs, alpha=ALPHA, min_change=MIN_CHANGE):
+    """([Row], [Unmatched]) for two runs' (entry, result) pairs."""
+    base = {_key(s.cell): s for s in aggregate.run_stats(base_pairs)}
+    base_first = _first_results(base_pairs)
+    new_first = _first_results(new_pairs)
+    rows, unmatched = [], []
+    for stats in aggregate.run_stats(new_pairs):
+        other = base.pop(_key(stats.cell), None)
+        if other is None:
+            unmatched.append(Unmatched(stats.cell, "only in the new run"))
+            continue
+        reason = _mismatch(other, stats, base_first, new_first)
+        if reason:
+            unmatched.append(Unmatched(stats.cell, reason))
+            continue
+        rows.append(compare_cell(other, stats, alpha, min_change))
+    unmatched += [Unmatched(s.cell, "only in the base run")
+                  for s in base.values()]
+    return rows, unmatched
+
+
+def _mismatch(base, new, base_first, new_first):
+    for field, label in MUST_AGREE:
+        if base.cell.get(field) != new.cell.get(field):
+            return (f"different {label}: {base.cell.get(field)} against "
+                    f"{new.cell.get(field)}")
+    a = _version(base_first[aggregate.cell_key(base.cell)])
+    b = _version(new_first[aggregate.cell_key(new.cell)])
+    if a != b:
+        return f"different framework versions: {a} against {b}"
+    return None
+
+
+def slowdowns(rows, threshold):
+    """Rows significantly slower by more than `threshold` (0.10 = 10%)."""
+    return [r for r in rows if r.verdict == "slower" and
+            r.ratio > 1 + threshold]
+
+
+def _interval(ci):
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def format_rows(rows, unmatched):
+    lines = [f"{'framework':<10} {'network':<10} {'device':<6} {'batch':>5} "
+             f"{'thr':>3} {'base ms':>9} {'new ms':>9} {'new/base':>8} "
+             f"{'95% CI':>15} {'p':>7}  verdict"]
+    for r in rows:
+        c = r.cell
+        lines.append(
+            f"{c['framework']:<10} {c['network']:<10} {c['device']:<6} "
+            f"{c['global_batch_size']:>5} "
+            f"{'-' if c['threads'] is None else c['threads']:>3} "
+            f"{r.base_s * 1e3:>9.2f} {r.new_s * 1e3:>9.2f} {r.ratio:>8.3f} "
+            f"{_interval(r.ratio_ci):>15} {r.p_value:>7.3g}  {r.verdict}")
+    for u in unmatched:
+        c = u.cell
+        lines.append(f"not compared: {c['framework']} {c['network']} "
+                     f"{c['device']} batch {c['global_batch_size']}: "
+                     f"{u.reason}")
+    lines.append(f"Mann-Whitney U on per-iteration times; a difference is "
+                 f"called when p < {ALPHA}, the ratio's 95% CI excludes 1 "
+                 f"and the change is at least the minimum change.")
+    return lines

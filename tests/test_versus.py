@@ -1,0 +1,137 @@
+"""Run against run: the significance test, the ratio's interval, cells that
+must not be compared, and the gate, on results of real PyTorch and MXNet
+runs."""
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from _frameworks import framework_python  # noqa: F401 (a fixture)
+from dlrepro.bench import aggregate, versus
+from dlrepro.run import runfolder
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+
+
+def test_mann_whitney_exact_and_approximate():
+    # completely separated samples: 2 of C(6, 3) = 20 orderings are as
+    # extreme, two-sided
+    assert versus.mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert versus.mann_whitney_p(list(range(10)), list(range(10, 20))) == \
+        pytest.approx(2 / math.comb(20, 10))
+    assert versus.mann_whitney_p([1, 3, 5], [2, 4, 6]) == pytest.approx(0.7)
+    # ties: the normal approximation with tie correction
+    same = versus.mann_whitney_p([1.0] * 30, [1.0] * 30)
+    assert same == 1.0
+    shifted = versus.mann_whitney_p([1.0 + i / 100 for i in range(30)],
+                                    [1.2 + i / 100 for i in range(30)] + [1.0])
+    assert shifted < 1e-6
+
+
+def _stats(means, per_process=5, spread=0.001):
+    results = [{"cell": {"global_batch_size": 1}, "status": "ok",
+                "timing": {"per_iteration_s": [m + spread * (i % 2)
+                                               for i in range(per_process)]}}
+               for m in means]
+    return aggregate.cell_stats(results[0]["cell"], results)
+
+
+def test_disagreeing_processes_make_a_difference_not_significant():
+    """Each process is steady, so every iteration test says "different";
+    the processes disagree as much as the runs do, so the ratio's interval
+    over processes covers 1 and nothing is called."""
+    base = _stats([0.100, 0.130, 0.105])
+    new = _stats([0.125, 0.101, 0.128])
+    row = versus.compare_cell(base, new)
+    assert row.basis == aggregate.BETWEEN
+    assert row.ratio_ci[0] < 1 < row.ratio_ci[1]
+    assert row.verdict == "not significant"
+    slower = versus.compare_cell(base, _stats([0.200, 0.205, 0.210]))
+    assert slower.verdict == "slower" and slower.ratio > 1.5
+    assert versus.slowdowns([slower], 0.10) == [slower]
+    assert versus.slowdowns([slower], 1.00) == []
+
+
+def _bench(out, framework, *extra):
+    args = [INVOKE, "bench", "--framework", framework, "--runtime",
+            "native", "--network", "alexnet-r", "--batch-size", "64",
+            "--iterations", "12", "--warmup", "3", "--threads", "2",
+            "--repeat", "2", "--out", str(out), *extra]
+    subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True,
+                   timeout=900)
+    return (out / "latest").resolve()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, framework_python):  # noqa: F811
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("halving threads needs two CPUs")
+    for fw in ("pytorch", "mxnet"):
+        framework_python(fw)  # the environments exist before timing starts
+    base = tmp_path_factory.mktemp("base")
+    same = tmp_path_factory.mktemp("same")
+    halved = tmp_path_factory.mktemp("halved")
+    found = {}
+    for name, out in (("base", base), ("same", same)):
+        _bench(out, "pytorch")
+        found[name] = _bench(out, "mxnet", "--resume")
+    # PyTorch's two threads on one core: half the CPU it asked for. The
+    # harness alone is pinned (the sweep would refuse a 2-thread cell on a
+    # one-CPU host, rightly).
+    one_core = halved / "one-core-python"
+    one_core.write_text(f"#!/bin/sh\nexec {shutil.which('taskset')} -c 0 "
+                        f"{framework_python('pytorch')} \"$@\"\n")
+    one_core.chmod(0o755)
+    found["halved"] = _bench(halved, "pytorch", "--python", str(one_core))
+    return found
+
+
+def _pairs(run_dir, framework=None):
+    _, pairs = runfolder.load_run(run_dir)
+    return [p for p in pairs
+            if framework is None or p[0]["spec"]["framework"] == framework]
+
+
+def test_two_runs_of_the_same_cells_differ_in_nothing_significant(runs):
+    rows, unmatched = versus.compare_runs(_pairs(runs["base"]),
+                                          _pairs(runs["same"]))
+    assert unmatched == []
+    assert {r.cell["framework"] for r in rows} == {"pytorch", "mxnet"}
+    assert [r.verdict for r in rows] == ["not significant"] * 2, rows
+
+
+def test_halving_one_frameworks_threads_is_flagged(runs):
+    new = _pairs(runs["halved"], "pytorch") + _pairs(runs["same"], "mxnet")
+    rows, _ = versus.compare_runs(_pairs(runs["base"]), new)
+    verdicts = {r.cell["framework"]: r.verdict for r in rows}
+    assert verdicts == {"pytorch": "slower", "mxnet": "not significant"}, rows
+    assert versus.slowdowns(rows, 0.10)[0].cell["framework"] == "pytorch"
+
+
+def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
+    proc = subprocess.run([INVOKE, "compare", "--run", str(runs["halved"]),
+                           "--against", str(runs["base"]),
+                           "--fail-slower", "10"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.stderr == "1 cell(s) significantly slower by more than 10%\n"
+    assert "not compared: mxnet alexnet-r cpu batch 64: only in the base run" \
+        in proc.stdout
+    ok = subprocess.run([INVOKE, "compare", "--run", str(runs["same"]),
+                         "--against", str(runs["base"]), "--fail-slower",
+                         "10"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    # a different thread count: named, not compared
+    pairs = _pairs(runs["base"], "pytorch")
+    other = [({**e, "spec": dict(e["spec"], threads=1)},
+              {**r, "cell": dict(r["cell"], threads=1)}) for e, r in pairs]
+    rows, unmatched = versus.compare_runs(pairs, other)
+    assert rows == []
+    assert [u.reason for u in unmatched] == [
+        "different thread count: 2 against 1"]
