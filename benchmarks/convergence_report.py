@@ -1,5 +1,6 @@
 """Convergence with data parallelism on generated data: loss curves as an
-SVG plot and the convergence figures (docs/convergence.md defines them).
+SVG plot (matplotlib, dlrepro.present.curves) and the convergence figures
+(docs/convergence.md defines them).
 
 Default: fcn-r (MNIST-format files) and alexnet-r (CIFAR-10-format files),
 a few thousand generated samples, 3 epochs, 1 and 2 workers, in every
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dlrepro.converge import datasets, plan, runner, summary  # noqa: E402
-from dlrepro.converge import svgplot  # noqa: E402
+from dlrepro.present import curves, style  # noqa: E402
 from dlrepro.errors import UserError  # noqa: E402
 from dlrepro.run import progress, runtimes  # noqa: E402
 from harness import datasets as hd, frameworks  # noqa: E402
@@ -66,11 +67,12 @@ def report(run_dir, svg_paths):
     figures = summary.summarise(results)
     for line in summary.table_lines(figures):
         print(line)
-    trained = [r for r in results if r.get("convergence") and
-               r["convergence"]["curve"]["loss"]]
-    svg = svgplot.chart(svgplot.convergence_panels(trained),
-                        "Training loss, 1 worker (solid) vs 2 workers "
-                        "(dashed), global batch fixed")
+    if not curves.trained(results):
+        print("no run produced a loss curve: no plot")
+        return figures
+    svg = style.svg(curves.figure(
+        results, "Training loss, 1 worker (solid) vs 2 workers (dashed), "
+        "global batch fixed"))
     for path in svg_paths:
         Path(path).write_text(svg)
         print(f"plot: {path}")
