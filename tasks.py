@@ -166,16 +166,29 @@ def _command():
     return shlex.join(["invoke"] + sys.argv[1:])
 
 
-@task(help={"run": "run id, `latest` (default) or a run folder",
+@task(iterable=["run"],
+      help={"run": "run id, `latest` (default) or a run folder; with --html "
+                   "repeatable (bench and convergence runs on one page)",
             "out": "results root (default: results)",
-            "json": "print the rows as JSON instead of a table"})
+            "json": "print the rows as JSON instead of a table",
+            "html": "write the HTML report (figures, tables, provenance) to "
+                    "this file instead of printing a table"})
 @user_errors
-def report(c, run="latest", out="results", json=False):
-    """Summarise a finished (or interrupted) run as a table."""
+def report(c, run=None, out="results", json=False, html=None):
+    """Summarise a finished (or interrupted) run as a table, or runs as an
+    HTML page (--html PATH)."""
     import json as json_mod
     from dlrepro.bench import report as report_mod
     from dlrepro.run import runfolder
-    record, pairs = runfolder.load_run(runfolder.resolve_run(out, run))
+    run_dirs = [runfolder.resolve_run(out, r) for r in run or ["latest"]]
+    if html:
+        from dlrepro.present import page
+        print(page.write(html, run_dirs))
+        return
+    if len(run_dirs) > 1:
+        raise UserError("several --run need --html; the text report takes "
+                        "one run")
+    record, pairs = runfolder.load_run(run_dirs[0])
     rows = report_mod.summary_rows(pairs)
     if json:
         print(json_mod.dumps([dict(zip(report_mod.COLUMNS, r)) for r in rows],
