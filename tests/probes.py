@@ -98,14 +98,20 @@ def conventions_probe(setup):
 
 class BackendChecks(object):
     """The probes a backend test module runs in its framework's Python, and
-    their checks. A module subclasses it as `Test...`, naming FRAMEWORK and
-    CONVENTIONS (its conventions_probe), and defines the fixture
-    `probe_python` (that framework's interpreter)."""
+    their checks. A module subclasses it as `Test...`, naming FRAMEWORK,
+    CONVENTIONS (its conventions_probe) and PYTHON (the name of its fixture
+    that gives the framework's interpreter)."""
 
     FRAMEWORK = None
     CONVENTIONS = None
+    PYTHON = None
     # Gluon's LSTM keeps i2h and h2h biases: one extra vector per gate.
     SECOND_LSTM_BIAS = False
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def probe_python(cls, request):
+        return request.getfixturevalue(cls.PYTHON)
 
     @pytest.fixture(scope="class")
     @classmethod

@@ -46,7 +46,7 @@ def _layers(kind):
                 yield network.name, r
 
 
-# --- static: always run ----------------------------------------------------------
+# --- static: always run ------------------------------------------------------
 
 def test_module_is_python36_compatible(root):
     vermin = Path(sys.executable).parent / "vermin"
@@ -170,7 +170,7 @@ def test_glorot_fans_are_the_descriptions():
         math.sqrt(6.0 / 1280))
 
 
-# --- with CNTK: where it imports ---------------------------------------------------
+# --- with CNTK: where it imports ---------------------------------------------
 
 @pytest.fixture(scope="module")
 def cntk_python():
@@ -203,13 +203,8 @@ CONVENTIONS_PROBE = probes.conventions_probe("""
 class TestCNTKProbes(probes.BackendChecks):
     """Networks, layer conventions and training, as for MXNet; CNTK counts
     one bias vector per LSTM gate, as the description does."""
-    FRAMEWORK = "cntk"
+    FRAMEWORK, PYTHON = "cntk", "cntk_python"
     CONVENTIONS = CONVENTIONS_PROBE
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def probe_python(cls, cntk_python):
-        return cntk_python
 
 
 # The update rule, checked against plain Python on two small models: a
@@ -237,7 +232,8 @@ UPDATE_PROBE = """
         for _ in range(steps):
             losses.append(session.step())
             states.append(weights())
-        return {"inputs": batch.inputs.tolist(), "labels": batch.labels.tolist(),
+        return {"inputs": batch.inputs.tolist(),
+                "labels": batch.labels.tolist(),
                 "losses": losses, "states": states}
 
     print(json.dumps({

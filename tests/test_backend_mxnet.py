@@ -23,7 +23,7 @@ def mxnet_python(root):
     return str(envs.ensure("mxnet", "cpu", entry, log=lambda *args: None))
 
 
-# --- without MXNet ------------------------------------------------------------
+# --- without MXNet -----------------------------------------------------------
 
 def test_every_layer_kind_has_a_translator():
     assert set(backend.TRANSLATORS) == set(nets.LAYER_KINDS)
@@ -37,7 +37,7 @@ def test_module_imports_without_loading_mxnet(root):
     assert proc.stdout.strip() == "False", proc.stderr
 
 
-# --- networks, layer conventions, training: the probes both backends run ---
+# --- networks, layer conventions, training: the probes both backends run -----
 
 CONVENTIONS_PROBE = probes.conventions_probe("""
     import json, random
@@ -64,17 +64,12 @@ CONVENTIONS_PROBE = probes.conventions_probe("""
 
 
 class TestMXNetProbes(probes.BackendChecks):
-    FRAMEWORK = "mxnet"
+    FRAMEWORK, PYTHON = "mxnet", "mxnet_python"
     CONVENTIONS = CONVENTIONS_PROBE
     SECOND_LSTM_BIAS = True
 
-    @pytest.fixture(scope="class")
-    @classmethod
-    def probe_python(cls, mxnet_python):
-        return mxnet_python
 
-
-# --- initialisation -------------------------------------------------------------
+# --- initialisation ----------------------------------------------------------
 
 INIT_PROBE = """
     import json
@@ -131,7 +126,7 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
                                                  rel=0.03), where
 
 
-# --- cells through the harness entry point -------------------------------------
+# --- cells through the harness entry point -----------------------------------
 
 CELL = {"framework": "mxnet", "network": "alexnet-r", "dataset": "cifar10",
         "batch_size": 32, "global_batch_size": 32, "iterations": 8}
