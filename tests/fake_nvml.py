@@ -37,7 +37,7 @@ import string
 import sys
 import threading
 
-# --- constants (values as in nvidia-ml-py) ------------------------------------
+# --- constants (values as in nvidia-ml-py) -----------------------------------
 
 NVML_SUCCESS = 0
 NVML_ERROR_UNINITIALIZED = 1
@@ -90,7 +90,7 @@ nvmlClocksThrottleReasonSwPowerCap = 0x4
 nvmlClocksThrottleReasonSwThermalSlowdown = 0x20
 
 
-# --- errors: the same class scheme as nvidia-ml-py ------------------------------
+# --- errors: the same class scheme as nvidia-ml-py ---------------------------
 
 class NVMLError(Exception):
     _valClassMapping = dict()
@@ -131,7 +131,7 @@ def _make_error_classes():
 _make_error_classes()
 
 
-# --- device presets ---------------------------------------------------------------
+# --- device presets ----------------------------------------------------------
 
 def _clock_list(top, bottom, step, extra=()):
     return sorted(set(range(bottom, top + 1, step)) | {top} | set(extra),
@@ -234,7 +234,7 @@ OLD_DRIVER_MISSING = ("nvmlDeviceSetGpuLockedClocks",
 KEPLER_DRIVER_MISSING = ("nvmlDeviceGetCurrentClocksEventReasons",)
 
 
-# --- state -----------------------------------------------------------------------
+# --- state -------------------------------------------------------------------
 
 _LOCK = threading.RLock()
 _STATE = None
@@ -335,7 +335,8 @@ def set_series(index, key, values):
 
 
 def hide(*names):
-    """Simulate an older nvidia-ml-py without these functions (AttributeError)."""
+    """Simulate an older nvidia-ml-py without these functions
+    (AttributeError)."""
     module = sys.modules[__name__]
     for name in names:
         if name not in _HIDDEN:
@@ -412,7 +413,7 @@ def _setter(name, handle, feature, args):
     return device
 
 
-# --- system --------------------------------------------------------------------------
+# --- system ------------------------------------------------------------------
 
 def nvmlInit():
     with _LOCK:
@@ -469,7 +470,7 @@ def nvmlDeviceGetHandleByUUID(uuid):
     _fail(NVML_ERROR_NOT_FOUND)
 
 
-# --- device queries ----------------------------------------------------------------
+# --- device queries ----------------------------------------------------------
 
 def nvmlDeviceGetName(handle):
     return _dev(handle)["name"]
@@ -542,7 +543,8 @@ def nvmlDeviceGetClockInfo(handle, type):
         if type in (NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM):
             return _reading(device, "sm_clock", _effective_graphics(device))
         if type == NVML_CLOCK_MEM:
-            memory = device["app"][0] if device["app"] else device["max_memory"]
+            memory = device["app"][0] if device["app"] \
+                else device["max_memory"]
             return _reading(device, "memory_clock", memory)
         _fail(NVML_ERROR_INVALID_ARGUMENT)
 
@@ -667,7 +669,7 @@ def nvmlDeviceGetUtilizationRates(handle):
                                      device["utilization"]), 50)
 
 
-# --- set and reset calls ---------------------------------------------------------------
+# --- set and reset calls -----------------------------------------------------
 
 def nvmlDeviceSetAutoBoostedClocksEnabled(handle, enabled):
     with _LOCK:
@@ -679,13 +681,14 @@ def nvmlDeviceSetAutoBoostedClocksEnabled(handle, enabled):
 
 def nvmlDeviceSetDefaultAutoBoostedClocksEnabled(handle, enabled, flags):
     with _LOCK:
-        device = _setter("nvmlDeviceSetDefaultAutoBoostedClocksEnabled", handle,
-                         "autoboost", [enabled, flags])
+        device = _setter("nvmlDeviceSetDefaultAutoBoostedClocksEnabled",
+                         handle, "autoboost", [enabled, flags])
         device["autoboost"][1] = int(enabled)
         _save()
 
 
-def nvmlDeviceSetApplicationsClocks(handle, maxMemClockMHz, maxGraphicsClockMHz):
+def nvmlDeviceSetApplicationsClocks(handle, maxMemClockMHz,
+                                    maxGraphicsClockMHz):
     with _LOCK:
         device = _setter("nvmlDeviceSetApplicationsClocks", handle,
                          "app_clocks", [maxMemClockMHz, maxGraphicsClockMHz])

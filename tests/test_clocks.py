@@ -32,7 +32,7 @@ def torch_python():
                            log=lambda _: None))
 
 
-# --- policy parsing -------------------------------------------------------------
+# --- policy parsing ----------------------------------------------------------
 
 @pytest.mark.parametrize("text,name,mhz", [
     ("observe", "observe", None), ("disable-boost", "disable-boost", None),
@@ -68,7 +68,7 @@ def test_state_path(tmp_path):
             clocks.state_path(out, bad)
 
 
-# --- in-process sessions per generation ------------------------------------------
+# --- in-process sessions per generation --------------------------------------
 
 def _session(tmp_path, devices, policy, log=None, **options):
     fake_nvml.configure(devices, **options)
@@ -198,7 +198,8 @@ REFUSALS = [
 
 
 @pytest.mark.parametrize("preset,policy,options,reason",
-                         [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+                         [r[1:] for r in REFUSALS],
+                         ids=[r[0] for r in REFUSALS])
 def test_refusals_leave_the_gpu_alone_and_say_so(tmp_path, preset, policy,
                                                  options, reason):
     original = preset()
@@ -310,11 +311,11 @@ def test_undo_runs_only_allowed_calls(tmp_path):
     assert state["gpus"][0]["changes"][0]["restore_error"] == "REFUSED_CALL"
 
 
-# --- real processes: exception, signals, exit ----------------------------------------
+# --- real processes: exception, signals, exit --------------------------------
 
-STANDIN = '''"""Stand-in for a GPU framework in tests: the real PyTorch backend, with
-`gpu` cells computed on the CPU (there is no GPU here; NVML is faked).
-FAIL_AT=n makes step n raise the error a failing GPU would."""
+STANDIN = '''"""Stand-in for a GPU framework in tests: the real PyTorch
+backend, with `gpu` cells computed on the CPU (there is no GPU here; NVML is
+faked). FAIL_AT=n makes step n raise the error a failing GPU would."""
 import os
 from harness.frameworks.pytorch import backend as _real
 
@@ -415,9 +416,10 @@ def wait_until_timing(proc, paths, timeout=120):
 
 @pytest.mark.parametrize("signum,exit_status", [
     (signal.SIGTERM, 143), (signal.SIGINT, 0)], ids=["SIGTERM", "SIGINT"])
-def test_signal_restores_clocks_and_writes_the_result(make_cell, tmp_path, signum,
-                                                      exit_status):
-    proc, paths = start_cell(tmp_path, [fake_nvml.volta_v100()], make_cell(GPU_CELL))
+def test_signal_restores_clocks_and_writes_the_result(make_cell, tmp_path,
+                                                      signum, exit_status):
+    proc, paths = start_cell(tmp_path, [fake_nvml.volta_v100()],
+                             make_cell(GPU_CELL))
     wait_until_timing(proc, paths)
     assert fake_nvml.use_file(str(paths["fake"]))["devices"][0]["locked"] == \
         [1312, 1312]
@@ -445,7 +447,8 @@ def test_signal_restores_clocks_and_writes_the_result(make_cell, tmp_path, signu
 
 def test_failing_step_restores_clocks(make_cell, tmp_path):
     proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()],
-                             make_cell(GPU_CELL, iterations=6), {"FAIL_AT": "5"})
+                             make_cell(GPU_CELL, iterations=6),
+                             {"FAIL_AT": "5"})
     assert proc.wait(120) == 0, paths["log"].read_text()
     device = fake_nvml.use_file(str(paths["fake"]))["devices"][0]
     assert device["app"] is None and device["autoboost"] == [1, 1]
@@ -535,8 +538,8 @@ def test_ptx_jit_keeps_compilation_out_of_the_timings(make_cell, tmp_path):
     assert_schema_valid(result)
 
 
-def test_no_permission_reaches_the_cell_result(make_cell, tmp_path, monkeypatch,
-                                               capsys):
+def test_no_permission_reaches_the_cell_result(make_cell, tmp_path,
+                                               monkeypatch, capsys):
     from harness import gpu
     from harness.timing import run_loop
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
@@ -556,8 +559,9 @@ def test_no_permission_reaches_the_cell_result(make_cell, tmp_path, monkeypatch,
 
 
 def test_cpu_cell_is_unchanged(make_cell, tmp_path):
-    spec = {"cell": make_cell(GPU_CELL, device="cpu", gpus=0, iterations=2, warmup=1,
-                             clock_policy="observe"), "container": None}
+    cell = make_cell(GPU_CELL, device="cpu", gpus=0, iterations=2, warmup=1,
+                     clock_policy="observe")
+    spec = {"cell": cell, "container": None}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run(
         [torch_python(), "-m", "harness", "run", "--spec",

@@ -152,7 +152,8 @@ def test_cifar_reader_runs_no_code_from_the_file():
         def __reduce__(self):
             return (print, ("pwned",))
     blob = pickle.dumps({"data": Evil(), "labels": [1]}, protocol=2)
-    with pytest.raises(HarnessError, match=r"unexpected global (__builtin__|builtins)\.print"):
+    with pytest.raises(HarnessError, match=r"unexpected global "
+                                           r"(__builtin__|builtins)\.print"):
         hd.parse_cifar_batch(blob, "evil")
 
 
@@ -210,7 +211,7 @@ def test_generated_cifar_batches_load_with_numpy(tmp_path, framework_python):
                                   "training", "batch", "1", "of", "5"]
 
 
-# --- downloads against a loopback HTTP server ---------------------------------------
+# --- downloads against a loopback HTTP server --------------------------------
 
 class _Server:
     def __init__(self, root):
@@ -257,11 +258,13 @@ def test_download_verifies_and_renames_into_place(tmp_path, served):
     assert sorted(p.name for p in folder.iterdir()) == sorted(checksums)
     assert paths == [folder / s.name for s in hd.get("mnist").layouts[0].files]
     for name, digest in checksums.items():
-        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest
+        data = (folder / name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == digest
     sizes = dict((label, total) for label, _done, total in seen)
     assert sizes["t10k-labels-idx1-ubyte.gz"] == \
         (folder / "t10k-labels-idx1-ubyte.gz").stat().st_size
-    assert hd.load("mnist", str(tmp_path / "data"), checksums).train.count == 25
+    loaded = hd.load("mnist", str(tmp_path / "data"), checksums)
+    assert loaded.train.count == 25
     # A second call finds the verified files and fetches nothing.
     before = len(server.httpd.requests)
     log = []
@@ -291,8 +294,9 @@ def test_download_rejects_a_corrupt_file(tmp_path, served):
         dd.download("mnist", tmp_path / "data", mirror=server.url,
                     checksums=checksums, log=lambda m: None)
     message = str(info.value)
-    assert f"t10k-images-idx3-ubyte.gz ({server.url}/t10k-images-idx3-ubyte.gz:" \
-           f" sha256 mismatch: expected {checksums['t10k-images-idx3-ubyte.gz']}," \
+    name = "t10k-images-idx3-ubyte.gz"
+    assert f"{name} ({server.url}/{name}:" \
+           f" sha256 mismatch: expected {checksums[name]}," \
            f" got {hashlib.sha256(corrupt).hexdigest()})" in message
     folder = tmp_path / "data" / "mnist"
     # Nothing unverified lands: no target, no temporary file.

@@ -102,7 +102,8 @@ def test_report_of_a_gpu_shaped_result(make_cell, tmp_path):
     from test_clocks import GPU_CELL, start_cell
     proc, paths = start_cell(
         tmp_path, [fake_nvml.hopper_h100(reasons=0x4)],
-        make_cell(GPU_CELL, iterations=3, warmup=1, clock_policy="disable-boost"),
+        make_cell(GPU_CELL, iterations=3, warmup=1,
+                  clock_policy="disable-boost"),
         stack={"sass": ["sm_80", "sm_90"], "ptx": "", "min_driver": "",
                "cuda": "13.0"})
     assert proc.wait(120) == 0, paths["log"].read_text()

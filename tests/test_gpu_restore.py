@@ -21,7 +21,8 @@ INVOKE = os.path.join(os.path.dirname(sys.executable), "invoke")
 
 
 def test_sigkill_leaves_a_record_the_host_restores(make_cell, tmp_path):
-    proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()], make_cell(GPU_CELL))
+    proc, paths = start_cell(tmp_path, [fake_nvml.kepler_k80()],
+                             make_cell(GPU_CELL))
     wait_until_timing(proc, paths)
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)

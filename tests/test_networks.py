@@ -18,7 +18,8 @@ EXPECTED_PARAMETERS = {
     "resnet-56": 853_018,     # He et al. option A, CIFAR
     # 784*2048+2048 + 2048*4096+4096 + 4096*1024+1024 + 1024*10+10
     "fcn-r": 14_205_962,
-    # embedding 10000*256 + 2 LSTM layers 4*256*(256+256+1) + dense 256*10000+10000
+    # embedding 10000*256 + 2 LSTM layers 4*256*(256+256+1)
+    # + dense 256*10000+10000
     "lstm32": 6_180_624,
     "lstm64": 6_180_624,
     "lstm": 6_180_624,
