@@ -83,7 +83,7 @@ def _legend(figure, axes, title):
             if label not in handles:
                 handles[label] = handle
                 labels.append(label)
-    figure.suptitle(title)
+    figure.suptitle(title, x=0.01, ha="left")
     if labels:
         figure.legend([handles[label] for label in labels], labels,
                       loc="outside upper right", ncols=len(labels),

@@ -61,7 +61,7 @@ def figure(results, title="Training loss (global batch fixed)"):
             ax.set_xlabel(X_LABELS[axis])
             ax.set_ylabel("loss (global batch)")
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.suptitle(title)
+    fig.suptitle(title, x=0.01, ha="left")
     fig.legend(handles, labels, loc="outside upper right",
                ncols=min(len(labels), 6), frameon=False)
     return fig

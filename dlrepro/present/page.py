@@ -220,7 +220,8 @@ def run_provenance(run_dir, record, pairs):
             + _rows_table(provenance.telemetry(pairs),
                           "no GPU telemetry: no GPU cell in this run")
             + f"<h4>Warnings ({len(warnings)})</h4>"
-            + _rows_table(warnings, "none") + "</div>")
+            + '<div class="scroll">' + _rows_table(warnings, "none")
+            + "</div></div>")
 
 
 CSS = """
@@ -231,9 +232,10 @@ margin:14px 0 4px}
 .caption,.empty,.meta{color:#555;font-size:13px;margin:4px 0 8px}
 .empty{font-style:italic}
 .pair{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
-figure.plot{margin:0}figure.plot img{max-width:100%;height:auto;
-display:block}
-.table{overflow:auto;max-height:560px}
+figure.plot{margin:0;flex:1 1 560px;min-width:0}
+figure.plot img{max-width:100%;height:auto;display:block}
+.table{overflow:auto;max-height:80vh;flex:0 1 auto}
+.scroll{overflow:auto;max-height:320px;display:inline-block}
 table{border-collapse:collapse;font-size:12px}
 th,td{border:1px solid #ddd;padding:2px 6px;text-align:left;
 white-space:nowrap}th{background:#f3f3f3;position:sticky;top:0}
