@@ -130,7 +130,8 @@ SECTIONS = [
              ("framework", "framework", str),
              ("then_gpu", "2016 GPU", str),
              ("then_s", "2016 s/batch", _num(".4f")),
-             ("now_gpu", "now GPU", str), ("now_s", "now s/batch", _num(".4f")),
+             ("now_gpu", "now GPU", str),
+             ("now_s", "now s/batch", _num(".4f")),
              ("speedup", "then/now", _num(".1f")), ("note", "note", str)],
             "no single-GPU result in this run matches the 2016 reference "
             "(single-GPU fcn-r, alexnet-r, resnet-56 or lstm at the paper's "
