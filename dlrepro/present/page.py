@@ -279,7 +279,8 @@ def build(runs_list, now=None):
         f"<title>dlrepro report: {html.escape(ids)}</title>",
         f"<style>{CSS}</style></head><body>",
         "<h1>dlrepro: Shi et al. 2016 benchmarks, rerun</h1>",
-        f'<p class="meta">runs {html.escape(ids)}; {drawn} figures; written '
+        f'<p class="meta">runs {html.escape(ids)}; {drawn} figure'
+        f"{'s' * (drawn != 1)}; written "
         f"{now} by <code>invoke report --html</code></p>",
         (f'<p class="warn">{warnings} warning(s): see "What produced these '
          'results" below.</p>' if warnings else ""),
@@ -308,5 +309,6 @@ def write(path, run_dirs):
     except OSError as exc:
         raise UserError(f"cannot write the report to {path}: "
                         f"{exc.strerror or exc}")
-    return (f"report: {path} ({text.count('<figure class=')} figures, "
+    count = text.count("<figure class=")
+    return (f"report: {path} ({count} figure{'s' * (count != 1)}, "
             f"{len(text) // 1024} KiB)")
