@@ -53,27 +53,27 @@ def group(pairs):
     return list(groups.values())
 
 
-def _mean(values):
+def mean(values):
     return math.fsum(values) / len(values)
 
 
-def _sd(values):
+def sd(values):
     if len(values) < 2:
         return 0.0
-    mean = _mean(values)
-    return math.sqrt(math.fsum((v - mean) ** 2 for v in values)
+    centre = mean(values)
+    return math.sqrt(math.fsum((v - centre) ** 2 for v in values)
                      / (len(values) - 1))
 
 
 def cell_stats(cell, results):
     """The combined estimate of one cell's ok results (one per process)."""
     series = [r["timing"]["per_iteration_s"] for r in results]
-    means = [_mean(s) for s in series]
+    means = [mean(s) for s in series]
     samples = [t for s in series for t in s]
-    mean = _mean(means)
-    within = math.sqrt(_mean([_sd(s) ** 2 for s in series]))
+    overall = mean(means)
+    within = math.sqrt(mean([sd(s) ** 2 for s in series]))
     if len(means) >= 2:
-        between = _sd(means)
+        between = sd(means)
         half = t_quantile_975(len(means) - 1) * between / math.sqrt(len(means))
         basis = BETWEEN
     else:
@@ -83,8 +83,8 @@ def cell_stats(cell, results):
         basis = WITHIN
     total_s = math.fsum(samples)
     return CellStats(cell=cell, processes=len(results), samples=samples,
-                     process_means=means, mean_s=mean,
-                     ci95_s=(mean - half, mean + half), ci_basis=basis,
+                     process_means=means, mean_s=overall,
+                     ci95_s=(overall - half, overall + half), ci_basis=basis,
                      between_sd_s=between, within_sd_s=within,
                      samples_per_s=(cell["global_batch_size"] * len(samples)
                                     / total_s if total_s else None))
