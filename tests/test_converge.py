@@ -315,11 +315,16 @@ def test_report_prints_figures_and_plots_curves(trained, tmp_path, capsys):
     assert printed.startswith(f"{framework} fcn-r on cpu, global batch 64")
     assert f"plot: {svg}" in printed
     root = ET.parse(svg).getroot()
-    lines = root.findall("{http://www.w3.org/2000/svg}polyline")
-    # Two panels (against epochs, against seconds) x two worker counts.
-    assert len(lines) == 4
-    assert all(len(l.get("points").split()) == TRAIN // BATCH * EPOCHS
-               for l in lines)
+    curves = sorted(g.get("id") for g in root.iter("{http://www.w3.org/2000/"
+                                                   "svg}g")
+                    if (g.get("id") or "").startswith("curve-"))
+    # Two panels (against epochs, against seconds) x two worker counts,
+    # each a drawn path.
+    assert curves == [f"curve-{framework}-fcn-r-w{n}-{axis}"
+                      for n in (1, 2) for axis in ("epochs", "seconds")]
+    for group in root.iter("{http://www.w3.org/2000/svg}g"):
+        if (group.get("id") or "").startswith("curve-"):
+            assert group.find("{http://www.w3.org/2000/svg}path").get("d")
 
 
 @pytest.mark.parametrize("trained", ["pytorch"], indirect=True)

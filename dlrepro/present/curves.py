@@ -56,6 +56,8 @@ def figure(results, title="Training loss (global batch fixed)"):
                 ax.plot(xs, losses, color=style.colour(r["cell"]["framework"]),
                         linestyle=DASHES[workers.index(count) % len(DASHES)],
                         linewidth=1.2,
+                        gid=f"curve-{r['cell']['framework']}-{network}-"
+                            f"w{count}-{axis}",
                         label=f"{r['cell']['framework']} x{count}")
             ax.set_title(f"{network}: loss per iteration")
             ax.set_xlabel(X_LABELS[axis])
