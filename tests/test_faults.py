@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.run import runfolder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,3 +301,24 @@ def test_every_task_has_a_working_help():
         proc = invoke(name, "--help")
         assert proc.returncode == 0, (name, proc.stderr)
         assert proc.stdout.startswith("Usage: inv[oke]"), (name, proc.stdout)
+
+
+def test_a_host_allocation_failure_is_an_error_not_oom(tmp_path,
+                                                       framework_python):
+    """Fault 9: PyTorch's "DefaultCPUAllocator: can't allocate memory" was
+    `oom`, which resume never retries; `oom` means the device ran out. A
+    real allocation failure: the harness's address space capped with
+    ulimit, a batch far past it."""
+    capped = tmp_path / "capped-python"
+    capped.write_text(f"#!/bin/sh\nulimit -v 3000000\n"
+                      f"exec {framework_python('pytorch')} \"$@\"\n")
+    capped.chmod(0o755)
+    proc = invoke("bench", "--framework", "pytorch", "--runtime", "native",
+                  "--python", str(capped), "--network", "fcn5",
+                  "--batch-size", "200000", "--iterations", "2", "--warmup",
+                  "1", "--threads", "1", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    run_dir = (tmp_path / "out" / "latest").resolve()
+    (entry,) = runfolder.read_run(run_dir)["jobs"]
+    assert entry["status"] == "error"
+    assert "DefaultCPUAllocator: can't allocate memory" in entry["message"]
