@@ -176,3 +176,28 @@ def test_a_convergence_job_that_cannot_run_ends_in_a_valid_result(tmp_path):
     assert result["cell"]["network"] == "fcn-r"
     assert result["error"]["message"] == "no GPUs here"
     assert (tmp_path / "latest-converge").resolve() == run_dir
+
+
+class MissingInterpreter(ScriptedRuntime):
+    def launch(self, job, run_dir):
+        self.launched.append(job.id)
+        return Launch(argv=["/nonexistent/python", "-m", "harness"])
+
+
+def test_a_harness_that_cannot_start_is_that_cells_error(tmp_path):
+    """An interpreter or engine client that vanished after the checks:
+    the cell says why, the run goes on, nothing is blamed on the disk."""
+    m = matrix.load()
+    options = plan.Options(frameworks=("pytorch",), networks=("fcn5", "fcn8"))
+    jobs = plan.build(SUITE, options, m, plan.Host(cpus=2, gpus=0))
+    runtime = MissingInterpreter()
+    run = pipeline.Run(kind="bench", jobs=jobs, out=tmp_path, name="t",
+                       command="test")
+    run_dir = pipeline.start(run, runtime, m)
+    assert len(runtime.launched) == 2
+    for job in jobs:
+        result = _result_id(run_dir, job.id)
+        assert result["status"] == "error"
+        assert result["error"]["message"] == (
+            "the harness could not be started: /nonexistent/python: No such "
+            "file or directory")

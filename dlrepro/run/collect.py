@@ -96,6 +96,10 @@ def _timed_out(job, result, container):
 
 
 def _died(job, exit, launch, log, container):
+    if exit.start_error:
+        return synthesized(job, "error", "StartFailed",
+                           f"the harness could not be started: "
+                           f"{exit.start_error}", container)
     death = launch.post_mortem() if launch.post_mortem else None
     detail = f"; {death.detail}" if death and death.detail else ""
     if exit.status in KILLED and death is not None and death.oom:

@@ -17,6 +17,8 @@ class Exit(NamedTuple):
     status: Optional[int]
     timed_out: bool
     seconds: float
+    # Why the process could not be started at all (None: it started).
+    start_error: Optional[str] = None
 
 
 def _term_when_parent_dies():
@@ -55,12 +57,16 @@ class LocalExecutor:
         job first, then propagates."""
         started = time.monotonic()
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(launch.argv, env=launch.env,
-                                    cwd=launch.cwd, stdout=log,
-                                    stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL,
-                                    start_new_session=True,
-                                    preexec_fn=_term_when_parent_dies)
+            try:
+                proc = subprocess.Popen(launch.argv, env=launch.env,
+                                        cwd=launch.cwd, stdout=log,
+                                        stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL,
+                                        start_new_session=True,
+                                        preexec_fn=_term_when_parent_dies)
+            except OSError as exc:
+                return Exit(None, False, time.monotonic() - started,
+                            f"{launch.argv[0]}: {exc.strerror or exc}")
             try:
                 status, timed_out = proc.wait(timeout_s), False
             except subprocess.TimeoutExpired:

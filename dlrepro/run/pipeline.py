@@ -76,6 +76,8 @@ def start(run, runtime, matrix=None, events=None, executor=None):
             _execute(run.jobs, runtime, executor or LocalExecutor(), run_dir,
                      record, matrix, events, done)
         except OSError as exc:
+            if exc.errno not in runfolder.WRITE_FAILURES:
+                raise
             _close(run_dir, record, "failed")
             raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
                             f"every finished result in {run_dir} is kept: "

@@ -42,8 +42,10 @@ DONE_STATUSES = ("ok", "oom", "unsupported", "diverged")
 ENTRY_FIELDS = ("id", "spec", "status", "file", "log", "started_at",
                 "finished_at", "wall_s", "message")
 LOCK_NAME = ".lock"
-# errno values that mean "the disk is full" rather than a bug.
+# errno values that mean "the disk is full" rather than a bug, and those
+# that mean the results cannot be written at all.
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
+WRITE_FAILURES = FULL_DISK + (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def new_run_id(name):
