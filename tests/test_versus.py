@@ -61,7 +61,7 @@ def _bench(out, framework, *extra):
     args = [INVOKE, "bench", "--framework", framework, "--runtime",
             "native", "--network", "alexnet-r", "--batch-size", "64",
             "--iterations", "12", "--warmup", "3", "--threads", "2",
-            "--repeat", "2", "--out", str(out), *extra]
+            "--repeat", "3", "--out", str(out), *extra]
     subprocess.run(args, cwd=ROOT, check=True, capture_output=True, text=True,
                    timeout=900)
     return (out / "latest").resolve()
