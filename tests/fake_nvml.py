@@ -1,6 +1,8 @@
 """A fake `pynvml` (nvidia-ml-py) for tests: the same function names,
 constants and error classes as nvidia-ml-py 13.615.71, over per-device state
 that behaves like the GPU generations the clock policy must handle.
+Why this is long: one fake for every NVML call the harness makes, each with
+the state change and the errors of the real library.
 
 There is no GPU on the test machines, so this stands in for NVML and nothing
 else. Tests inject it as `pynvml`:

@@ -3,6 +3,8 @@
 Pure helpers (padding and layout choices) are plain Python and run here;
 everything that needs TensorFlow runs in .venvs/tensorflow-cpu, made from the
 same lock as the CPU image, through a subprocess that prints JSON.
+Why this is long: one test per translation rule of ten networks (padding,
+layouts, LSTM, XLA, threads), each a small probe in the framework.
 """
 import json
 import math

@@ -1,6 +1,8 @@
 """GPU clock policy (harness/clocks.py) against the fake NVML of several GPU
 generations: apply, verify, record, restore, refusals; restore after an
-exception, SIGTERM, SIGINT and at exit, in real processes."""
+exception, SIGTERM, SIGINT and at exit, in real processes.
+Why this is long: every policy against every modelled GPU generation, and
+every way a process can end, each in its own small test."""
 import functools
 import json
 import os

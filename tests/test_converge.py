@@ -1,6 +1,8 @@
 """Convergence mode: figures, sample order, validation, and real data-parallel
 training (1 vs 2 workers) in each framework's own environment on small
-generated MNIST files."""
+generated MNIST files.
+Why this is long: the figures, the plan and the harness's checks are quick
+unit tests; the real training runs share one module-scoped fixture."""
 import importlib.util
 import json
 import math

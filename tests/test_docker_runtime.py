@@ -13,6 +13,9 @@ log, and runtime.cleanup(job, run_dir) follows; or pipeline.start runs them
 whole. Tests of the container's life cycle replace only the harness command
 (ScriptedRuntime): the flags, mounts, image, stop, post-mortem and cleanup
 are the runtime's own.
+
+Why this is long: every test here needs the real engine and shares the
+images built once per test session, so they stay in one module.
 """
 import json
 import os

@@ -7,6 +7,9 @@ save/load with checksums.
 A tiny `demo` framework (the `six` package) stands in where a whole
 framework would only make a test slower; it uses the real templates and
 code paths.
+
+Why this is long: every test here needs the real engine and shares the
+images built once per test session, so they stay in one module.
 """
 import datetime
 import json
