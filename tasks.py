@@ -55,7 +55,7 @@ def _print_lines(lines):
 def _print_side_by_side(report, pairs):
     table = report.side_by_side(pairs)
     if table:
-        print("\nside by side (mean seconds per iteration):")
+        print("\nside by side (mean ms per iteration):")
         _print_lines(table)
 
 
