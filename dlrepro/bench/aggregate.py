@@ -84,7 +84,10 @@ def cell_stats(cell, results):
     total_s = math.fsum(samples)
     return CellStats(cell=cell, processes=len(results), samples=samples,
                      process_means=means, mean_s=overall,
-                     ci95_s=(overall - half, overall + half), ci_basis=basis,
+                     # A time is never negative: with two or three
+                     # processes t's interval can reach below 0.
+                     ci95_s=(max(overall - half, 0.0), overall + half),
+                     ci_basis=basis,
                      between_sd_s=between, within_sd_s=within,
                      samples_per_s=(cell["global_batch_size"] * len(samples)
                                     / total_s if total_s else None))
