@@ -121,8 +121,9 @@ def env(c, framework=None, profile="cpu"):
         "timeout": "seconds a cell may run before it is stopped (default: "
                    "the suite's, 1800)",
         "seed": "random seed for weights and synthetic data (default 0)",
-        "clock-policy": "GPU clock policy: observe (default), disable-boost "
-                        "or lock=<MHz>",
+        "clock-policy": "GPU clock policy: observe, disable-boost or "
+                        "lock=<MHz> (default: the suite's; the paper's GPU "
+                        "suites disable boost, the paper's method)",
         "python": "native runtime: use this interpreter for every framework "
                   "instead of making virtual environments",
         "repeat": "independent processes per cell (default: the suite's, "
@@ -133,7 +134,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
           iterations=None, warmup=None, runtime="docker", out="results",
           resume=False, dry_run=False, timeout=None, seed="0",
-          clock_policy="observe", python=None, repeat=None):
+          clock_policy=None, python=None, repeat=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from dlrepro import matrix
     from dlrepro.bench import plan, report, runner

@@ -84,3 +84,32 @@ def test_format_plan_lists_every_cell():
     lines = plan.format_plan(build(networks=("fcn5", "fcn8")))
     assert lines[0] == "2 cells:"
     assert "pytorch-cpu-fcn8-cpu-b16-t2" in lines[2]
+
+
+def test_the_paper_gpu_suites_disable_boost_unless_told_otherwise():
+    """The paper's method is the default of its GPU suites; --clock-policy
+    overrides it (observe on machines whose clocks must not change)."""
+    from dlrepro.bench import suites
+    m = matrix.load()
+    host = plan.Host(cpus=2, gpus=1)
+    for name in ("paper-synthetic-gpu", "paper-real-gpu", "paper-multi-gpu"):
+        suite = suites.load(name)
+        jobs = plan.build(suite, plan.Options(frameworks=("pytorch",)), m,
+                          host)
+        assert {j.spec["clock_policy"] for j in jobs} == {"disable-boost"}
+        observed = plan.build(suite, plan.Options(
+            frameworks=("pytorch",), clock_policy="observe"), m, host)
+        assert {j.spec["clock_policy"] for j in observed} == {"observe"}
+    smoke = plan.build(suites.load("smoke"),
+                       plan.Options(frameworks=("pytorch",)), m, host)
+    assert {j.spec["clock_policy"] for j in smoke} == {"observe"}
+
+
+def test_a_suite_with_an_unknown_clock_policy_is_named(tmp_path):
+    from dlrepro.bench import suites
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\n[defaults]\nclock_policy = "turbo"\n'
+                   '[[group]]\nnetworks = ["fcn5"]\nbatch_sizes = [4]\n')
+    with pytest.raises(UserError, match=f"{bad} \\[defaults\\]: "
+                                        f"clock_policy must be"):
+        suites.load(str(bad))

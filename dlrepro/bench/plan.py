@@ -12,7 +12,6 @@ from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run.job import Job, Placement
 
-CLOCK_POLICY_DEFAULT = "observe"
 
 
 class Options(NamedTuple):
@@ -27,7 +26,8 @@ class Options(NamedTuple):
     warmup: Optional[int] = None
     runtime: str = "docker"
     seed: int = 0
-    clock_policy: str = CLOCK_POLICY_DEFAULT
+    # None: the suite's (observe unless the suite names another).
+    clock_policy: Optional[str] = None
     timeout_s: Optional[int] = None
     repeat: Optional[int] = None
 
@@ -101,7 +101,8 @@ def build(suite, options, m, host):
                            else group["warmup"]),
                 "runtime": options.runtime,
                 "seed": options.seed,
-                "clock_policy": options.clock_policy,
+                "clock_policy": (options.clock_policy
+                                 or group.get("clock_policy", "observe")),
             }
             assert tuple(cell) == CELL_FIELDS
             repeat = options.repeat or group.get("repeat", 1)
@@ -165,7 +166,8 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
     if device not in (None, "cpu", "gpu"):
         raise UserError(f"--device must be cpu or gpu, got {device!r}")
     try:
-        clocks.parse_policy(clock_policy)
+        if clock_policy is not None:
+            clocks.parse_policy(clock_policy)
     except HarnessError as exc:
         raise UserError(f"--clock-policy: {exc}")
     if runtime not in RUNTIMES:

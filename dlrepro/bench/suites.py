@@ -17,13 +17,16 @@ default. Example:
 Keys of `defaults` and of groups: device ("cpu" or "gpu"), threads (list of
 thread counts, CPU only), gpus (list of GPU counts; the batch size is per
 GPU), iterations, warmup, timeout_s, frameworks (list; default: all),
-repeat (independent processes per cell; default 1).
+repeat (independent processes per cell; default 1), clock_policy (GPU
+clocks: observe, disable-boost or lock=<MHz>; default observe; the paper's
+GPU suites name disable-boost, the paper's method).
 """
 import re
 import tomllib
 from pathlib import Path
 
-from harness import networks
+from harness import clocks, networks
+from harness.errors import HarnessError
 
 from dlrepro import ROOT
 from dlrepro.errors import UserError
@@ -31,11 +34,13 @@ from dlrepro.errors import UserError
 SUITES_DIR = ROOT / "benchmarks" / "suites"
 
 GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
-              "iterations", "warmup", "timeout_s", "frameworks", "repeat"}
+              "iterations", "warmup", "timeout_s", "frameworks", "repeat",
+              "clock_policy"}
 SUITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 TOP_KEYS = {"name", "description", "defaults", "group"}
 DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
-            "warmup": 5, "timeout_s": 1800, "frameworks": None, "repeat": 1}
+            "warmup": 5, "timeout_s": 1800, "frameworks": None, "repeat": 1,
+            "clock_policy": "observe"}
 
 
 def available():
@@ -132,6 +137,11 @@ def _check_group(group, where, needs_networks):
             _int(group[key], f"{where}: {key}", minimum)
     if "frameworks" in group:
         _string_list(group, "frameworks", where)
+    if "clock_policy" in group:
+        try:
+            clocks.parse_policy(group["clock_policy"])
+        except HarnessError as exc:
+            raise UserError(f"{where}: {exc}")
     return group
 
 
