@@ -3,7 +3,7 @@
 Each task reads its flags, falls back to defaults, calls the dlrepro package
 and prints. dlrepro's UserError becomes a one-line message and exit status 2.
 
-Why this is long: seventeen tasks, each with the help text of its flags,
+Why this is long: eighteen tasks, each with the help text of its flags,
 which Invoke wants beside the task; every body is a few lines over dlrepro.
 """
 import functools
