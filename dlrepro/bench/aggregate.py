@@ -41,16 +41,26 @@ def json_key(value):
     return value if not isinstance(value, (list, dict)) else repr(value)
 
 
+def cells(pairs):
+    """[(spec, [(entry, result), ...])]: a run's jobs grouped by the cell
+    they measured (one job per process), in the order cells first appear."""
+    groups = {}
+    for entry, result in pairs:
+        key = cell_key(entry["spec"])
+        groups.setdefault(key, (entry["spec"], []))[1].append((entry, result))
+    return list(groups.values())
+
+
+def ok_results(members):
+    """The results of a cell's jobs that ended ok."""
+    return [r for e, r in members if r is not None and e["status"] == "ok"]
+
+
 def group(pairs):
     """[(cell, [result, ...])] of the ok results of a run's (entry,
-    result) pairs, one group per cell, in the order cells first appear."""
-    groups = {}
-    for _entry, result in pairs:
-        if result is None or result["status"] != "ok":
-            continue
-        key = cell_key(result["cell"])
-        groups.setdefault(key, (result["cell"], []))[1].append(result)
-    return list(groups.values())
+    result) pairs, one group per cell with any, in order."""
+    found = (ok_results(members) for _spec, members in cells(pairs))
+    return [(ok[0]["cell"], ok) for ok in found if ok]
 
 
 def mean(values):

@@ -20,8 +20,8 @@ FIELDS = ("run_id", "cell_id") + CELL_FIELDS + STAT_FIELDS
 def rows(record, pairs):
     """One dict per cell of a run (record, pairs from runfolder.load_run)."""
     out = []
-    for spec, members in report.cells(pairs):
-        ok = [r for e, r in members if r is not None and e["status"] == "ok"]
+    for spec, members in aggregate.cells(pairs):
+        ok = aggregate.ok_results(members)
         first = next((r for _, r in members if r is not None), None)
         row = {"run_id": record["run_id"], "cell_id": members[0][0]["id"]}
         cell = first["cell"] if first else spec

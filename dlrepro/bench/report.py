@@ -15,16 +15,6 @@ def _ms(value):
     return "-" if value is None else f"{value * 1e3:.2f}"
 
 
-def cells(pairs):
-    """[(spec, [(entry, result), ...])]: the jobs of each cell, grouped by
-    the cell's spec, in the order cells first appear."""
-    groups = {}
-    for entry, result in pairs:
-        key = aggregate.cell_key(entry["spec"])
-        groups.setdefault(key, (entry["spec"], []))[1].append((entry, result))
-    return list(groups.values())
-
-
 def status_of(members):
     """The cell's status: its processes' when they agree, else the worst
     one with how many processes had it."""
@@ -48,8 +38,8 @@ def _note(members):
 def summary_rows(pairs):
     """One row of strings per cell."""
     rows = []
-    for spec, members in cells(pairs):
-        ok = [r for e, r in members if r is not None and e["status"] == "ok"]
+    for spec, members in aggregate.cells(pairs):
+        ok = aggregate.ok_results(members)
         stats = aggregate.cell_stats(ok[0]["cell"], ok) if ok else None
         note = _note(members)
         rows.append((
@@ -96,12 +86,12 @@ def side_by_side(pairs):
     status when not ok. None when the run has a single framework."""
     frameworks = []
     rows = {}
-    for spec, members in cells(pairs):
+    for spec, members in aggregate.cells(pairs):
         if spec["framework"] not in frameworks:
             frameworks.append(spec["framework"])
         key = (spec["network"], spec["device"], spec["global_batch_size"],
                "-" if spec["threads"] is None else str(spec["threads"]))
-        ok = [r for e, r in members if r is not None and e["status"] == "ok"]
+        ok = aggregate.ok_results(members)
         rows.setdefault(key, {})[spec["framework"]] = (
             _ms(aggregate.cell_stats(ok[0]["cell"], ok).mean_s)
             if len(ok) == len(members) else status_of(members))

@@ -133,42 +133,41 @@ def compare_cell(base, new, alpha=ALPHA, min_change=MIN_CHANGE):
                basis)
 
 
-def _first_results(pairs):
-    found = {}
-    for _entry, result in pairs:
-        if result is not None and result["status"] == "ok":
-            found.setdefault(aggregate.cell_key(result["cell"]), result)
-    return found
+def _measured(pairs):
+    """[(CellStats, the cell's first ok result)] of a run."""
+    return [(aggregate.cell_stats(cell, results), results[0])
+            for cell, results in aggregate.group(pairs)]
 
 
 def compare_runs(base_pairs, new_pairs, alpha=ALPHA, min_change=MIN_CHANGE):
     """([Row], [Unmatched]) for two runs' (entry, result) pairs."""
-    base = {_key(s.cell): s for s in aggregate.run_stats(base_pairs)}
-    base_first = _first_results(base_pairs)
-    new_first = _first_results(new_pairs)
+    base = {_key(stats.cell): (stats, first)
+            for stats, first in _measured(base_pairs)}
     rows, unmatched = [], []
-    for stats in aggregate.run_stats(new_pairs):
+    for stats, first in _measured(new_pairs):
         other = base.pop(_key(stats.cell), None)
         if other is None:
             unmatched.append(Unmatched(stats.cell, "only in the new run"))
             continue
-        reason = _mismatch(other, stats, base_first, new_first)
+        reason = _mismatch(other, (stats, first))
         if reason:
             unmatched.append(Unmatched(stats.cell, reason))
             continue
-        rows.append(compare_cell(other, stats, alpha, min_change))
-    unmatched += [Unmatched(s.cell, "only in the base run")
-                  for s in base.values()]
+        rows.append(compare_cell(other[0], stats, alpha, min_change))
+    unmatched += [Unmatched(stats.cell, "only in the base run")
+                  for stats, _first in base.values()]
     return rows, unmatched
 
 
-def _mismatch(base, new, base_first, new_first):
+def _mismatch(base, new):
+    """Why two matching cells, each (stats, first result), must not be
+    compared; None when they may."""
+    (base, base_first), (new, new_first) = base, new
     for field, label in MUST_AGREE:
         if base.cell.get(field) != new.cell.get(field):
             return (f"different {label}: {base.cell.get(field)} against "
                     f"{new.cell.get(field)}")
-    a = _version(base_first[aggregate.cell_key(base.cell)])
-    b = _version(new_first[aggregate.cell_key(new.cell)])
+    a, b = _version(base_first), _version(new_first)
     if a != b:
         return f"different framework versions: {a} against {b}"
     return None
