@@ -386,7 +386,7 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
     with progress.events() as events:
         run_dir = pipeline.start(run, runtimes.get(runtime, matrix=m), m,
                                  events)
-    _record, _results, figures = runner.finish(run_dir)
+    _record, _pairs, figures = runner.finish(run_dir)
     print("\n".join(summary.table_lines(figures)))
     print(f"results: {run_dir}")
 

@@ -33,17 +33,17 @@ def run(jobs, out, runtime, command="", resume=False, events=None,
     result})."""
     run_dir = pipeline.start(run_of(jobs, out, command, resume), runtime,
                              matrix, events)
-    finish(run_dir)
-    _record, pairs = runfolder.load_run(run_dir)
+    _record, pairs, _summary = finish(run_dir)
     return run_dir, {entry["id"]: result for entry, result in pairs}
 
 
 def finish(run_dir):
-    """Write convergence.json; returns (record, results, summary)."""
-    record, results = load_run(run_dir)
-    summary = summary_mod.summarise(results)
+    """Write convergence.json; returns (record, [(entry, result)],
+    summary)."""
+    record, pairs = _load(run_dir)
+    summary = summary_mod.summarise(_results(pairs))
     resultfile.write_atomic(str(run_dir / "convergence.json"), summary)
-    return record, results, summary
+    return record, pairs, summary
 
 
 def latest_run(out=DEFAULT_OUT):
@@ -52,8 +52,17 @@ def latest_run(out=DEFAULT_OUT):
 
 def load_run(run_dir):
     """(run.json, [results]) of a convergence run folder."""
+    record, pairs = _load(run_dir)
+    return record, _results(pairs)
+
+
+def _load(run_dir):
     record, pairs = runfolder.load_run(run_dir)
     if record["kind"] != "converge":
         raise UserError(f"{run_dir} is not a convergence run folder (its "
                         f"kind is {record['kind']})")
-    return record, [result for _entry, result in pairs if result is not None]
+    return record, pairs
+
+
+def _results(pairs):
+    return [result for _entry, result in pairs if result is not None]
