@@ -64,10 +64,10 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     events = events or Events()
     matrix = matrix if matrix is not None else matrix_mod.load()
     runtime.check()
-    runfolder.ensure_writable(run.out)
     if run.resume:
+        runfolder.ensure_writable(run.out)
         run_dir = resumable(run.out, run.kind)
-    else:
+    else:  # create_run checks that `out` is writable
         run_dir = runfolder.create_run(run.out, run.name)
     with runfolder.locked(run_dir):
         record, done = _open_record(run, run_dir, runtime, events)
