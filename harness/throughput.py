@@ -43,6 +43,10 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     result = new_result(cell, spec.get("container"))
     series = Series()
     env = result["environment"]
+    # Before SIGTERM is armed (lifecycle.run): a signal while this is read
+    # would leave a partial result without the host's fields, which the
+    # schema rightly refuses.
+    env.update(provenance.host_environment())
     loaded = []
 
     def configure(backend):
@@ -54,7 +58,6 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     def body():
         # Before any framework loads: thread pools read these at import.
         threads.apply(cell["threads"])
-        env.update(provenance.host_environment())
         network = networks.get(cell["network"])
         result["model"] = model_block(network, cell["global_batch_size"])
         result["gpu_clocks"] = gpu.clock_block(cell["clock_policy"],
