@@ -204,8 +204,11 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         threads=threads, iterations=iterations, warmup=warmup,
         runtime=runtime, seed=seed, clock_policy=clock_policy,
         timeout=timeout, repeat=repeat)
-    suite_data, jobs = runner.make_plan(suite, options, m,
-                                        runner.current_host())
+    host = runner.current_host()
+    if executor == "slurm":  # cells run on the partition's nodes, not here
+        from dlrepro.run import slurm
+        host = plan.Host(*slurm.largest_node(partition))
+    suite_data, jobs = runner.make_plan(suite, options, m, host)
     runtime_options = {"python": python} if python else {}
     executor_ = _executor(
         executor, suite_data, runtime_options, no_wait, slurm_config,

@@ -68,7 +68,7 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     matrix = matrix if matrix is not None else matrix_mod.load()
     executor = executor or LocalExecutor()
     if hasattr(executor, "check"):
-        executor.check()
+        executor.check(run.jobs)
     runtime.check()
     if run.resume:
         runfolder.ensure_writable(run.out)

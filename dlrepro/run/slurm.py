@@ -234,6 +234,25 @@ def _scontrol(array_id):
     return found
 
 
+def largest_node(partition=None):
+    """(CPUs, GPUs) of the largest node of the partition (the default one
+    when None): what a cell may ask for, in place of this host's."""
+    argv = [_command("sinfo"), "-h", "-o", "%c|%G"]
+    if partition:
+        argv += ["-p", partition]
+    proc = _run(argv)
+    cpus = gpus = 0
+    for line in proc.stdout.splitlines():
+        count, _, gres = line.partition("|")
+        if count.strip().rstrip("+").isdigit():
+            cpus = max(cpus, int(count.strip().rstrip("+")))
+        for item in gres.split(","):
+            parts = item.split("(")[0].split(":")
+            if parts[0] == "gpu" and parts[-1].isdigit():
+                gpus = max(gpus, int(parts[-1]))
+    return cpus, gpus
+
+
 def cancel(array_ids):
     if array_ids:
         _run([_command("scancel")] + sorted(array_ids))
@@ -286,16 +305,29 @@ class SlurmExecutor:
         self.confirm = confirm
         self.poll_s = poll_s
 
-    def check(self):
-        """Fail before anything is prepared when Slurm cannot be used."""
+    def check(self, jobs=()):
+        """Fail before a run folder exists when Slurm cannot be used or
+        rejects what the jobs would ask for (`sbatch --test-only`: a
+        partition, account, QOS or resources it refuses)."""
         for name in ("sbatch", "scontrol", "scancel"):
             _command(name)
+        for array in arrays([j for j in jobs if not j.skip_reason]):
+            argv = [_command("sbatch"), "--test-only"] + [
+                a for a in self.sbatch_args(
+                    array, None, max(j.timeout_s for j in array.jobs))
+                if a != "--parsable"] + ["--wrap", "true"]
+            proc = _run(argv)
+            if proc.returncode != 0:
+                raise UserError(f"Slurm rejects the job: "
+                                f"{_last_line(proc.stderr or proc.stdout)}; "
+                                f"nothing was submitted")
 
     def sbatch_args(self, array, run_dir, timeout_s):
         o = self.options
-        args = [f"--job-name=dlrepro-{Path(run_dir).name}",
-                f"--output={run_dir}/{SLURM_DIR}/%A_%a.out",
-                f"--chdir={ROOT}", "--no-requeue", "--parsable"]
+        args = [f"--chdir={ROOT}", "--no-requeue", "--parsable"]
+        if run_dir is not None:
+            args = [f"--job-name=dlrepro-{Path(run_dir).name}",
+                    f"--output={run_dir}/{SLURM_DIR}/%A_%a.out"] + args
         for flag, value in (("partition", o.partition),
                             ("account", o.account), ("qos", o.qos),
                             ("constraint", o.constraint), ("mem", o.mem),
@@ -344,12 +376,6 @@ class SlurmExecutor:
                                  max(j.timeout_s for j in array.jobs)) + \
                 [str(script)]
             planned.append((array, argv))
-        for _array, argv in planned:
-            proc = _run(argv[:1] + ["--test-only"] + argv[1:])
-            if proc.returncode != 0:
-                raise UserError(f"Slurm rejects the job: "
-                                f"{_last_line(proc.stderr or proc.stdout)}; "
-                                f"nothing was submitted")
         blocks = {}
         for array, argv in planned:
             proc = _run(argv)
