@@ -154,8 +154,11 @@ def _run(argv, timeout=60):
 
 
 def _last_line(text):
+    """Slurm's last error line (its last line when none says error)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "(no message)"
+    errors = [line for line in lines if "error" in line.lower()
+              or "unrecognized" in line]
+    return (errors or lines or ["(no message)"])[-1]
 
 
 def task_ids(text):
@@ -241,6 +244,12 @@ def largest_node(partition=None):
     if partition:
         argv += ["-p", partition]
     proc = _run(argv)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        where = f"partition {partition!r}" if partition else \
+            "the default partition"
+        said = _last_line(proc.stderr) if proc.stderr.strip() else "no nodes"
+        raise UserError(f"Slurm has no nodes in {where} (sinfo: {said}); "
+                        f"nothing was submitted")
     cpus = gpus = 0
     for line in proc.stdout.splitlines():
         count, _, gres = line.partition("|")
