@@ -320,6 +320,16 @@ class SlurmExecutor:
         partition, account, QOS or resources it refuses)."""
         for name in ("sbatch", "scontrol", "scancel"):
             _command(name)
+        if self.options.gpu_freq:
+            # Slurm sets the clocks; a cell that sets them too would fight
+            # it (and cannot, in a container).
+            policies = sorted({j.placement.clock_policy for j in jobs
+                               if j.placement.clock_policy != "observe"})
+            if policies:
+                raise UserError(f"--gpu-freq: Slurm sets the GPU clocks, so "
+                                f"cells must only observe them; give "
+                                f"--clock-policy observe (cells ask for "
+                                f"{', '.join(policies)})")
         for array in arrays([j for j in jobs if not j.skip_reason]):
             argv = [_command("sbatch"), "--test-only"] + [
                 a for a in self.sbatch_args(
