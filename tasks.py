@@ -275,6 +275,11 @@ def report(c, run=None, out="results", json=False, html=None):
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
     _print_side_by_side(report_mod, pairs)
+    if record.get("executor") == "slurm":
+        from dlrepro.run import slurm
+        line = slurm.live_line(record)
+        if line:
+            print(line)
 
 
 @task(help={"run": "the run to look at: id, `latest` (default) or a folder",

@@ -198,6 +198,8 @@ def test_no_wait_then_report_then_resume_collects(tmp_path):
     assert record(out)["status"] == "submitted"
     report = invoke("report", "--out", str(out))
     assert report.returncode == 0 and "(submitted)" in report.stdout
+    # fcn8 takes 5 s of iterations: still in Slurm, and report says so.
+    assert "slurm now: " in report.stdout, report.stdout
     resumed = invoke(*fake(out, "fcn5", "fcn8", iterations=4,
                            extra=["--resume"]), modes="fcn8=slow")
     assert resumed.returncode == 0, resumed.stderr

@@ -115,6 +115,11 @@ def _open_record(run, run_dir, runtime, events, executor="local"):
     if record["runtime"] != runtime.name:
         raise UserError(f"the latest run used runtime {record['runtime']}; "
                         f"resume it with --runtime {record['runtime']}")
+    if record.get("executor") == "slurm" and executor != "slurm":
+        # Its tasks may still be in Slurm: only the Slurm executor knows
+        # to wait for them instead of running their jobs a second time.
+        raise UserError("the latest run used --executor slurm; resume it "
+                        "with --executor slurm")
     done = merge(record, run.jobs, run_dir)
     record["resumed_at"].append(utc_now())
     record["executor"] = executor

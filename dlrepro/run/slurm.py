@@ -262,6 +262,32 @@ def largest_node(partition=None):
     return cpus, gpus
 
 
+def live_line(record):
+    """One line on a Slurm run's unfinished jobs as Slurm sees them now
+    (None for a local run, or when every job has ended)."""
+    open_jobs = [e for e in record["jobs"] if e.get("slurm")
+                 and e["status"] not in runfolder.DONE_STATUSES]
+    if record.get("executor") != "slurm" or not open_jobs:
+        return None
+    try:
+        known = states(sorted({e["slurm"]["array_job_id"]
+                               for e in open_jobs}))
+    except UserError as exc:
+        return f"slurm: cannot ask Slurm ({exc})"
+    counts = {}
+    for entry in open_jobs:
+        task = known.get((entry["slurm"]["array_job_id"],
+                          entry["slurm"]["array_task_id"]))
+        if task is None or task.state not in ACTIVE:
+            continue
+        counts[task.state.lower()] = counts.get(task.state.lower(), 0) + 1
+    if not counts:
+        return None
+    return ("slurm now: " + ", ".join(f"{n} {s}" for s, n in
+                                      sorted(counts.items()))
+            + "; `--resume` with the run's command waits for them")
+
+
 def cancel(array_ids):
     if array_ids:
         _run([_command("scancel")] + sorted(array_ids))
@@ -484,7 +510,12 @@ class SlurmExecutor:
         while pending:
             arrays_ = sorted({by_id[i]["slurm"]["array_job_id"]
                               for i in pending})
-            known = states(arrays_)
+            try:
+                known = states(arrays_)
+            except UserError as exc:  # slurmctld busy or restarting
+                events.log(f"slurm: {exc}; asking again")
+                time.sleep(self.poll_s * 5)
+                continue
             counts = {}
             changed = False
             for job_id, job in list(pending.items()):
@@ -493,7 +524,11 @@ class SlurmExecutor:
                 task = known.get((block["array_job_id"],
                                   block["array_task_id"]))
                 state = task.state if task else "GONE"
-                counts[state] = counts.get(state, 0) + 1
+                label = state.lower()
+                if state == "PENDING" and task.reason not in (
+                        None, "None", "(null)"):
+                    label += f" ({task.reason})"
+                counts[label] = counts.get(label, 0) + 1
                 if task is not None:
                     if (block["state"], block["node"]) != (task.state,
                                                            task.node):
@@ -519,7 +554,7 @@ class SlurmExecutor:
                 runfolder.write_run(run_dir, record)
             if counts != last_counts and pending:
                 events.log("slurm: " + ", ".join(
-                    f"{n} {s.lower()}" for s, n in sorted(counts.items())))
+                    f"{n} {s}" for s, n in sorted(counts.items())))
                 last_counts = counts
             if pending:
                 time.sleep(self.poll_s)
