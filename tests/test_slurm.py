@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from dlrepro.run import runfolder
+from dockerenv import (BASE_OVERRIDES, PREFIX,  # noqa: F401 (fixtures)
+                       cpu_images, docker_client, test_base)
 
 ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -187,6 +189,28 @@ def test_pytorch_cells_via_slurm_match_a_local_run(tmp_path):
         assert "| ok" not in via.stdout  # the table, not a raw dump
     report = invoke("report", "--out", str(tmp_path / "slurm"))
     assert report.returncode == 0 and report.stdout.count(" ok ") == 2
+
+
+def test_docker_cells_via_slurm_match_a_local_run(cpu_images, tmp_path):
+    """The docker runtime in a Slurm task: the container started from the
+    node, the same image, cell and fields as a local docker run."""
+    env = dict(os.environ, DLREPRO_IMAGE_PREFIX=PREFIX,
+               DLREPRO_BASE_OVERRIDES=BASE_OVERRIDES)
+    args = ["bench", "--framework", "pytorch", "--runtime", "docker",
+            "--network", "fcn-r", "--iterations", "2", "--warmup", "1",
+            "--threads", "1"]
+    local = invoke(*args, "--out", str(tmp_path / "local"), env=env)
+    assert local.returncode == 0, local.stdout + local.stderr
+    via = invoke(*args, "--out", str(tmp_path / "slurm"), "--executor",
+                 "slurm", env=env)
+    assert via.returncode == 0, via.stdout + via.stderr
+    here, there = (result(tmp_path / "local", "fcn-r"),
+                   result(tmp_path / "slurm", "fcn-r"))
+    assert here["status"] == "ok", here["error"]
+    assert there.pop("slurm")["node"]
+    assert comparable(here) == comparable(there)
+    assert there["environment"]["container"]["image"] == \
+        cpu_images["pytorch"]
 
 
 def test_no_wait_then_report_then_resume_collects(tmp_path):
