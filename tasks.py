@@ -74,16 +74,23 @@ _SLURM_HELP = {
 }
 
 
-def _confirm(question):
-    """Ask on a terminal; elsewhere the answer is no."""
-    if not sys.stdin.isatty():
-        print(f"{question} not asked (no terminal): left as it is",
-              file=sys.stderr)
-        return False
-    try:
-        return input(f"\n{question} [y/N] ").strip().lower() in ("y", "yes")
-    except (EOFError, KeyboardInterrupt):
-        return False
+def _asking(events):
+    """Ask yes/no on a terminal, the live display stopped first; elsewhere
+    the answer is no."""
+    def confirm(question):
+        if not sys.stdin.isatty():
+            print(f"{question} not asked (no terminal): left as it is",
+                  file=sys.stderr)
+            return False
+        live = getattr(events, "progress", None)
+        if live is not None:
+            live.stop()  # it owns stdout while it runs
+        try:
+            return input(f"\n{question} [y/N] ").strip().lower() in (
+                "y", "yes")
+        except (EOFError, KeyboardInterrupt):
+            return False
+    return confirm
 
 
 def _executor(executor, suite, runtime_options, no_wait, slurm_config,
@@ -102,8 +109,7 @@ def _executor(executor, suite, runtime_options, no_wait, slurm_config,
                         f"local, slurm")
     from dlrepro.run import slurm
     return slurm.SlurmExecutor(slurm.options(flags, suite, slurm_config),
-                               runtime_options, wait=not no_wait,
-                               confirm=_confirm)
+                               runtime_options, wait=not no_wait)
 
 
 def _print_side_by_side(report, pairs):
@@ -221,6 +227,8 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
     runtime_ = runtimes.get(runtime, matrix=m, **runtime_options)
     run = runner.run_of(suite_data, jobs, out, _command(), resume)
     with progress.events() as events:
+        if executor_ is not None:
+            executor_.confirm = _asking(events)
         run_dir = pipeline.start(run, runtime_, m, events, executor_)
     record, pairs = runner.summary(run_dir, {j.id for j in jobs})
     if record["status"] == "submitted":
@@ -476,6 +484,8 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
     plan.check_data(jobs)
     run = runner.run_of(jobs, out, _command(), resume)
     with progress.events() as events:
+        if executor_ is not None:
+            executor_.confirm = _asking(events)
         run_dir = pipeline.start(run, runtimes.get(runtime, matrix=m), m,
                                  events, executor_)
     record = runfolder.read_run(run_dir)

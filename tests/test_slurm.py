@@ -10,6 +10,8 @@ is set (CI sets it), in which case they fail.
 """
 import json
 import os
+import pty
+import select
 import shutil
 import signal
 import socket
@@ -53,27 +55,31 @@ def _cluster_or_skip():
     pytest.skip(reason)
 
 
-def _queued():
-    return set(subprocess.run(["squeue", "-h", "-o", "%F"],
-                              capture_output=True, text=True).stdout.split())
+def _queued(under=None):
+    """Array job ids in Slurm; with `under`, only those whose batch script
+    lies under that folder (a test's own, not another user's)."""
+    lines = subprocess.run(["squeue", "-h", "-o", "%F|%o"],
+                           capture_output=True, text=True).stdout.split()
+    return {line.split("|")[0] for line in lines
+            if under is None or line.split("|", 1)[-1].startswith(
+                str(under))}
 
 
 STARTED = []
 
 
 @pytest.fixture(autouse=True)
-def cluster():
+def cluster(tmp_path):
     """A cluster, and nothing of a test left behind: its submitting
     processes stopped, its Slurm jobs cancelled."""
     _cluster_or_skip()
-    before = _queued()
     yield
     for proc in STARTED:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     STARTED.clear()
-    left = _queued() - before
+    left = _queued(under=tmp_path)
     if left:
         subprocess.run(["scancel"] + sorted(left))
 
@@ -348,6 +354,54 @@ def test_ctrl_c_without_a_terminal_leaves_the_tasks_queued(tmp_path):
     resumed = invoke(*args, "--resume", modes="fcn8=slow")
     assert resumed.returncode == 0, resumed.stderr
     assert result(out, "fcn8")["status"] == "ok"
+
+
+def _read_until(fd, marker, seconds=120):
+    seen = b""
+    deadline = time.monotonic() + seconds
+    while marker not in seen:
+        assert time.monotonic() < deadline, seen[-2000:]
+        ready, _, _ = select.select([fd], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the terminal closed
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen.decode(errors="replace")
+
+
+def test_ctrl_c_on_a_terminal_asks_then_cancels(tmp_path):
+    """On a terminal, Ctrl-C asks before scancel; a yes cancels the task,
+    whose cell then ends as cancelled, keeping what it measured."""
+    out = tmp_path / "r"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: invoke on the terminal
+        try:
+            os.chdir(ROOT)
+            os.environ["DLREPRO_FAKE_MODES"] = "fcn8=slow"
+            os.execv(INVOKE, [INVOKE] + fake(out, "fcn8", iterations=60))
+        finally:
+            os._exit(127)
+    try:
+        task = wait_for(lambda: running(out, "fcn8"))
+        time.sleep(6)  # some iterations measured
+        os.write(fd, b"\x03")  # Ctrl-C, as the terminal sends it
+        _read_until(fd, b"[y/N]")
+        os.write(fd, b"y\n")
+        said = _read_until(fd, b"--resume")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    assert os.WEXITSTATUS(status) == 130, said
+    assert "were cancelled" in said
+    assert task_state(task) == "CANCELLED"
+    cancelled = result(out, "fcn8")
+    assert cancelled["error"]["type"] == "Cancelled", cancelled["error"]
+    assert cancelled["timing"]["completed_iterations"] >= 1
+    assert record(out)["status"] == "interrupted"
 
 
 # --- bad input: one line, exit 2, nothing submitted ----------------------------

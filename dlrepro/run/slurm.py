@@ -60,6 +60,9 @@ ENDINGS = {
 CONFIG_KEYS = {"partition", "account", "qos", "constraint", "exclusive",
                "time_limit", "array_throttle", "mem", "gpu_freq", "sbatch"}
 POLL_S = 2.0
+# After Ctrl-C and scancel: how long to wait for the tasks to end, so that
+# their cells are recorded as cancelled.
+CANCEL_WAIT_S = 60
 SLURM_DIR = "slurm"
 
 
@@ -122,7 +125,9 @@ def _table(data, where):
         raise UserError(f"{where}: unknown Slurm options "
                         f"{', '.join(sorted(unknown))}; valid: "
                         f"{', '.join(sorted(CONFIG_KEYS))}")
-    sbatch = data.get("sbatch", [])
+    if "sbatch" not in data:
+        return dict(data)
+    sbatch = data["sbatch"]
     if isinstance(sbatch, str):
         sbatch = shlex.split(sbatch)
     if not isinstance(sbatch, list) or not all(isinstance(a, str)
@@ -495,19 +500,21 @@ class SlurmExecutor:
             return "complete"
         if not self.wait:
             return "submitted"
+        self.pending = {j.id: j for j in waiting}
         try:
-            self._wait(waiting, by_id, run_dir, record, events, finished,
-                       total)
+            self._wait(by_id, run_dir, record, events, finished, total)
         except KeyboardInterrupt:
-            self._interrupted(waiting, by_id, run_dir, record)
+            self._interrupted(by_id, run_dir, record)
             raise
         return "complete"
 
-    def _wait(self, waiting, by_id, run_dir, record, events, finished,
-              total):
-        pending = {j.id: j for j in waiting}
+    def _wait(self, by_id, run_dir, record, events, finished, total,
+              deadline=None):
+        """Until every job in self.pending has ended (or the deadline, a
+        time.monotonic() value, has passed)."""
+        pending = self.pending
         seen_running, last_counts = set(), None
-        while pending:
+        while pending and (deadline is None or time.monotonic() < deadline):
             arrays_ = sorted({by_id[i]["slurm"]["array_job_id"]
                               for i in pending})
             try:
@@ -559,22 +566,38 @@ class SlurmExecutor:
             if pending:
                 time.sleep(self.poll_s)
 
-    def _interrupted(self, waiting, by_id, run_dir, record):
+    def _interrupted(self, by_id, run_dir, record):
         """Ctrl-C while waiting: cancel the tasks only when the user says
-        so; either way run.json keeps their Slurm ids for --resume."""
-        arrays_ = sorted({by_id[j.id]["slurm"]["array_job_id"]
-                          for j in waiting
-                          if by_id[j.id]["status"] not in
-                          runfolder.DONE_STATUSES})
+        so, then record how they ended (Cancelled, keeping what they
+        measured); either way run.json keeps their Slurm ids for
+        --resume."""
+        arrays_ = sorted({by_id[i]["slurm"]["array_job_id"]
+                          for i in self.pending})
+        self.left_running = arrays_
         if arrays_ and self.confirm is not None and self.confirm(
                 f"cancel Slurm job(s) {', '.join(arrays_)} (scancel)?"):
             cancel(arrays_)
             record.setdefault("slurm", {}).setdefault("cancelled", []).append(
                 {"arrays": arrays_, "at": utc_now()})
             self.left_running = []
-        else:
-            self.left_running = arrays_
+            try:
+                self._wait(by_id, run_dir, record, _Quiet(), 0,
+                           len(self.pending),
+                           deadline=time.monotonic() + CANCEL_WAIT_S)
+            except KeyboardInterrupt:
+                pass  # a second Ctrl-C: --resume will record them
         runfolder.write_run(run_dir, record)
+
+
+class _Quiet:
+    def log(self, message):
+        pass
+
+    def start(self, index, total, job):
+        pass
+
+    def finish(self, index, total, job, entry):
+        pass
 
 
 def _wall(result):
