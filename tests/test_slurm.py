@@ -219,6 +219,30 @@ def test_docker_cells_via_slurm_match_a_local_run(cpu_images, tmp_path):
         cpu_images["pytorch"]
 
 
+def test_converge_via_slurm(tmp_path):
+    """A convergence run (real PyTorch, two data-parallel workers on
+    synthetic data) as a Slurm task: its result, then the figures across
+    worker counts, as locally."""
+    done = subprocess.run(
+        [INVOKE, "converge", "--framework", "pytorch", "--network", "fcn-r",
+         "--synthetic", "--workers", "1,2", "--epochs", "1",
+         "--global-batch-size", "32", "--train-samples", "256",
+         "--test-samples", "64", "--threads", "2", "--runtime", "native",
+         "--out", str(tmp_path), "--executor", "slurm"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_dir = (tmp_path / "latest-converge").resolve()
+    rec = runfolder.read_run(run_dir)
+    assert rec["executor"] == "slurm" and rec["status"] == "complete"
+    [array] = rec["slurm"]["arrays"]  # both ask for --threads 2
+    assert "--cpus-per-task=2" in array["sbatch"]
+    for entry in rec["jobs"]:
+        assert entry["status"] == "ok", entry["message"]
+        got = json.loads((run_dir / entry["file"]).read_text())
+        assert got["slurm"]["node"] and got["convergence"]
+    assert (run_dir / "convergence.json").exists()
+
+
 def test_no_wait_then_report_then_resume_collects(tmp_path):
     out = tmp_path / "r"
     submitted = invoke(*fake(out, "fcn5", "fcn8", iterations=4,

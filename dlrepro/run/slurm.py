@@ -322,8 +322,12 @@ def arrays(jobs):
     groups = {}
     for job in jobs:
         resources = []
-        if job.placement.threads:
-            resources.append(f"--cpus-per-task={job.placement.threads}")
+        cpus = job.placement.threads
+        if cpus is None and job.kind == "converge" and \
+                job.placement.device == "cpu":
+            cpus = job.spec["workers"]  # at least a core per worker
+        if cpus:
+            resources.append(f"--cpus-per-task={cpus}")
         if job.placement.device == "gpu":
             resources.append(f"--gpus={max(job.placement.gpus, 1)}")
         groups.setdefault(tuple(resources), []).append(job)
