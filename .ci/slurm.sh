@@ -39,10 +39,11 @@ AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 ReturnToService=2
-# Fast tests: a short grace after SIGTERM; finished jobs stay visible to
-# scontrol for an hour; a job without --mem gets one CPU's share of memory,
-# not the whole node, so that tasks can share it.
-KillWait=5
+# Slurm's default grace between SIGTERM and SIGKILL (a harness writes its
+# partial result in it, slowly on a loaded machine); finished jobs stay
+# visible to scontrol for an hour; a job without --mem gets one CPU's share
+# of memory, not the whole node, so that tasks can share it.
+KillWait=30
 MinJobAge=3600
 DefMemPerCPU=$(( memory_mb / $(nproc) ))
 NodeName=$node CPUs=$(nproc) RealMemory=$memory_mb State=UNKNOWN

@@ -56,6 +56,9 @@ ENDINGS = {
     "FAILED": ("error", "NoResult", "the task failed"),
     "COMPLETED": ("error", "NoResult", "the task ended"),
 }
+# How long a task's result file may take to show up here after the task
+# ended (attribute caching of a shared filesystem).
+RESULT_GRACE_S = 10
 # Options a suite's [slurm] table or a --slurm-config file may set.
 CONFIG_KEYS = {"partition", "account", "qos", "constraint", "exclusive",
                "time_limit", "array_throttle", "mem", "gpu_freq", "sbatch"}
@@ -615,6 +618,11 @@ def finish(job, run_dir, task, block):
     status and reason come from Slurm and whatever was measured stays."""
     path = Path(run_dir) / f"{job.id}.json"
     result, problem = runfolder.read_result(path)
+    deadline = time.monotonic() + RESULT_GRACE_S
+    while result is None and time.monotonic() < deadline:
+        # A network filesystem may show the node's file a little late.
+        time.sleep(1)
+        result, problem = runfolder.read_result(path)
     state = task.state if task else None
     if result is not None and result["status"] in runfolder.DONE_STATUSES:
         return result
