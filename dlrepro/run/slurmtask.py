@@ -32,6 +32,10 @@ class Stopped(Exception):
 
 
 def _stop(signum, frame):
+    # Once: Slurm may signal again, and a second Stopped raised while the
+    # harness writes its partial result would end this task, and with it
+    # (its step over) the harness.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Stopped()
 
 
