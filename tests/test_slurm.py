@@ -296,9 +296,13 @@ def test_scancel_of_a_task_ends_its_cell_keeping_what_was_measured(tmp_path):
 
 def test_resume_submits_only_what_failed(tmp_path):
     out = tmp_path / "r"
-    first = invoke(*fake(out, "fcn5", "fcn8"), modes="fcn8=crash")
+    first = invoke(*fake(out, "fcn5", "fcn8",
+                         extra=["--array-throttle", "1", "--exclusive"]),
+                   modes="fcn8=crash")
     assert first.returncode == 0, first.stderr
     assert result(out, "fcn8")["status"] == "error"
+    sbatch = record(out)["slurm"]["arrays"][0]["sbatch"]
+    assert "--array=0-1%1" in sbatch and "--exclusive" in sbatch
     resumed = invoke(*fake(out, "fcn5", "fcn8", extra=["--resume"]))
     assert resumed.returncode == 0, resumed.stderr
     arrays = record(out)["slurm"]["arrays"]
