@@ -31,7 +31,7 @@ def user_errors(fn):
         except UserError as exc:
             raise Exit(f"error: {exc}", code=2)
         except Interrupted as exc:
-            raise Exit(f"{exc}; the running job was stopped; continue with "
+            raise Exit(f"{exc}; {exc.stopped}; continue with "
                        f"the same command and --resume", code=130)
         except KeyboardInterrupt:
             raise Exit("interrupted before any job ran; nothing to keep",
@@ -50,6 +50,66 @@ def required(value, flag):
 def _print_lines(lines):
     for line in lines:
         print(line)
+
+
+_SLURM_HELP = {
+    "executor": "local (one job at a time on this host, the default) or "
+                "slurm (job arrays; see docs/slurm.md)",
+    "partition": "slurm: partition (sbatch --partition)",
+    "account": "slurm: account to charge (sbatch --account)",
+    "qos": "slurm: quality of service (sbatch --qos)",
+    "constraint": "slurm: node features (sbatch --constraint)",
+    "exclusive": "slurm: each task gets its node to itself",
+    "time_limit": "slurm: --time of each task (default: the job's timeout "
+                  "plus 10.5 minutes)",
+    "array_throttle": "slurm: at most this many tasks at once (--array %N)",
+    "mem": "slurm: memory of each task (sbatch --mem)",
+    "gpu_freq": "slurm: GPU clocks Slurm sets for each task (sbatch "
+                "--gpu-freq), recorded beside what telemetry saw",
+    "slurm_config": "slurm: a TOML file of these options plus `sbatch = "
+                    "[...]` extra arguments (a suite's [slurm] table and "
+                    "flags override it)",
+    "no_wait": "slurm: return once submitted; `invoke report` shows it, "
+               "--resume waits for it",
+}
+
+
+def _asking(events):
+    """Ask yes/no on a terminal, the live display stopped first; elsewhere
+    the answer is no."""
+    def confirm(question):
+        if not sys.stdin.isatty():
+            print(f"{question} not asked (no terminal): left as it is",
+                  file=sys.stderr)
+            return False
+        live = getattr(events, "progress", None)
+        if live is not None:
+            live.stop()  # it owns stdout while it runs
+        try:
+            return input(f"\n{question} [y/N] ").strip().lower() in (
+                "y", "yes")
+        except (EOFError, KeyboardInterrupt):
+            return False
+    return confirm
+
+
+def _executor(executor, suite, runtime_options, no_wait, slurm_config,
+              **flags):
+    """The executor the flags ask for: None (local) or a SlurmExecutor."""
+    if executor == "local":
+        given = [k for k, v in dict(flags, no_wait=no_wait,
+                                    slurm_config=slurm_config).items()
+                 if v not in (None, False)]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} needs "
+                            f"--executor slurm")
+        return None
+    if executor != "slurm":
+        raise UserError(f"unknown executor {executor!r}; valid executors: "
+                        f"local, slurm")
+    from dlrepro.run import slurm
+    return slurm.SlurmExecutor(slurm.options(flags, suite, slurm_config),
+                               runtime_options, wait=not no_wait)
 
 
 def _print_side_by_side(report, pairs):
@@ -128,13 +188,17 @@ def env(c, framework=None, profile="cpu"):
                   "instead of making virtual environments",
         "repeat": "independent processes per cell (default: the suite's, "
                   "1); the cell's interval then spans the processes",
+        **_SLURM_HELP,
     })
 @user_errors
 def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
           iterations=None, warmup=None, runtime="docker", out="results",
           resume=False, dry_run=False, timeout=None, seed="0",
-          clock_policy=None, python=None, repeat=None):
+          clock_policy=None, python=None, repeat=None, executor="local",
+          partition=None, account=None, qos=None, constraint=None,
+          exclusive=False, time_limit=None, array_throttle=None, mem=None,
+          gpu_freq=None, slurm_config=None, no_wait=False):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from dlrepro import matrix
     from dlrepro.bench import plan, report, runner
@@ -146,21 +210,42 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         threads=threads, iterations=iterations, warmup=warmup,
         runtime=runtime, seed=seed, clock_policy=clock_policy,
         timeout=timeout, repeat=repeat)
-    suite_data, jobs = runner.make_plan(suite, options, m,
-                                        runner.current_host())
+    host = runner.current_host()
+    if executor == "slurm":  # cells run on the partition's nodes, not here
+        from dlrepro.run import slurm
+        host = plan.Host(*slurm.largest_node(partition))
+    suite_data, jobs = runner.make_plan(suite, options, m, host)
+    runtime_options = {"python": python} if python else {}
+    executor_ = _executor(
+        executor, suite_data, runtime_options, no_wait, slurm_config,
+        partition=partition, account=account, qos=qos,
+        constraint=constraint, exclusive=exclusive, time_limit=time_limit,
+        array_throttle=array_throttle, mem=mem, gpu_freq=gpu_freq)
     if dry_run:
         _print_lines(plan.format_plan(jobs))
         return
-    runtime_ = runtimes.get(runtime, matrix=m,
-                            **({"python": python} if python else {}))
+    runtime_ = runtimes.get(runtime, matrix=m, **runtime_options)
     run = runner.run_of(suite_data, jobs, out, _command(), resume)
     with progress.events() as events:
-        run_dir = pipeline.start(run, runtime_, m, events)
+        if executor_ is not None:
+            executor_.confirm = _asking(events)
+        run_dir = pipeline.start(run, runtime_, m, events, executor_)
     record, pairs = runner.summary(run_dir, {j.id for j in jobs})
+    if record["status"] == "submitted":
+        print(_submitted(run_dir, record))
+        return
     _print_lines(report.format_table(report.summary_rows(pairs)))
     _print_side_by_side(report, pairs)
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+
+def _submitted(run_dir, record):
+    arrays = [a["array_job_id"] for a in record.get("slurm", {}).get(
+        "arrays", [])]
+    return (f"{run_dir}: submitted to Slurm as array job(s) "
+            f"{', '.join(arrays)}; `invoke report --run {run_dir}` shows "
+            f"it, the same command with --resume waits for it")
 
 
 def _command():
@@ -198,6 +283,11 @@ def report(c, run=None, out="results", json=False, html=None):
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
     _print_side_by_side(report_mod, pairs)
+    if record.get("executor") == "slurm":
+        from dlrepro.run import slurm
+        line = slurm.live_line(record)
+        if line:
+            print(line)
 
 
 @task(help={"run": "the run to look at: id, `latest` (default) or a folder",
@@ -346,17 +436,22 @@ def data(c, dataset=None, data_dir=None, mirror=None, check=False):
                        "or native",
             "resume": "continue the latest convergence run under --out, "
                       "keeping runs already finished with the same spec",
-            "dry_run": "print the plan and stop"})
+            "dry_run": "print the plan and stop",
+            **_SLURM_HELP})
 @user_errors
 def converge(c, framework=None, network=None, workers=None, gpus=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
              target_loss=None, device=None, threads=None, seed="0", out=None,
-             timeout=None, runtime="docker", resume=False, dry_run=False):
+             timeout=None, runtime="docker", resume=False, dry_run=False,
+             executor="local", partition=None, account=None, qos=None,
+             constraint=None, exclusive=False, time_limit=None,
+             array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
+             no_wait=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
     from dlrepro import matrix
     from dlrepro.converge import plan, runner, summary
-    from dlrepro.run import pipeline, progress, runtimes
+    from dlrepro.run import pipeline, progress, runfolder, runtimes
     if gpus is not None and workers is not None:
         raise UserError("give --workers or --gpus, not both")
     if gpus is not None and device not in (None, "gpu"):
@@ -371,6 +466,11 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
                      synthetic=synthetic, train_samples=train_samples,
                      test_samples=test_samples, target_loss=target_loss,
                      runtime=runtime, timeout=timeout, matrix=m)
+    executor_ = _executor(
+        executor, None, {}, no_wait, slurm_config, partition=partition,
+        account=account, qos=qos, constraint=constraint, exclusive=exclusive,
+        time_limit=time_limit, array_throttle=array_throttle, mem=mem,
+        gpu_freq=gpu_freq)
     for job in jobs:
         spec = job.spec
         print(f"{job.id}: {spec['epochs']} epochs, global batch "
@@ -384,8 +484,14 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
     plan.check_data(jobs)
     run = runner.run_of(jobs, out, _command(), resume)
     with progress.events() as events:
+        if executor_ is not None:
+            executor_.confirm = _asking(events)
         run_dir = pipeline.start(run, runtimes.get(runtime, matrix=m), m,
-                                 events)
+                                 events, executor_)
+    record = runfolder.read_run(run_dir)
+    if record["status"] == "submitted":
+        print(_submitted(run_dir, record))
+        return
     _record, _pairs, figures = runner.finish(run_dir)
     print("\n".join(summary.table_lines(figures)))
     print(f"results: {run_dir}")

@@ -13,6 +13,10 @@ from .errors import Terminated, Unsupported
 
 
 def on_sigterm(signum, frame):
+    # One SIGTERM is enough: a second (Slurm signals every process of a
+    # task, then the task stops its harness too) must not interrupt the
+    # writing of the partial result.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated("terminated by signal {}".format(signum))
 
 

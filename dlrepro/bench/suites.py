@@ -37,7 +37,7 @@ GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
               "iterations", "warmup", "timeout_s", "frameworks", "repeat",
               "clock_policy"}
 SUITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
-TOP_KEYS = {"name", "description", "defaults", "group"}
+TOP_KEYS = {"name", "description", "defaults", "group", "slurm"}
 DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
             "warmup": 5, "timeout_s": 1800, "frameworks": None, "repeat": 1,
             "clock_policy": "observe"}
@@ -102,8 +102,11 @@ def parse(data, path):
         merged = dict(defaults)
         merged.update(checked)
         resolved.append(merged)
+    # [slurm]: sbatch options for --executor slurm, checked by
+    # dlrepro.run.slurm when used.
     return {"name": data["name"], "description": data.get("description", ""),
-            "path": str(path), "groups": resolved}
+            "path": str(path), "groups": resolved,
+            "slurm": data.get("slurm")}
 
 
 def _check_group(group, where, needs_networks):

@@ -28,11 +28,14 @@ class Interrupted(Exception):
     """Ctrl-C stopped the run: the running job was stopped, run.json says
     `interrupted`, every finished result is kept."""
 
-    def __init__(self, run_dir, kept):
+    def __init__(self, run_dir, kept, stopped="the running job was stopped"):
         super().__init__(f"interrupted: kept {kept} finished job(s) in "
                          f"{run_dir}")
         self.run_dir = run_dir
         self.kept = kept
+        # What became of the jobs in flight (a batch executor may leave
+        # them queued).
+        self.stopped = stopped
 
 
 class Events:
@@ -63,6 +66,9 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     """Execute `run` with `runtime`; returns the run folder."""
     events = events or Events()
     matrix = matrix if matrix is not None else matrix_mod.load()
+    executor = executor or LocalExecutor()
+    if hasattr(executor, "check"):
+        executor.check(run.jobs)
     runtime.check()
     if run.resume:
         runfolder.ensure_writable(run.out)
@@ -70,11 +76,12 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     else:  # create_run checks that `out` is writable
         run_dir = runfolder.create_run(run.out, run.name)
     with runfolder.locked(run_dir):
-        record, done = _open_record(run, run_dir, runtime, events)
+        record, done = _open_record(run, run_dir, runtime, events,
+                                    executor.name)
         runfolder.point_latest(run.out, run_dir, run.kind)
         try:
-            _execute(run.jobs, runtime, executor or LocalExecutor(), run_dir,
-                     record, matrix, events, done)
+            _execute(run.jobs, runtime, executor, run_dir, record, matrix,
+                     events, done)
         except OSError as exc:
             if exc.errno not in runfolder.WRITE_FAILURES:
                 raise
@@ -96,10 +103,11 @@ def resumable(out, kind):
                         f"--resume")
 
 
-def _open_record(run, run_dir, runtime, events):
+def _open_record(run, run_dir, runtime, events, executor="local"):
     if not run.resume:
         return runfolder.new_record(run_dir, run.kind, run.command,
-                                    runtime.name, run.jobs, run.suite), {}
+                                    runtime.name, run.jobs, run.suite,
+                                    executor), {}
     record = runfolder.read_run(run_dir)
     if record["kind"] != run.kind:
         raise UserError(f"{run_dir} is a {record['kind']} run, not a "
@@ -107,8 +115,14 @@ def _open_record(run, run_dir, runtime, events):
     if record["runtime"] != runtime.name:
         raise UserError(f"the latest run used runtime {record['runtime']}; "
                         f"resume it with --runtime {record['runtime']}")
+    if record.get("executor") == "slurm" and executor != "slurm":
+        # Its tasks may still be in Slurm: only the Slurm executor knows
+        # to wait for them instead of running their jobs a second time.
+        raise UserError("the latest run used --executor slurm; resume it "
+                        "with --executor slurm")
     done = merge(record, run.jobs, run_dir)
     record["resumed_at"].append(utc_now())
+    record["executor"] = executor
     events.log(f"resuming {run_dir}: {len(done)} of {len(run.jobs)} jobs "
                f"already done")
     return record, done
@@ -150,6 +164,9 @@ def _execute(jobs, runtime, executor, run_dir, record, matrix, events, done):
     total = len(jobs)
     record["status"] = "running"
     runfolder.write_run(run_dir, record)
+    if getattr(executor, "batch", False):
+        return _execute_batch(jobs, runtime, executor, run_dir, record,
+                              matrix, events, done)
     try:
         reasons, failures = _prepare(jobs, runtime, events, done)
         for index, job in enumerate(jobs, 1):
@@ -166,6 +183,43 @@ def _execute(jobs, runtime, executor, run_dir, record, matrix, events, done):
                    if e["status"] in runfolder.DONE_STATUSES)
         raise Interrupted(run_dir, kept)
     _close(run_dir, record, "complete")
+
+
+def _execute_batch(jobs, runtime, executor, run_dir, record, matrix, events,
+                   done):
+    """A batch executor (Slurm) runs the jobs elsewhere: here each job is
+    prepared, ended at once when it cannot run, or given its spec file;
+    the executor submits the rest and waits for them (or not)."""
+    try:
+        reasons, failures = _prepare(jobs, runtime, events, done)
+
+        def local_result(job):
+            target = job.placement.target
+            if job.skip_reason or reasons.get(target):
+                return _write(run_dir, job, collect.synthesized(
+                    job, "unsupported", "Unsupported",
+                    job.skip_reason or reasons[target]))
+            if target in failures:
+                return _write(run_dir, job, collect.synthesized(
+                    job, "error", "SetupFailed", failures[target]))
+            return None
+
+        status = executor.execute(
+            jobs, runtime, run_dir, record, events, done, local_result,
+            lambda job: _prepare_files(job, runtime, run_dir, matrix))
+    except KeyboardInterrupt:
+        _close(run_dir, record, "interrupted")
+        kept = sum(1 for e in record["jobs"]
+                   if e["status"] in runfolder.DONE_STATUSES)
+        left = getattr(executor, "left_running", None)
+        raise Interrupted(run_dir, kept, (
+            f"Slurm job(s) {', '.join(left)} left queued or running"
+            if left else "its queued and running Slurm tasks were cancelled"))
+    if status == "submitted":
+        record["status"] = "submitted"
+        runfolder.write_run(run_dir, record)
+    else:
+        _close(run_dir, record, status)
 
 
 def _prepare(jobs, runtime, events, done):
@@ -196,7 +250,7 @@ def _run_one(job, entry, runtime, executor, run_dir, matrix, reasons,
         result = _write(run_dir, job, collect.synthesized(
             job, "error", "SetupFailed", failures[target]))
     else:
-        result = _launch(job, runtime, executor, run_dir, matrix)
+        result = launch_job(job, runtime, executor, run_dir, matrix)
     entry.update(status=result["status"], finished_at=utc_now(),
                  wall_s=round(time.monotonic() - started, 3),
                  message=(result["error"] or {}).get("message"))
@@ -221,15 +275,24 @@ def spec_file(job, container, matrix):
     }
 
 
-def _launch(job, runtime, executor, run_dir, matrix):
+def _prepare_files(job, runtime, run_dir, matrix):
+    """Before a job starts: its old result gone (a retried job must never
+    be judged by it), its spec file written. (container, spec)."""
     run_dir = Path(run_dir)
     result_path = run_dir / f"{job.id}.json"
-    # First: a retried job must never be judged by its old result.
     if result_path.exists():
         result_path.unlink()
     container = runtime.describe(job.placement.target)
     spec = spec_file(job, container, matrix)
     resultfile.write_atomic(str(run_dir / f"{job.id}.spec.json"), spec)
+    return container, spec
+
+
+def launch_job(job, runtime, executor, run_dir, matrix):
+    """Run one job to its final result: here, or in a Slurm task."""
+    run_dir = Path(run_dir)
+    result_path = run_dir / f"{job.id}.json"
+    container, spec = _prepare_files(job, runtime, run_dir, matrix)
     launch = runtime.launch(job, run_dir)
     try:
         exit = executor.run(launch, run_dir / f"{job.id}.log", job.timeout_s)

@@ -1,0 +1,76 @@
+"""The Slurm executor's pure parts, no cluster needed: Slurm's task ranges,
+where options come from, and the arrays jobs are grouped into."""
+import pytest
+
+from dlrepro.bench import plan
+from dlrepro.errors import UserError
+from dlrepro.run import slurm
+
+
+@pytest.mark.parametrize("text, indices", [
+    ("3", [3]), ("0-3", [0, 1, 2, 3]), ("0-7%2", list(range(8))),
+    ("[1,3-4]", [1, 3, 4]), ("[0-2%1]", [0, 1, 2]),
+])
+def test_task_ranges_as_slurm_writes_them(text, indices):
+    assert slurm.task_ids(text) == indices
+
+
+def test_flags_over_suite_over_config_file(tmp_path):
+    config = tmp_path / "cluster.toml"
+    config.write_text('partition = "a"\naccount = "x"\ntime_limit = 90\n'
+                      'sbatch = "--reservation=r --nice=5"\n')
+    suite = {"name": "s", "slurm": {"partition": "b", "array_throttle": 2}}
+    options = slurm.options({"partition": "c", "qos": None,
+                             "exclusive": False}, suite, config)
+    assert options.partition == "c"
+    assert options.account == "x"
+    assert options.time_limit == "90"
+    assert options.array_throttle == 2
+    assert options.exclusive is False
+    assert options.sbatch == ("--reservation=r", "--nice=5")
+
+
+@pytest.mark.parametrize("text, says", [
+    ('nodes = 3\n', "unknown Slurm options nodes"),
+    ('sbatch = [1, 2]\n', "`sbatch` must be a list"),
+    ('partition = \n', "not valid TOML"),
+])
+def test_bad_config_files_are_one_line(tmp_path, text, says):
+    config = tmp_path / "cluster.toml"
+    config.write_text(text)
+    with pytest.raises(UserError, match=says):
+        slurm.options({}, None, config)
+
+
+def test_a_missing_config_file(tmp_path):
+    with pytest.raises(UserError, match="--slurm-config"):
+        slurm.options({}, None, tmp_path / "nope.toml")
+
+
+def _job(network, threads, device="cpu", gpus=0):
+    cell = {"framework": "pytorch", "profile": "cpu", "network": network,
+            "dataset": "synthetic", "batch_size": 8, "global_batch_size": 8,
+            "device": device, "gpus": gpus, "threads": threads,
+            "iterations": 2, "warmup": 1, "runtime": "native", "seed": 0,
+            "clock_policy": "observe"}
+    return plan.job_for(cell, 60)
+
+
+def test_jobs_asking_for_the_same_resources_share_an_array():
+    jobs = [_job("fcn5", 1), _job("fcn8", 1), _job("lstm", 2),
+            _job("alexnet", None, "gpu", 2)]
+    groups = {a.resources: [j.spec["network"] for j in a.jobs]
+              for a in slurm.arrays(jobs)}
+    assert groups == {("--cpus-per-task=1",): ["fcn5", "fcn8"],
+                      ("--cpus-per-task=2",): ["lstm"],
+                      ("--gpus=2",): ["alexnet"]}
+
+
+def test_time_limit_defaults_to_the_timeout_plus_margins():
+    executor = slurm.SlurmExecutor(slurm.Options(partition="p", exclusive=True,
+                                                 gpu_freq="high"))
+    [array] = slurm.arrays([_job("fcn5", 1)])
+    args = executor.sbatch_args(array, None, 60)
+    assert "--time=12" in args  # 60 s + 30 s grace + 600 s, in minutes
+    assert {"--partition=p", "--exclusive", "--gpu-freq=high",
+            "--no-requeue", "--cpus-per-task=1"} <= set(args)
