@@ -1,0 +1,143 @@
+"""Does the harness time JAX as a plain JAX training loop runs?
+
+Times the harness's loop (harness.timing.run_loop over the JAX backend's
+session: one jitted step with donated buffers, waiting for every output)
+against the loop of JAX's and Optax's tutorials for the same model: a
+`jax.jit`-decorated step of `jax.value_and_grad` and `optax.sgd`, no
+donation, called in a Python loop that waits for the loss alone. Both start
+from the backend's translation of the same description (same weights, batch,
+optimizer and loss). Blocks of iterations alternate in one process (harness,
+plain, plain, harness, ...), so drift and background load hit both alike;
+`--block 1` alternates every iteration. Prints the ratio of mean (and of
+median) iteration times per network; the goal is within 5%.
+
+    PYTHONPATH=. .venvs/jax-cpu/bin/python benchmarks/idiomatic_jax.py \\
+        [--rounds 6] [--block 5] [--warmup 3] [--threads 2] [--json]
+"""
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import networks, threads  # noqa: E402
+from harness.timing import run_loop  # noqa: E402
+import sidebyside  # noqa: E402
+
+CASES = (("fcn5", 64), ("alexnet-r", 128), ("resnet-56", 16), ("lstm", 32))
+
+
+class PlainLoop(object):
+    """The tutorial loop: a jitted step, a Python for loop, the clock read
+    once the loss is ready."""
+
+    def __init__(self, backend, network, inputs, labels):
+        import jax  # the framework loads only in its own venv
+        import optax
+        model = backend.build_model(network, seed=0)
+        optimizer = optax.sgd(network.learning_rate,
+                              momentum=network.momentum or None)
+        self.params, self.state = model.params, model.state
+        self.opt_state = optimizer.init(self.params)
+        self.inputs, self.labels = inputs, labels
+
+        def loss_fn(params, state, x, y):
+            logits, state = model.apply(params, state, x, True)
+            logits = logits.reshape((-1, logits.shape[-1]))
+            return optax.softmax_cross_entropy_with_integer_labels(
+                logits, y.reshape(-1)).mean(), state
+
+        @jax.jit
+        def train_step(params, state, opt_state, x, y):
+            (loss, state), grads = jax.value_and_grad(
+                loss_fn, has_aux=True)(params, state, x, y)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), state, opt_state, loss
+
+        self.train_step = train_step
+
+    def run(self, steps):
+        times = []
+        for _ in range(steps):
+            started = time.perf_counter()
+            self.params, self.state, self.opt_state, loss = self.train_step(
+                self.params, self.state, self.opt_state, self.inputs,
+                self.labels)
+            loss.block_until_ready()
+            times.append(time.perf_counter() - started)
+        return times
+
+
+def measure(backend, name, batch, rounds, block, warmup):
+    network = networks.get(name)
+    session = backend.prepare(network, batch, "cpu", seed=0)
+    plain = PlainLoop(backend, network, session.inputs, session.labels)
+    run_loop(session.step, iterations=0, warmup=warmup)
+    plain.run(warmup)
+    harness_times, plain_times, ratios = [], [], []
+    for index in range(rounds):
+        # ABBA order: whichever runs second in a round (caches warm from
+        # the other model, background load shifting) alternates.
+        if index % 2 == 0:
+            series = run_loop(session.step, iterations=block, warmup=0)
+            times = plain.run(block)
+        else:
+            times = plain.run(block)
+            series = run_loop(session.step, iterations=block, warmup=0)
+        harness_times += series.times
+        plain_times += times
+        ratios.append(statistics.mean(series.times) / statistics.mean(times))
+    case = sidebyside.block_case(name, batch, rounds, block, "plain",
+                                 harness_times, plain_times, ratios)
+    case.update({
+        "harness_median_s": statistics.median(harness_times),
+        "plain_median_s": statistics.median(plain_times),
+        # Robust to the odd iteration that background load stretches.
+        "ratio_of_medians": (statistics.median(harness_times)
+                             / statistics.median(plain_times)),
+    })
+    return case
+
+
+def format_rows(rows):
+    return sidebyside.rows_table(rows, (
+        ("harness s/iter", "harness_mean_s", 4),
+        ("plain s/iter", "plain_mean_s", 4),
+        ("ratio of means", "ratio_of_means", 3),
+        ("ratio of medians", "ratio_of_medians", 3)))
+
+
+def main():
+    parser = sidebyside.block_parser(__doc__.splitlines()[0], 6)
+    parser.add_argument("--networks", default=",".join(n for n, _ in CASES),
+                        help="subset of {}".format(
+                            ", ".join(n for n, _ in CASES)))
+    args = parser.parse_args()
+    chosen = args.networks.split(",")
+    unknown = sorted(set(chosen) - set(n for n, _ in CASES))
+    if unknown:
+        parser.error("unknown networks {}; choose from {}".format(
+            ", ".join(unknown), ", ".join(n for n, _ in CASES)))
+    threads.apply(args.threads)  # before XLA sizes its thread pools
+    from harness.frameworks.jax import backend
+    backend.configure(args.threads, "cpu", 0)
+    rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
+            for name, batch in CASES if name in chosen]
+    versions = backend.versions("cpu")
+    if args.json:
+        print(json.dumps({"versions": versions, "threads": args.threads,
+                          "effective_threads": backend.effective_threads(),
+                          "rows": rows}, indent=2, sort_keys=True))
+    else:
+        print("jax {}, jaxlib {}, optax {}, {} threads ({} CPUs)".format(
+            versions["framework_version"], versions["jaxlib_version"],
+            versions["optax_version"], args.threads,
+            backend.effective_threads()))
+        print("\n".join(format_rows(rows)))
+
+
+if __name__ == "__main__":
+    main()
