@@ -286,6 +286,9 @@ def test_idiomatic_benchmark_reports_both_loops(jax_python, root):
     assert row["harness_mean_s"] > 0 and row["plain_mean_s"] > 0
     assert row["ratio_of_means"] == pytest.approx(
         row["harness_mean_s"] / row["plain_mean_s"])
+    assert len(row["donated_round_ratios"]) == 2
+    assert row["donated_ratio_of_means"] == pytest.approx(
+        row["harness_mean_s"] / row["donated_mean_s"])
 
 
 def test_idiomatic_benchmark_rejects_unknown_networks(jax_python, root):
