@@ -16,7 +16,7 @@ import pytest
 import probes
 from probes import run_cell, run_probe
 
-from harness import networks as nets
+from harness import compat, networks as nets
 from harness.frameworks.jax import backend
 
 
@@ -63,6 +63,34 @@ def test_a_deviceless_allocation_failure_is_oom_only_in_a_gpu_cell(
     assert backend.is_out_of_memory(EXHAUSTED) is expected
     assert backend.is_out_of_memory(MemoryError()) is False
     assert backend.is_out_of_memory(ValueError("shapes differ")) is False
+
+
+# The jax/cuda profile's kernels (dockerfiles/matrix.toml) through the gate,
+# as the host passes them (dlrepro.run.pipeline.STACK_KEYS).
+GATE = [
+    # (GPU, capability, driver, verdict, runs as)
+    ("h200", "9.0", "580.95.05", compat.NATIVE, "sm_90"),
+    ("a100", "8.0", "580.95.05", compat.NATIVE, "sm_80"),
+    ("l4-sm89-uses-sm80", "8.9", "580.95.05", compat.NATIVE, "sm_80"),
+    ("b200", "10.0", "580.95.05", compat.NATIVE, "sm_100"),
+    ("rtx5090-through-ptx", "12.0", "580.95.05", compat.PTX_JIT,
+     "compute_120"),
+    ("k80", "3.7", "470.256.02", compat.DRIVER_TOO_OLD, None),
+    ("t4-sm75-uses-sm70", "7.5", "535.54.03", compat.NATIVE, "sm_70"),
+]
+
+
+@pytest.mark.parametrize("capability, driver, verdict, runs_as",
+                         [g[1:] for g in GATE], ids=[g[0] for g in GATE])
+def test_the_gate_knows_jaxlibs_architectures(capability, driver, verdict,
+                                              runs_as):
+    from dlrepro import matrix
+    from dlrepro.run.pipeline import STACK_KEYS
+    entry = matrix.entry(matrix.load(), "jax", "cuda")
+    stack = dict((key, entry[key]) for key in STACK_KEYS)
+    result = compat.check(capability, driver, stack)
+    assert result["verdict"] == verdict, result["reason"]
+    assert result["runs_as"] == runs_as
 
 
 # --- networks, layer conventions, training: the probes every backend runs ------
