@@ -534,8 +534,11 @@ class Session(backends.Session):
         return float(value)
 
     def output_shape(self):
-        out, _state = self.model.apply(self.params, self.state, self.inputs,
-                                       False)
+        # The forward pass traced, not run: op-by-op (unjitted) execution of
+        # resnet50 would take longer than the training step.
+        out, _state = _jax().eval_shape(
+            lambda params, state, x: self.model.apply(params, state, x, False),
+            self.params, self.state, self.inputs)
         return tuple(out.shape[1:])
 
 
