@@ -14,7 +14,7 @@ describes. Batch-norm statistics are each replica's own (as in DDP without
 SyncBatchNorm); evaluation uses replica 0's.
 """
 from .. import arrays, dataparallel
-from ...errors import HarnessError
+from ...errors import HarnessError, Unsupported
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
@@ -29,9 +29,15 @@ AXIS = "workers"
 
 
 def _shard_map(jax):
+    """jax.shard_map (JAX 0.7 and newer), whose autodiff sums the gradients
+    of replicated inputs (see replica_step). The older
+    jax.experimental.shard_map is not used: whether its transpose sums them
+    depends on its check_rep mode, which was not verified here."""
     shard_map = getattr(jax, "shard_map", None)
-    if shard_map is None:  # JAX < 0.7 keeps it under experimental
-        from jax.experimental.shard_map import shard_map
+    if shard_map is None:
+        raise Unsupported("JAX {} has no jax.shard_map (0.7 or newer); its "
+                          "data parallelism is not supported here".format(
+                              jax.__version__))
     return shard_map
 
 
