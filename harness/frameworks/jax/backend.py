@@ -1,6 +1,9 @@
 """JAX backend: plain JAX (jax.numpy, jax.lax) with Optax's SGD, the whole
 training iteration one jitted function.
 
+Why this is long: one framework's translation of every layer kind of the ten
+networks plus its training session, as in the other backends.
+
 Why plain JAX and not Flax: the networks are data (harness.networks), and a
 functional translation of that data is a short table of jax.lax calls in
 which every initialiser, padding and pooling rule stands where the
