@@ -15,7 +15,7 @@ def invoke(root, *args):
 
 @pytest.mark.parametrize("args,message", [
     (["--framework", "caffe"], "error: unknown framework 'caffe'; valid "
-     "frameworks: cntk, mxnet, pytorch, tensorflow"),
+     "frameworks: cntk, jax, mxnet, pytorch, tensorflow"),
     (["--framework", "pytorch", "--network", "vgg"],
      "error: unknown network 'vgg'; valid networks: alexnet, alexnet-r, "),
     (["--framework", "pytorch", "--suite", "nightly"],

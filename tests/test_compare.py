@@ -47,3 +47,11 @@ def test_cpu_and_failed_cells_are_left_out():
                          pair("mxnet", "fcn-r", 4096, None, status="oom")],
                         reference) == []
     assert "no result in this run" in compare.format_rows([])[0]
+
+
+def test_jax_has_no_2016_tool_and_is_left_out():
+    # JAX was not in the 2016 round: its GPU results have nothing to meet.
+    reference = compare.load_reference()
+    assert compare.rows([pair("jax", "fcn-r", 4096, 0.01)], reference) == []
+    assert compare.rows([pair("jax", "fcn-r", 4096, 0.01),
+                         pair("mxnet", "fcn-r", 4096, 0.01)], reference)

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Data parallelism reuses each backend's build_model: a framework is tested
 # here once its backend is in the tree. CNTK trains in its image, under the
 # image's mpirun (tests/cntkenv.py).
-FRAMEWORKS = [f for f in ("pytorch", "tensorflow", "mxnet", "cntk")
+FRAMEWORKS = [f for f in ("pytorch", "tensorflow", "mxnet", "cntk", "jax")
               if (ROOT / "harness" / "frameworks" / f / "backend.py").exists()]
 # 1 vs 2 workers: the same global batches, gradients averaged over the
 # global batch, so the curves differ only by float32 reduction order

@@ -47,9 +47,10 @@ VARIANTS = dict([(f, f) for f in FRAMEWORKS] + [("tensorflow-1.15",
                                                   "tensorflow")])
 
 # LSTM bias vectors per gate. PyTorch (b_ih, b_hh) and MXNet (i2h, h2h bias)
-# keep two; TensorFlow/Keras and CNTK one, which is parameter_count's
-# convention.
-LSTM_BIAS_VECTORS = {"pytorch": 2, "mxnet": 2, "tensorflow": 1, "cntk": 1}
+# keep two; TensorFlow/Keras, CNTK and JAX (our own cell) one, which is
+# parameter_count's convention.
+LSTM_BIAS_VECTORS = {"pytorch": 2, "mxnet": 2, "tensorflow": 1, "cntk": 1,
+                     "jax": 1}
 
 # Batch per network: 1-2 for the big ones (fcn8 alone is 130 M parameters)
 # so the probe stays quick; enough samples on the small ones that the first

@@ -144,7 +144,7 @@ def test_render_task_prints_the_dockerfile_and_rejects_bad_names(root):
                           cwd=root, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: unknown framework 'caffe'; valid frameworks: cntk, mxnet, "
+        "error: unknown framework 'caffe'; valid frameworks: cntk, jax, mxnet, "
         "pytorch, tensorflow"]
 
 

@@ -1,0 +1,175 @@
+"""JAX data parallelism: `shard_map` over a one-axis mesh of N devices in
+one process; on the CPU N host devices (jax_num_cpu_devices, what
+--xla_force_host_platform_device_count sets), on GPUs N GPUs.
+
+The model comes from the JAX backend's build_model. Parameters and the
+optimizer state are replicated; each replica takes its contiguous part of
+the global batch (the batch is laid out over the mesh's axis, so replica r
+holds dataparallel.shard(batch, r, N)), its loss is its part's summed
+per-sample cross-entropy divided by the global batch, and the replicas' gradients
+are summed (an all-reduce, NCCL on GPUs: the psum that shard_map's
+autodiff inserts for replicated parameters), so that every replica
+applies the update of the global batch's mean loss, as dataparallel
+describes. Batch-norm statistics are each replica's own (as in DDP without
+SyncBatchNorm); evaluation uses replica 0's.
+"""
+from .. import arrays, dataparallel
+from ...errors import HarnessError, Unsupported
+from . import backend
+from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
+
+PROCESS_PER_WORKER = False
+MECHANISM = {
+    "cpu": "jax.shard_map over N host devices (jax_num_cpu_devices) in one "
+           "process, gradients psum-reduced (replicas share the cores)",
+    "gpu": "jax.shard_map over N GPUs in one process, gradients "
+           "psum-reduced (NCCL all-reduce)",
+}
+AXIS = "workers"
+
+
+def _shard_map(jax):
+    """jax.shard_map (JAX 0.7 and newer), whose autodiff sums the gradients
+    of replicated inputs (see replica_step). The older
+    jax.experimental.shard_map is not used: whether its transpose sums them
+    depends on its check_rep mode, which was not verified here."""
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:
+        raise Unsupported("JAX {} has no jax.shard_map (0.7 or newer); its "
+                          "data parallelism is not supported here".format(
+                              jax.__version__))
+    return shard_map
+
+
+def _to_nhwc(array):
+    if array.ndim == 4:
+        return array.transpose(0, 2, 3, 1).copy()
+    return array
+
+
+def per_sample_losses(logits, labels):
+    """Softmax cross-entropy per sample; for token outputs (batch, steps,
+    classes) the mean over a sample's tokens."""
+    optax = backend._optax()
+    losses = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    if losses.ndim == 2:
+        losses = losses.mean(axis=1)
+    return losses
+
+
+class _Trainer(dataparallel.Trainer):
+    # global_losses: the step already reduces over the replicas.
+
+    def __init__(self, plan, data):
+        super(_Trainer, self).__init__(plan, backend)
+        device = plan["device"]
+        backend.configure(plan["threads"], device, plan["seed"],
+                          cpu_devices=self.workers if device == "cpu"
+                          else None)
+        jax = backend._jax()
+        np = backend._np()
+        self.jax = jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+        devices = jax.devices("gpu" if device == "gpu" else "cpu")
+        if len(devices) < self.workers:
+            # On the CPU: JAX started before configure() could ask for the
+            # host devices.
+            raise HarnessError("{} workers need {} {} devices; JAX sees "
+                               "{}".format(self.workers, self.workers, device,
+                                           len(devices)))
+        mesh = Mesh(np.array(devices[:self.workers]), (AXIS,))
+        self.split = NamedSharding(mesh, PartitionSpec(AXIS))
+        self.replicated = NamedSharding(mesh, PartitionSpec())
+        (train_x, train_y), (test_x, test_y) = arrays.train_test(
+            data, self.network)
+        dtype = "int32" if self.network.input_dtype == "int64" else "float32"
+        self.train_x = _to_nhwc(train_x).astype(dtype)
+        self.test_x = _to_nhwc(test_x).astype(dtype)
+        self.train_y = train_y.astype("int32")
+        self.test_y = test_y.astype("int32")
+        model = backend.build_model(self.network, plan["seed"])
+        self.model = model
+        optimizer = backend.make_optimizer(self.network)
+        self.parameters = backend.parameter_count(model.params)
+        self.params = jax.device_put(model.params, self.replicated)
+        self.opt_state = jax.device_put(optimizer.init(model.params),
+                                        self.replicated)
+        # One copy of the batch-norm statistics per replica, stacked.
+        self.state = jax.device_put(
+            jax.tree_util.tree_map(
+                lambda leaf: np.stack([np.asarray(leaf)] * self.workers),
+                model.state), self.split)
+        self._step = self._make_step(mesh, optimizer)
+        self._evaluate = jax.jit(self._eval_chunk)
+
+    def _make_step(self, mesh, optimizer):
+        jax = self.jax
+        optax = backend._optax()
+        from jax.sharding import PartitionSpec as P
+        apply, scale = self.model.apply, float(self.global_batch)
+
+        def objective(params, state, inputs, labels):
+            logits, state = apply(params, state, inputs, True)
+            return per_sample_losses(logits, labels).sum() / scale, state
+
+        def replica_step(params, state, opt_state, inputs, labels):
+            state = jax.tree_util.tree_map(lambda leaf: leaf[0], state)
+            (loss, state), grads = jax.value_and_grad(
+                objective, has_aux=True)(params, state, inputs, labels)
+            # No psum of the gradients here: the parameters enter
+            # replicated (invariant over the axis), and the transpose of
+            # their implicit broadcast to the varying replicas is a psum,
+            # which autodiff already inserted (shard_map's check_vma, on
+            # by default). The loss is summed explicitly.
+            loss = jax.lax.psum(loss, AXIS)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            state = jax.tree_util.tree_map(lambda leaf: leaf[None], state)
+            return (optax.apply_updates(params, updates), state, opt_state,
+                    loss)
+
+        step = _shard_map(jax)(
+            replica_step, mesh=mesh,
+            in_specs=(P(), P(AXIS), P(), P(AXIS), P(AXIS)),
+            out_specs=(P(), P(AXIS), P(), P()))
+        return jax.jit(step, donate_argnums=(0, 1, 2))
+
+    def step(self, batch):
+        jax = self.jax
+        inputs = jax.device_put(self.train_x[batch], self.split)
+        labels = jax.device_put(self.train_y[batch], self.split)
+        self.params, self.state, self.opt_state, loss = self._step(
+            self.params, self.state, self.opt_state, inputs, labels)
+        jax.block_until_ready((self.params, self.state, self.opt_state, loss))
+        return float(loss)
+
+    def _eval_chunk(self, params, state, inputs, labels):
+        jnp = self.jax.numpy
+        logits, _ = self.model.apply(params, state, inputs, False)
+        correct = (jnp.argmax(logits, axis=-1) == labels).sum()
+        return per_sample_losses(logits, labels).sum(), correct
+
+    def evaluate(self):
+        jax = self.jax
+        # Replica 0's statistics; everything on the parameters' devices.
+        state = jax.device_put(
+            jax.tree_util.tree_map(lambda leaf: leaf[0],
+                                   jax.device_get(self.state)),
+            self.replicated)
+        total, correct, count = 0.0, 0, 0
+        chunk = 1024
+        for start in range(0, len(self.test_y), chunk):
+            inputs = jax.device_put(self.test_x[start:start + chunk],
+                                    self.replicated)
+            labels = jax.device_put(self.test_y[start:start + chunk],
+                                    self.replicated)
+            loss, hits = self._evaluate(self.params, state, inputs, labels)
+            total += float(loss)
+            correct += int(hits)
+            count += labels.size
+        # Accuracy counts tokens for the LSTM, samples otherwise; the loss
+        # is per sample (per-token mean within a sample).
+        return total / len(self.test_y), correct / float(count)
+
+
+def train(plan, data, log):
+    return dataparallel.train_here(_Trainer(plan, data), plan, data)
