@@ -128,13 +128,20 @@ def env(c, framework=None, profile="cpu"):
                   "instead of making virtual environments",
         "repeat": "independent processes per cell (default: the suite's, "
                   "1); the cell's interval then spans the processes",
+        "precision": "default (the framework's own, recorded as what it "
+                     "resolves to), fp32 (strict: no TF32), tf32, bf16 or "
+                     "fp16 (mixed precision); default: the suite's",
+        "compile": "compile mode: none, or pytorch default|reduce-overhead|"
+                   "max-autotune, tensorflow function|xla, mxnet hybridize "
+                   "(default: the suite's, else each framework's own)",
     })
 @user_errors
 def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
           iterations=None, warmup=None, runtime="docker", out="results",
           resume=False, dry_run=False, timeout=None, seed="0",
-          clock_policy=None, python=None, repeat=None):
+          clock_policy=None, python=None, repeat=None, precision=None,
+          compile=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from dlrepro import matrix
     from dlrepro.bench import plan, report, runner
@@ -145,7 +152,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         network=network, batch_size=batch_size, device=device,
         threads=threads, iterations=iterations, warmup=warmup,
         runtime=runtime, seed=seed, clock_policy=clock_policy,
-        timeout=timeout, repeat=repeat)
+        timeout=timeout, repeat=repeat, precision=precision, compile=compile)
     suite_data, jobs = runner.make_plan(suite, options, m,
                                         runner.current_host())
     if dry_run:
