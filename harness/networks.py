@@ -353,10 +353,10 @@ FLOPS_CONVENTION = ("2 FLOPs per multiply-accumulate of dense, convolution "
 
 
 EXECUTED_FLOPS_CONVENTION = (
-    "as flops_per_iteration, less the input gradients of the first layer "
-    "with parameters and of any layer before it: they lead back to the "
-    "data, which needs no gradient, so no framework computes them; "
-    "achieved FLOP/s and MFU use this count")
+    "as flops_per_iteration, less the gradients nothing needs: the input "
+    "gradients of the first layer with parameters and of any layer before "
+    "it (they lead back to the data) and each LSTM layer's gradient into "
+    "its zero initial state; achieved FLOP/s and MFU use this count")
 
 
 def forward_flops_per_sample(network):
@@ -380,9 +380,10 @@ def _input_gradient_macs(r):
 
 
 def skipped_flops_per_sample(network):
-    """Backward FLOPs that 3 x forward counts but no framework computes:
+    """Backward FLOPs that 3 x forward counts but training does not need:
     input gradients of the layers up to and including the first layer with
-    parameters, whose input (the data) needs no gradient."""
+    parameters, whose input (the data) needs no gradient; and in every LSTM
+    layer the recurrent gradient into the zero initial state."""
     skipped = 0
     for r in resolve(network):
         skipped += _input_gradient_macs(r)
@@ -390,6 +391,9 @@ def skipped_flops_per_sample(network):
             # Everything after a trainable layer feeds its gradient (a
             # residual block is taken as trainable: all of ours are).
             break
+    for r in _walk(resolve(network)):
+        if type(r.layer) is LSTM:
+            skipped += r.layer.layers * 4 * r.layer.hidden * r.layer.hidden
     return 2 * skipped
 
 
