@@ -106,12 +106,6 @@ def math_mode(device):
 
 def _set_math(mx, precision, device, network, compile_mode):
     """AMP for bf16 (CPU) and fp16 (GPU); TF32 off for strict fp32."""
-    if precision in ("bf16", "fp16") and compile_mode == "hybridize" and \
-            any(type(r.layer) is nets.LSTM for r in nets.resolve(network)):
-        # amp's wrapped symbol.zeros gets no inputs from the LSTM's
-        # begin_state when traced (TypeError inside mxnet.contrib.amp).
-        raise Unsupported("MXNet 1.9's AMP breaks Gluon's LSTM when "
-                          "hybridized; --compile none runs it imperatively")
     if precision == "fp32" and device == "gpu":
         os.environ[TF32_OVERRIDE] = "0"
     if precision == "bf16" and device == "gpu":
@@ -120,6 +114,12 @@ def _set_math(mx, precision, device, network, compile_mode):
     if precision == "fp16" and device != "gpu":
         raise Unsupported("MXNet 1.9's AMP float16 lists are CUDA "
                           "operators; on the CPU it offers bfloat16 (bf16)")
+    if precision in ("bf16", "fp16") and compile_mode == "hybridize" and \
+            any(type(r.layer) is nets.LSTM for r in nets.resolve(network)):
+        # amp's wrapped symbol.zeros gets no inputs from the LSTM's
+        # begin_state when traced (TypeError inside mxnet.contrib.amp).
+        raise Unsupported("MXNet 1.9's AMP breaks Gluon's LSTM when "
+                          "hybridized; --compile none runs it imperatively")
     if precision in ("bf16", "fp16"):
         from mxnet.contrib import amp
         amp.init(target_dtype="bfloat16" if precision == "bf16"
