@@ -378,3 +378,16 @@ def test_mfu_is_measured_against_the_peak_of_the_precision(
     assert mfu["achieved_flops_per_s"] == pytest.approx(
         result["model"]["executed_flops_per_iteration"] /
         result["timing"]["mean_s"])
+
+
+def test_bad_flags_are_one_line_errors():
+    for args, message in (
+            (("--precision", "fp8"), "error: --precision: precision must be "
+             "one of default, fp32, tf32, bf16, fp16, got 'fp8'\n"),
+            (("--compile", "default", "--warmup", "0"),
+             "error: --compile default compiles in the first iteration: give "
+             "--warmup 1 or more\n")):
+        proc = subprocess.run([INVOKE, "bench", "--framework", "pytorch",
+                               "--dry-run", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and proc.stderr == message

@@ -117,6 +117,9 @@ def build(suite, options, m, host):
                 "compile": options.compile or group.get("compile"),
             }
             assert tuple(cell) == CELL_FIELDS
+            if cell["compile"] not in (None, "none") and cell["warmup"] < 1:
+                raise UserError(f"--compile {cell['compile']} compiles in the "
+                                f"first iteration: give --warmup 1 or more")
             repeat = options.repeat or group.get("repeat", 1)
             for process in range(1, repeat + 1):
                 item = job_for(cell, options.timeout_s or group["timeout_s"],
