@@ -192,14 +192,18 @@ def _compile(torch, model, mode, device):
     """The model torch.compile'd in `mode` ("none": as it is)."""
     if mode == "none":
         return model
+    # Inductor builds C++ for the CPU, and Triton builds its GPU kernel
+    # launchers with a C compiler: without one the first iteration would
+    # fail deep inside them.
     if device == "cpu":
-        # Inductor writes and builds C++ for the CPU: without a compiler the
-        # first iteration would fail deep inside it.
-        compilers = [c for c in (os.environ.get("CXX"), "g++", "c++")
-                     if c and shutil.which(c)]
-        if not compilers:
-            raise Unsupported("torch.compile on the CPU needs a C++ "
-                              "compiler (g++) for inductor; none is on PATH")
+        names, what = (os.environ.get("CXX"), "g++", "c++", "clang++"), \
+            "a C++ compiler (g++) for inductor's CPU code"
+    else:
+        names, what = (os.environ.get("CC"), "gcc", "cc", "clang"), \
+            "a C compiler (gcc) for Triton's kernel launchers"
+    if not any(name and shutil.which(name) for name in names):
+        raise Unsupported("torch.compile needs {}; none is on PATH".format(
+            what))
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
