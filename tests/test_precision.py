@@ -391,3 +391,22 @@ def test_bad_flags_are_one_line_errors():
                                "--dry-run", *args], cwd=ROOT,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2 and proc.stderr == message
+
+
+def test_torch_compile_without_a_compiler_is_unsupported(make_cell, tmp_path):
+    # The PyTorch image has no C++ compiler: the cell says so instead of
+    # failing inside inductor.
+    cell = _cell(make_cell, "pytorch", compile="default")
+    (tmp_path / "spec.json").write_text(json.dumps({"cell": cell,
+                                                    "container": None}))
+    proc = subprocess.run(
+        [_python("pytorch"), "-s", "-m", "harness", "run", "--spec",
+         str(tmp_path / "spec.json"), "--out", str(tmp_path / "out.json")],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env={"PATH": str(tmp_path), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["status"] == "unsupported"
+    assert result["error"]["message"] == (
+        "torch.compile needs a C++ compiler (g++) for inductor's CPU code; "
+        "none is on PATH")
