@@ -189,16 +189,23 @@ def env(c, framework=None, profile="cpu"):
         "repeat": "independent processes per cell (default: the suite's, "
                   "1); the cell's interval then spans the processes",
         **_SLURM_HELP,
+        "precision": "default (the framework's own, recorded as what it "
+                     "resolves to), fp32 (strict: no TF32), tf32, bf16 or "
+                     "fp16 (mixed precision); default: the suite's",
+        "compile": "compile mode: none, or pytorch default|reduce-overhead|"
+                   "max-autotune, tensorflow function|xla, mxnet hybridize "
+                   "(default: the suite's, else each framework's own)",
     })
 @user_errors
 def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
           iterations=None, warmup=None, runtime="docker", out="results",
           resume=False, dry_run=False, timeout=None, seed="0",
-          clock_policy=None, python=None, repeat=None, executor="local",
-          partition=None, account=None, qos=None, constraint=None,
-          exclusive=False, time_limit=None, array_throttle=None, mem=None,
-          gpu_freq=None, slurm_config=None, no_wait=False):
+          clock_policy=None, python=None, repeat=None, precision=None,
+          compile=None, executor="local", partition=None, account=None,
+          qos=None, constraint=None, exclusive=False, time_limit=None,
+          array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
+          no_wait=False):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from dlrepro import matrix
     from dlrepro.bench import plan, report, runner
@@ -209,7 +216,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         network=network, batch_size=batch_size, device=device,
         threads=threads, iterations=iterations, warmup=warmup,
         runtime=runtime, seed=seed, clock_policy=clock_policy,
-        timeout=timeout, repeat=repeat)
+        timeout=timeout, repeat=repeat, precision=precision, compile=compile)
     host = runner.current_host()
     if executor == "slurm":  # cells run on the partition's nodes, not here
         from dlrepro.run import slurm

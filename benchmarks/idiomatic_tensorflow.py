@@ -132,7 +132,8 @@ def main():
     backend.configure(args.threads, "cpu", 0)
     rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
             for name, batch in CASES if name in chosen]
-    versions = backend.versions("cpu")
+    # XLA off: prepare's default compile mode is "function", as fit's.
+    versions = dict(backend.versions("cpu"), tf_xla=False)
     if args.json:
         print(json.dumps({"versions": versions, "threads": args.threads,
                           "rows": rows}, indent=2, sort_keys=True))

@@ -32,6 +32,8 @@ def new_result(cell, container=None):
             "threads": None,
         },
         "gpu_clocks": None,
+        "precision": None,
+        "compilation": None,
         "warnings": [],
         "started_at": utc_now(),
         "finished_at": None,
@@ -46,6 +48,9 @@ def model_block(network, global_batch):
         "parameter_note": None,
         "flops_per_iteration": flops,
         "flops_convention": networks.FLOPS_CONVENTION,
+        "executed_flops_per_iteration": networks.executed_flops_per_iteration(
+            network, global_batch),
+        "executed_flops_convention": networks.EXECUTED_FLOPS_CONVENTION,
         "achieved_flops_per_s": None,
         "description": network.description,
     }

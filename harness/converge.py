@@ -197,7 +197,7 @@ def _fill(result, curves, conv):
     mean = result["timing"]["mean_s"]
     if mean:
         result["model"]["achieved_flops_per_s"] = (
-            result["model"]["flops_per_iteration"] / mean)
+            result["model"]["executed_flops_per_iteration"] / mean)
     if timed:
         result["warnings"].extend(stats.warnings_for(timed, 1))
     if block["parallel_note"]:

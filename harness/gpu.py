@@ -270,9 +270,11 @@ class CellGpus(object):
             except Exception:  # a broken framework must not lose the result
                 math_mode = None
         model["math_mode"] = math_mode
+        autocast = (result.get("precision") or {}).get("autocast")
         measured = [(e.get("sm_clock_mhz") or {}).get("mean")
                     for e in (self.telemetry or {}).get("gpus", [])]
         model["mfu"] = peaks.mfu(
-            model["flops_per_iteration"], timing.get("mean_s"),
+            model["executed_flops_per_iteration"], timing.get("mean_s"),
             [info.get("name") for _i, _h, info in self.used], measured,
-            math_mode, _uses_convolution(networks.get(self.cell["network"])))
+            math_mode, _uses_convolution(networks.get(self.cell["network"])),
+            autocast)

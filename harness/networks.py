@@ -352,6 +352,13 @@ FLOPS_CONVENTION = ("2 FLOPs per multiply-accumulate of dense, convolution "
                     "3 x forward (forward, input gradients, weight gradients)")
 
 
+EXECUTED_FLOPS_CONVENTION = (
+    "as flops_per_iteration, less the gradients nothing needs: the input "
+    "gradients of the first layer with parameters and of any layer before "
+    "it (they lead back to the data) and each LSTM layer's gradient into "
+    "its zero initial state; achieved FLOP/s and MFU use this count")
+
+
 def forward_flops_per_sample(network):
     return 2 * sum(_layer_macs(r) for r in _walk(resolve(network)))
 
@@ -359,6 +366,42 @@ def forward_flops_per_sample(network):
 def flops_per_iteration(network, global_batch_size):
     """Analytic training FLOPs for one mini-batch (see FLOPS_CONVENTION)."""
     return 3 * forward_flops_per_sample(network) * global_batch_size
+
+
+def _input_gradient_macs(r):
+    """Multiply-accumulates of a layer's gradient with respect to its
+    input: a dense or convolution layer's equal its forward ones; an LSTM
+    stack's are its first layer's input projection (the recurrent products
+    are needed for the weights anyway)."""
+    if type(r.layer) is LSTM:
+        steps, inputs = r.in_shape
+        return steps * 4 * r.layer.hidden * inputs
+    return _layer_macs(r)
+
+
+def skipped_flops_per_sample(network):
+    """Backward FLOPs that 3 x forward counts but training does not need:
+    input gradients of the layers up to and including the first layer with
+    parameters, whose input (the data) needs no gradient; and in every LSTM
+    layer the recurrent gradient into the zero initial state."""
+    skipped = 0
+    for r in resolve(network):
+        skipped += _input_gradient_macs(r)
+        if type(r.layer) is Residual or _layer_parameters(r):
+            # Everything after a trainable layer feeds its gradient (a
+            # residual block is taken as trainable: all of ours are).
+            break
+    for r in _walk(resolve(network)):
+        if type(r.layer) is LSTM:
+            skipped += r.layer.layers * 4 * r.layer.hidden * r.layer.hidden
+    return 2 * skipped
+
+
+def executed_flops_per_iteration(network, global_batch_size):
+    """Training FLOPs the frameworks execute for one mini-batch (see
+    EXECUTED_FLOPS_CONVENTION)."""
+    return (flops_per_iteration(network, global_batch_size) -
+            skipped_flops_per_sample(network) * global_batch_size)
 
 
 def describe(network):
@@ -371,6 +414,7 @@ def describe(network):
         "dataset": network.dataset,
         "parameters": parameter_count(network),
         "forward_flops_per_sample": forward_flops_per_sample(network),
+        "executed_flops_per_sample": executed_flops_per_iteration(network, 1),
         "learning_rate": network.learning_rate,
         "momentum": network.momentum,
     }

@@ -121,11 +121,19 @@ def peak(gpu, precision, clock_mhz=None):
     return per_clock(gpu, precision) * clock_mhz * 1e6
 
 
-def precision_for(gpu, math_mode, convolution):
-    """Which peak applies to an FP32 run: `tf32` when the framework lets
-    tensor cores run the network's dominant operation (convolutions for
-    convolutional networks, matrix products otherwise) as TF32 and the GPU
-    has TF32, else `fp32`. Returns (precision, note)."""
+def precision_for(gpu, math_mode, convolution, autocast=None):
+    """Which peak applies: a mixed-precision run's (`autocast` "bf16" or
+    "fp16") when the GPU has tensor cores for it; for an FP32 run `tf32`
+    when the framework lets tensor cores run the network's dominant
+    operation (convolutions for convolutional networks, matrix products
+    otherwise) as TF32 and the GPU has TF32, else `fp32`. Returns
+    (precision, note)."""
+    if autocast is not None:
+        if autocast in gpu.peaks:
+            return autocast, ("automatic mixed precision: {} tensor-core "
+                              "peak".format(autocast))
+        return "fp32", ("{} autocast, but this table has no {} peak for the "
+                        "GPU: FP32 peak".format(autocast, autocast))
     op = "conv" if convolution else "matmul"
     mode = (math_mode or {}).get(op)
     if mode is None:
@@ -142,10 +150,12 @@ def precision_for(gpu, math_mode, convolution):
 
 
 def mfu(flops_per_iteration, mean_s, gpu_names, clocks_mhz, math_mode,
-        convolution):
+        convolution, autocast=None):
     """The `model.mfu` block: achieved FLOP/s against the peak of the GPUs
     the cell used, at the SM clock measured during the timed window (each
-    GPU's mean; None where telemetry had none: the datasheet clock then)."""
+    GPU's mean; None where telemetry had none: the datasheet clock then).
+    `flops_per_iteration`: the executed count (harness.networks), so that
+    a gradient no framework computes is not credited as work done."""
     if not gpu_names:
         return None
     block = {"value": None, "precision": None, "achieved_flops_per_s": None,
@@ -162,7 +172,7 @@ def mfu(flops_per_iteration, mean_s, gpu_names, clocks_mhz, math_mode,
         block["note"] = "mixed GPU models; MFU not computed"
         return block
     gpu = entries[0]
-    precision, note = precision_for(gpu, math_mode, convolution)
+    precision, note = precision_for(gpu, math_mode, convolution, autocast)
     clocks = [c for c in (clocks_mhz or []) if c]
     measured = len(clocks) == len(entries)
     total_peak = 0.0

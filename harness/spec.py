@@ -20,7 +20,18 @@ RUNTIME_PATTERN = re.compile(r"^[a-z0-9-]+$")
 # the cell's identity: a resumed run skips a cell only when all are equal.
 CELL_FIELDS = ("framework", "profile", "network", "dataset", "batch_size",
                "global_batch_size", "device", "gpus", "threads", "iterations",
-               "warmup", "runtime", "seed", "clock_policy")
+               "warmup", "runtime", "seed", "clock_policy", "precision",
+               "compile")
+# Arithmetic a cell trains in: the framework's default (recorded as what it
+# resolves to), strict FP32 (TF32 and reduced-precision reductions off),
+# TF32 tensor cores for FP32 layers, or automatic mixed precision (bf16;
+# fp16 with loss scaling). harness.frameworks says which backend offers what.
+PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
+# Fields a cell spec may leave out, and what they then are: specs written
+# before the fields existed read as the framework's defaults. compile None:
+# the framework's default mode (its backend's COMPILE_MODES[0]).
+CELL_DEFAULTS = {"precision": "default", "compile": None}
+COMPILE_PATTERN = re.compile(r"^[a-z0-9-]+$")
 
 CONVERGENCE_FIELDS = ("framework", "profile", "network", "device", "workers",
                       "global_batch_size", "epochs", "seed", "threads",
@@ -56,6 +67,21 @@ def check_framework(name):
             name, ", ".join(FRAMEWORKS)))
 
 
+def check_precision(value):
+    if value not in PRECISIONS:
+        raise HarnessError("precision must be one of {}, got {!r}".format(
+            ", ".join(PRECISIONS), value))
+
+
+def check_compile(value):
+    """A compile mode is null (the framework's default) or a plain name;
+    which names a framework knows is its backend's COMPILE_MODES."""
+    if value is not None and (not isinstance(value, str) or
+                              not COMPILE_PATTERN.match(value)):
+        raise HarnessError("compile must be a mode name (none, default, "
+                           "xla, ...) or null, got {!r}".format(value))
+
+
 def check_placement(spec):
     """The spec's device is a known one and its runtime a plain name."""
     if spec["device"] not in DEVICES:
@@ -70,6 +96,8 @@ def check_placement(spec):
 
 def validate_cell(cell):
     """Check a cell spec; returns it with its fields in canonical order."""
+    if isinstance(cell, dict):
+        cell = dict(CELL_DEFAULTS, **cell)
     check_fields(cell, CELL_FIELDS, "a cell", "cell")
     check_framework(cell["framework"])
     networks.get(cell["network"])
@@ -81,6 +109,12 @@ def validate_cell(cell):
     check_integer(cell, "seed", minimum=0)
     check_integer(cell, "threads", optional=True)
     clocks.parse_policy(cell["clock_policy"])
+    check_precision(cell["precision"])
+    check_compile(cell["compile"])
+    if cell["compile"] not in (None, "none") and cell["warmup"] < 1:
+        raise HarnessError("compile {!r} compiles in the first iteration: "
+                           "give warmup >= 1 so that no timed iteration "
+                           "includes it".format(cell["compile"]))
     workers = max(cell["gpus"], 1)
     if cell["global_batch_size"] != cell["batch_size"] * workers:
         raise HarnessError("global_batch_size must be batch_size x workers "
@@ -178,4 +212,6 @@ def convergence_cell(spec, label, total_iterations):
         ("runtime", spec["runtime"]),
         ("seed", spec["seed"]),
         ("clock_policy", spec["clock_policy"]),
+        ("precision", "default"),
+        ("compile", None),
     ))

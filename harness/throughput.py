@@ -9,7 +9,8 @@ status with the iterations measured so far.
 import sys
 import time
 
-from . import frameworks, gpu, lifecycle, networks, provenance, stats, threads
+from . import (arithmetic, frameworks, gpu, lifecycle, networks, provenance,
+               stats, threads)
 from .blocks import (loss_block, model_block, new_result, parameter_note,
                      timing_block)
 from .errors import Unsupported
@@ -48,11 +49,19 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     # schema rightly refuses.
     env.update(provenance.host_environment())
     loaded = []
+    options = {}
 
     def configure(backend):
         if cell["device"] not in backend.DEVICES:
             raise Unsupported("the {} backend cannot run on {}".format(
                 cell["framework"], cell["device"]))
+        # Before the framework is imported: what it does not offer ends here.
+        options.update(frameworks.prepare_options(
+            backend, cell["precision"], cell["compile"]))
+        result["compilation"] = arithmetic.compilation_block(
+            cell["compile"], frameworks.resolve_compile(backend,
+                                                        cell["compile"]),
+            [], None)
         backend.configure(cell["threads"], cell["device"], cell["seed"])
 
     def body():
@@ -73,7 +82,7 @@ def run_cell(spec, out_path, clock=time.perf_counter):
             raise Unsupported(refusal)
         backend = load_backend(cell["framework"], configure)
         loaded.append(backend)
-        session = _prepare(result, backend, network, cell)
+        session = _prepare(result, backend, network, cell, options)
         # Clocks set before the warm-up; restored in `close` (and at exit).
         warmup = gpus.apply_clocks(result, cell["warmup"])
         run_loop(gpus.timed(session.step, warmup), cell["iterations"], warmup,
@@ -93,16 +102,21 @@ def run_cell(spec, out_path, clock=time.perf_counter):
                          gpus.close, finish)
 
 
-def _prepare(result, backend, network, cell):
+def _prepare(result, backend, network, cell, options):
     """The cell's session, and what the backend reports recorded: versions,
-    threads, parameters."""
+    threads, parameters, the math in force."""
     env = result["environment"]
     env.update(backend.versions(cell["device"]))
     env["threads"] = {"requested": cell["threads"],
                       "framework": backend.effective_threads(),
                       "environment": threads.snapshot()}
     session = backend.prepare(network, cell["batch_size"], cell["device"],
-                              cell["seed"])
+                              cell["seed"], **options)
+    math_mode = (backend.math_mode(cell["device"])
+                 if hasattr(backend, "math_mode") else None)
+    result["precision"] = arithmetic.precision_block(
+        cell["precision"], cell["device"], math_mode,
+        getattr(session, "loss_scaling", None))
     result["model"]["framework_parameters"] = session.parameters
     result["model"]["parameter_note"] = parameter_note(network,
                                                         session.parameters)
@@ -116,7 +130,14 @@ def _finish(result, series, cell):
         mean = result["timing"]["mean_s"]
         if result["model"] is not None and mean:
             result["model"]["achieved_flops_per_s"] = (
-                result["model"]["flops_per_iteration"] / mean)
+                result["model"]["executed_flops_per_iteration"] / mean)
         if series.times:
             result["warnings"].extend(stats.warnings_for(series.times,
                                                          cell["warmup"]))
+    block = result.get("compilation")
+    if block is not None:
+        median = (result.get("timing") or {}).get("median_s")
+        result["compilation"] = arithmetic.compilation_block(
+            block["requested"], block["mode"], series.warmup_s, median)
+        result["warnings"].extend(arithmetic.warnings_for(
+            result["compilation"], median))

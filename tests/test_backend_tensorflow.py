@@ -114,17 +114,11 @@ def test_pool_padding_falls_back_where_same_differs_from_ceil_mode():
     assert tfb.pool_padding((16, 16), 3, 2) == "same"
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, False), ("", False), ("0", False), ("off", False), ("1", True),
-    ("true", True), ("ON", True)])
-def test_xla_switch(value, expected):
-    environ = {} if value is None else {tfb.XLA_ENV: value}
-    assert tfb.xla_requested(environ) is expected
-
-
-def test_xla_switch_rejects_other_values():
-    with pytest.raises(HarnessError, match="DLREPRO_TF_XLA must be 0 or 1"):
-        tfb.xla_requested({tfb.XLA_ENV: "fast"})
+def test_compile_modes_put_tensorflows_default_first():
+    # The cell's compile null means the first: tf.function, XLA off, as
+    # TensorFlow ships.
+    assert tfb.COMPILE_MODES[0] == "function"
+    assert set(tfb.COMPILE_MODES) == {"function", "xla", "none"}
 
 
 # --- in TensorFlow's environment ------------------------------------------------
@@ -458,7 +452,8 @@ def test_one_thread_cell_uses_one_core(make_cell, tf_python, tmp_path):
     assert result["model"]["framework_parameters"] == 89578
     assert result["model"]["parameter_note"] is None
     assert env["framework_version"].startswith("2.")
-    assert env["tf_xla"] is False and env["tf_data_format"] == "channels_last"
+    assert result["compilation"]["mode"] == "function"
+    assert env["tf_data_format"] == "channels_last"
     assert env["cuda"] is None and env["cudnn"] is None
     losses = result["loss"]["per_iteration"]
     assert all(math.isfinite(v) for v in losses)
@@ -469,19 +464,19 @@ def test_xla_option_compiles_the_step_and_is_reported(make_cell, tf_python, tmp_
     result = run_cell(tf_python, tmp_path,
                       make_cell(CELL, network="fcn-r", dataset="mnist", batch_size=8,
                             global_batch_size=8, threads=None, iterations=3,
-                            warmup=1),
-                      env={"DLREPRO_TF_XLA": "1"})
+                            warmup=1, compile="xla"))
     assert result["status"] == "ok", result["error"]
-    assert result["environment"]["tf_xla"] is True
+    assert result["compilation"]["mode"] == "xla"
     assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
 
 
-def test_bad_xla_value_is_a_one_line_error(make_cell, tf_python, tmp_path):
-    result = run_cell(tf_python, tmp_path, make_cell(CELL, iterations=1, warmup=0),
-                      env={"DLREPRO_TF_XLA": "maybe"})
-    assert result["status"] == "error"
-    assert result["error"]["message"] == ("DLREPRO_TF_XLA must be 0 or 1, "
-                                          "got 'maybe'")
+def test_unknown_compile_mode_is_unsupported_with_the_modes(make_cell, tf_python, tmp_path):
+    result = run_cell(tf_python, tmp_path,
+                      make_cell(CELL, iterations=1, warmup=1, compile="jit"))
+    assert result["status"] == "unsupported"
+    assert result["error"]["message"] == ("the tensorflow backend offers "
+                                          "compile mode function, xla, none "
+                                          "only, not 'jit'")
 
 
 def test_gpu_cell_without_a_gpu_says_why(make_cell, tf_python, tmp_path):
@@ -514,10 +509,10 @@ def test_tf1_xla_option_compiles_the_step(make_cell, tmp_path):
     # TensorFlow 1.15's tf.function takes experimental_compile.
     result = run_cell(python, tmp_path,
                       make_cell(CELL, network="fcn-r", dataset="mnist", batch_size=8,
-                            global_batch_size=8, iterations=2, warmup=1),
-                      env={"DLREPRO_TF_XLA": "1"})
+                            global_batch_size=8, iterations=2, warmup=1,
+                            compile="xla"))
     assert result["status"] == "ok", result["error"]
-    assert result["environment"]["tf_xla"] is True
+    assert result["compilation"]["mode"] == "xla"
     assert all(math.isfinite(v) for v in result["loss"]["per_iteration"])
 
 

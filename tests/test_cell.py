@@ -55,7 +55,7 @@ def test_ok_cell_records_exact_times_and_statistics(run):
     assert r["model"]["parameters"] == 14_205_962
     assert r["model"]["framework_parameters"] == 14_205_962
     assert r["model"]["achieved_flops_per_s"] == pytest.approx(
-        r["model"]["flops_per_iteration"] / 0.15)
+        r["model"]["executed_flops_per_iteration"] / 0.15)
     assert r["environment"]["framework_version"] == "0.0-fake"
     assert r["environment"]["threads"]["requested"] == 1
     assert r["environment"]["threads"]["environment"]["OMP_NUM_THREADS"] == "1"

@@ -248,7 +248,8 @@ def test_frameworks_agree_with_each_other(name, probe_dir):
 CELL = {"profile": "cpu", "network": "fcn-r", "dataset": "mnist",
         "batch_size": 4, "global_batch_size": 4, "device": "cpu", "gpus": 0,
         "threads": 1, "iterations": 2, "warmup": 1, "runtime": "native",
-        "seed": 3, "clock_policy": "observe"}
+        "seed": 3, "clock_policy": "observe", "precision": "default",
+        "compile": None}
 
 
 def _run_cell(variant, tmp_path):

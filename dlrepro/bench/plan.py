@@ -30,6 +30,10 @@ class Options(NamedTuple):
     clock_policy: Optional[str] = None
     timeout_s: Optional[int] = None
     repeat: Optional[int] = None
+    # None: the suite's (default: the framework's default precision and
+    # compile mode).
+    precision: Optional[str] = None
+    compile: Optional[str] = None
 
 
 class Host(NamedTuple):
@@ -45,6 +49,11 @@ def cell_id(cell):
         parts.append(f"g{cell['gpus']}")
     if cell["threads"] is not None:
         parts.append(f"t{cell['threads']}")
+    # Cells differing only in precision or compile mode are other cells.
+    if cell.get("precision", "default") != "default":
+        parts.append(cell["precision"])
+    if cell.get("compile") is not None:
+        parts.append(f"c{cell['compile']}")
     return "-".join(parts)
 
 
@@ -103,8 +112,14 @@ def build(suite, options, m, host):
                 "seed": options.seed,
                 "clock_policy": (options.clock_policy
                                  or group.get("clock_policy", "observe")),
+                "precision": (options.precision
+                              or group.get("precision", "default")),
+                "compile": options.compile or group.get("compile"),
             }
             assert tuple(cell) == CELL_FIELDS
+            if cell["compile"] not in (None, "none") and cell["warmup"] < 1:
+                raise UserError(f"--compile {cell['compile']} compiles in the "
+                                f"first iteration: give --warmup 1 or more")
             repeat = options.repeat or group.get("repeat", 1)
             for process in range(1, repeat + 1):
                 item = job_for(cell, options.timeout_s or group["timeout_s"],
@@ -155,10 +170,10 @@ def format_plan(plan):
 
 def options(m, *, framework, all_frameworks, profile, network, batch_size,
             device, threads, iterations, warmup, runtime, seed, clock_policy,
-            timeout, repeat=None):
+            timeout, repeat=None, precision=None, compile=None):
     """Options from `invoke bench`'s flags, each checked with a one-line
     error naming its flag."""
-    from harness import clocks, networks
+    from harness import clocks, networks, spec
     from harness.errors import HarnessError
     from dlrepro import parse
     from dlrepro.bench.runner import select_frameworks
@@ -170,6 +185,16 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
             clocks.parse_policy(clock_policy)
     except HarnessError as exc:
         raise UserError(f"--clock-policy: {exc}")
+    try:
+        if precision is not None:
+            spec.check_precision(precision)
+    except HarnessError as exc:
+        raise UserError(f"--precision: {exc}")
+    try:
+        if compile is not None:
+            spec.check_compile(compile)
+    except HarnessError as exc:
+        raise UserError(f"--compile: {exc}")
     if runtime not in RUNTIMES:
         raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
                         f"{', '.join(sorted(RUNTIMES))}")
@@ -188,4 +213,5 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
         runtime=runtime, seed=parse.count(seed, "--seed", minimum=0),
         clock_policy=clock_policy,
         timeout_s=parse.optional_count(timeout, "--timeout"),
-        repeat=parse.optional_count(repeat, "--repeat"))
+        repeat=parse.optional_count(repeat, "--repeat"),
+        precision=precision, compile=compile)

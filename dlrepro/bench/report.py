@@ -8,7 +8,7 @@ from dlrepro.bench import aggregate
 
 COLUMNS = ("framework", "network", "device", "batch", "threads", "status",
            "procs", "mean ms/iter", "95% CI", "samples/s", "CV",
-           "between CV", "note")
+           "between CV", "precision", "compile", "note")
 
 
 def _ms(value):
@@ -35,6 +35,37 @@ def _note(members):
     return ""
 
 
+def precision_of(spec, members):
+    """The precision asked, and what `default` resolved to when a result
+    says (default (tf32 conv, fp32 matmul))."""
+    asked = spec.get("precision", "default")
+    for _entry, result in members:
+        block = (result or {}).get("precision") or {}
+        if asked == "default" and block.get("resolved"):
+            return f"default ({block['resolved']})"
+    return asked
+
+
+def compile_of(spec, members):
+    """The compile mode run (the framework's default resolved), or "-"."""
+    for _entry, result in members:
+        block = (result or {}).get("compilation") or {}
+        if block.get("mode"):
+            return block["mode"]
+    return spec.get("compile") or "-"
+
+
+def _variant(spec):
+    """A cell's precision and compile mode when not the defaults, as a
+    suffix that keeps such cells apart in the side-by-side table."""
+    parts = []
+    if spec.get("precision", "default") != "default":
+        parts.append(spec["precision"])
+    if spec.get("compile") is not None:
+        parts.append(f"compile {spec['compile']}")
+    return f" [{', '.join(parts)}]" if parts else ""
+
+
 def summary_rows(pairs):
     """One row of strings per cell."""
     rows = []
@@ -57,6 +88,7 @@ def summary_rows(pairs):
             (f"{stats.between_sd_s / stats.mean_s:.1%}"
              if stats and stats.between_sd_s is not None and stats.mean_s
              else "-"),
+            precision_of(spec, members), compile_of(spec, members),
             note[:70] + ("…" if len(note) > 70 else ""),
         ))
     return rows
@@ -89,7 +121,8 @@ def side_by_side(pairs):
     for spec, members in aggregate.cells(pairs):
         if spec["framework"] not in frameworks:
             frameworks.append(spec["framework"])
-        key = (spec["network"], spec["device"], spec["global_batch_size"],
+        key = (spec["network"] + _variant(spec), spec["device"],
+               spec["global_batch_size"],
                "-" if spec["threads"] is None else str(spec["threads"]))
         ok = aggregate.ok_results(members)
         rows.setdefault(key, {})[spec["framework"]] = (

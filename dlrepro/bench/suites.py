@@ -19,13 +19,16 @@ thread counts, CPU only), gpus (list of GPU counts; the batch size is per
 GPU), iterations, warmup, timeout_s, frameworks (list; default: all),
 repeat (independent processes per cell; default 1), clock_policy (GPU
 clocks: observe, disable-boost or lock=<MHz>; default observe; the paper's
-GPU suites name disable-boost, the paper's method).
+GPU suites name disable-boost, the paper's method), precision (default,
+fp32, tf32, bf16, fp16; default: default, the framework's own), compile
+(a compile mode of the frameworks: none, default, reduce-overhead,
+max-autotune, function, xla, hybridize, jit; default: each framework's).
 """
 import re
 import tomllib
 from pathlib import Path
 
-from harness import clocks, networks
+from harness import clocks, networks, spec
 from harness.errors import HarnessError
 
 from dlrepro import ROOT
@@ -35,12 +38,13 @@ SUITES_DIR = ROOT / "benchmarks" / "suites"
 
 GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
               "iterations", "warmup", "timeout_s", "frameworks", "repeat",
-              "clock_policy"}
+              "clock_policy", "precision", "compile"}
 SUITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
 TOP_KEYS = {"name", "description", "defaults", "group", "slurm"}
 DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
             "warmup": 5, "timeout_s": 1800, "frameworks": None, "repeat": 1,
-            "clock_policy": "observe"}
+            "clock_policy": "observe", "precision": "default",
+            "compile": None}
 
 
 def available():
@@ -145,6 +149,13 @@ def _check_group(group, where, needs_networks):
             clocks.parse_policy(group["clock_policy"])
         except HarnessError as exc:
             raise UserError(f"{where}: {exc}")
+    for key, check in (("precision", spec.check_precision),
+                       ("compile", spec.check_compile)):
+        if key in group:
+            try:
+                check(group[key])
+            except HarnessError as exc:
+                raise UserError(f"{where}: {exc}")
     return group
 
 

@@ -27,7 +27,9 @@ from dlrepro.bench import aggregate
 ALPHA = 0.05
 MIN_CHANGE = 0.05
 MATCH = ("framework", "network", "device", "batch_size", "global_batch_size",
-         "gpus", "dataset")
+         "gpus", "dataset", "precision", "compile")
+# What a result written before a field existed had: the framework's default.
+UNSET = {"precision": "default", "compile": None}
 MUST_AGREE = (("threads", "thread count"), ("clock_policy", "clock policy"),
               ("profile", "profile"))
 
@@ -49,7 +51,7 @@ class Unmatched(NamedTuple):
 
 
 def _key(cell):
-    return tuple(cell.get(k) for k in MATCH)
+    return tuple(cell.get(k, UNSET.get(k)) for k in MATCH)
 
 
 def _version(result):

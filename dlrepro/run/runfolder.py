@@ -30,6 +30,7 @@ from pathlib import Path
 
 from harness import resultfile
 from harness.blocks import utc_now
+from harness.spec import CELL_DEFAULTS
 
 from dlrepro.errors import UserError
 
@@ -340,9 +341,18 @@ def finished_on_disk(run_dir, entry, spec):
     result, _ = read_result(Path(run_dir) / entry["file"])
     if result is None or result["status"] not in DONE_STATUSES:
         return None
-    if _canonical(asked_spec(run_dir, entry["id"])) != _canonical(spec):
+    if _canonical(_with_defaults(asked_spec(run_dir, entry["id"]))) != \
+            _canonical(spec):
         return None
     return result
+
+
+def _with_defaults(spec):
+    """A bench cell written before precision and compile were fields ran
+    the frameworks' defaults, which is what those fields now say."""
+    if isinstance(spec, dict) and "batch_size" in spec:
+        return dict(CELL_DEFAULTS, **spec)
+    return spec
 
 
 def _canonical(value):

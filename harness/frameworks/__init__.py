@@ -33,7 +33,35 @@ training, for throughput cells. It provides:
                             device_out_of_memory) without importing the
                             framework, which may be what failed to import.
   math_mode(device)         optional: {"matmul", "conv"}: "fp32" or "tf32",
-                            what FP32 layers may run as (picks the MFU peak)
+                            what FP32 layers may run as (picks the MFU peak);
+                            asked after prepare, so it reports the switches
+                            that prepare set for the cell's precision
+
+Precision and compilation (the cell's `precision` and `compile` fields):
+  PRECISIONS                optional: the harness.spec.PRECISIONS values the
+                            backend implements ("default", "fp32", "tf32",
+                            "bf16", "fp16")
+  COMPILE_MODES             optional: tuple of compile-mode names, the first
+                            the framework's default (used when the cell's
+                            `compile` is null); "none" always means no
+                            compilation (PyTorch: ("none", "default",
+                            "reduce-overhead", "max-autotune"); JAX: ("jit",))
+  NOT_OFFERED               optional: {value: reason} for precisions or modes
+                            the framework lacks, said in the `unsupported`
+                            result instead of the generic reason
+The harness decides before configure() imports the framework: a precision
+or mode the backend does not list makes the cell `unsupported` with the
+reason. A backend declaring neither attribute keeps working unchanged: its
+cells accept precision "default" or "fp32" and compile null or "none"
+only. prepare() receives `precision=` (the value as asked, "default"
+included) only when the backend declares PRECISIONS, and `compile_mode=`
+(the mode resolved: never null) only when it declares COMPILE_MODES. A
+backend that offers a value on one device only (TF32 on the GPU) raises
+harness.errors.Unsupported from prepare before it builds anything. Strict
+"fp32" must switch TF32 and reduced-precision reductions off and check
+that they are off (math_mode must then report fp32 for both, which the
+harness verifies). Compilation happens in the first iterations, which the
+warm-up covers; the result's `compilation` block says how long they took.
 
 A Session has `parameters` (as the framework counts them), `step()` (one
 training iteration; returns the loss as a float once the device has
@@ -62,13 +90,16 @@ framework; what the backends share is in harness.frameworks.backends.
 """
 import importlib
 
-from ..errors import HarnessError
+from ..errors import HarnessError, Unsupported
 from ..spec import FRAMEWORKS
 
 # Defined in harness.spec, which validates cells and must not import this
 # package (the host imports harness.spec).
 NAMES = FRAMEWORKS
 PARTS = ("backend", "parallel")
+# What a backend that declares no PRECISIONS or COMPILE_MODES offers.
+PLAIN_PRECISIONS = ("default", "fp32")
+PLAIN_COMPILE_MODES = ("none",)
 
 
 def load(name, part="backend"):
@@ -81,3 +112,37 @@ def load(name, part="backend"):
         raise HarnessError("unknown part {!r} of a framework; valid parts: "
                            "{}".format(part, ", ".join(PARTS)))
     return importlib.import_module("{}.{}.{}".format(__name__, name, part))
+
+
+def offered(backend):
+    """(precisions, compile modes) the backend offers (see the contract
+    above)."""
+    return (tuple(getattr(backend, "PRECISIONS", PLAIN_PRECISIONS)),
+            tuple(getattr(backend, "COMPILE_MODES", PLAIN_COMPILE_MODES)))
+
+
+def resolve_compile(backend, requested):
+    """The compile mode a cell runs: the requested one, or the framework's
+    default (the first of its COMPILE_MODES) for null."""
+    return requested if requested is not None else offered(backend)[1][0]
+
+
+def prepare_options(backend, precision, compile_mode):
+    """The keyword arguments prepare() gets for a cell's precision and
+    compile mode; Unsupported, with the reason, for what the backend does
+    not offer. Reads module attributes only: call it before configure()."""
+    precisions, modes = offered(backend)
+    notes = getattr(backend, "NOT_OFFERED", {})
+    mode = resolve_compile(backend, compile_mode)
+    for value, values, what in ((precision, precisions, "precision"),
+                                (mode, modes, "compile mode")):
+        if value not in values:
+            raise Unsupported(notes.get(value) or (
+                "the {} backend offers {} {} only, not {!r}".format(
+                    backend.NAME, what, ", ".join(values), value)))
+    kwargs = {}
+    if hasattr(backend, "PRECISIONS"):
+        kwargs["precision"] = precision
+    if hasattr(backend, "COMPILE_MODES"):
+        kwargs["compile_mode"] = mode
+    return kwargs

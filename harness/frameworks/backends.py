@@ -7,7 +7,7 @@ import re
 
 from .. import cudalibs
 from .. import networks as nets
-from ..errors import HarnessError
+from ..errors import HarnessError, Unsupported
 
 
 def translator_name(kind):
@@ -49,6 +49,33 @@ def with_library_versions(info, device, gpu_versions):
     else:
         info["version_sources"] = cudalibs.cpu_sources()
     return info
+
+
+# CPU flags of native float16 arithmetic (x86: Sapphire Rapids and newer).
+FP16_CPU_FLAGS = ("avx512_fp16", "amx_fp16")
+
+
+def cpu_flags(path="/proc/cpuinfo"):
+    """The CPU's feature flags (an empty set where they cannot be read)."""
+    try:
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    except (IOError, OSError):
+        pass
+    return set()
+
+
+def check_cpu_fp16(framework, flags=None):
+    """fp16 on a CPU without float16 arithmetic would be emulated (or, in
+    oneDNN's LSTM, refused): Unsupported then, with the reason."""
+    flags = cpu_flags() if flags is None else flags
+    if not any(f in flags for f in FP16_CPU_FLAGS):
+        raise Unsupported(
+            "fp16 on this CPU: it has no float16 arithmetic ({}), so {} "
+            "would emulate it (oneDNN refuses fp16 LSTMs); bf16 is the CPU's "
+            "reduced precision".format(" or ".join(FP16_CPU_FLAGS), framework))
 
 
 class Session(object):

@@ -36,6 +36,14 @@ from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "cntk"
 DEVICES = ("cpu", "gpu")
+# No PRECISIONS or COMPILE_MODES: FP32 and CNTK's one static graph only
+# (harness.frameworks); why not the others, said in the results.
+NOT_OFFERED = {
+    "tf32": "CNTK 2.7 is built with CUDA 10, which predates TF32",
+    "bf16": "CNTK 2.7 has no bfloat16 type",
+    "fp16": "CNTK 2.7 has no automatic mixed precision (float16 only as the "
+            "type of a whole network built by hand, without loss scaling)",
+}
 
 # What the cntk-gpu 2.7 wheel ships; recorded, labelled as such, only when
 # the loaded libraries cannot be asked.

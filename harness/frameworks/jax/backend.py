@@ -573,7 +573,9 @@ def random_batch(network, batch_size, seed):
     return inputs, labels
 
 
-def prepare(network, batch_size, device, seed, batch=None):
+def prepare(network, batch_size, device, seed, batch=None,
+            compile_mode="jit"):
+    # "jit" is the one mode offered (COMPILE_MODES): the step is always jitted.
     jax = _jax()
     target = jax.devices("gpu" if device == "gpu" else "cpu")[0]
     with jax.default_device(target):

@@ -17,6 +17,16 @@ before the import; configure() keeps one engine worker). MXNet has no getter
 for the OpenMP count its operators use; effective_threads() recomputes it
 with MXNet's own rule (src/engine/openmp.cc) from those variables and the
 OpenMP runtime MXNet loaded.
+
+Compilation (the cell's `compile`): "hybridize" (the default, above) or
+"none" (imperative Gluon, op by op). Precision (the cell's `precision`):
+MXNet 1.9 has AMP (mxnet.contrib.amp) for bfloat16 on the CPU (oneDNN) and
+float16 on the GPU (with AMP's dynamic loss scaling); amp.init() rewrites
+the operator namespaces before the model is built, once per process.
+"fp32" on the GPU sets NVIDIA_TF32_OVERRIDE=0, NVIDIA's switch that keeps
+cuBLAS and cuDNN from TF32, read when MXNet creates their handles at the
+first GPU operator of the model; MXNet itself has no TF32 switch, so "tf32"
+is not offered and "default" on the GPU does not report its math mode.
 """
 import ctypes
 import os
@@ -28,6 +38,12 @@ from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "mxnet"
 DEVICES = ("cpu", "gpu")
+PRECISIONS = ("default", "fp32", "bf16", "fp16")
+COMPILE_MODES = ("hybridize", "none")
+NOT_OFFERED = {
+    "tf32": "MXNet 1.9 has no TF32 switch (on Ampere and newer cuDNN may "
+            "use TF32 by default: precision default; fp32 keeps it off)"}
+TF32_OVERRIDE = "NVIDIA_TF32_OVERRIDE"
 
 # The compile-time features a result records (mx.runtime.Features()).
 BUILD_FEATURES = ("CUDA", "CUDNN", "NCCL", "MKLDNN", "OPENMP", "BLAS_OPEN",
@@ -78,6 +94,38 @@ def configure(threads, device, seed):
 
 def gpu_count():
     return _mx().context.num_gpus()
+
+
+def math_mode(device):
+    """FP32 layers on the CPU are FP32; on the GPU only NVIDIA's override
+    says (MXNet has no switch to read)."""
+    if device != "gpu" or os.environ.get(TF32_OVERRIDE) == "0":
+        return {"matmul": "fp32", "conv": "fp32"}
+    return None
+
+
+def _set_math(mx, precision, device, network, compile_mode):
+    """AMP for bf16 (CPU) and fp16 (GPU); TF32 off for strict fp32."""
+    if precision == "fp32" and device == "gpu":
+        os.environ[TF32_OVERRIDE] = "0"
+    if precision == "bf16" and device == "gpu":
+        raise Unsupported("MXNet 1.9's AMP casts to bfloat16 with oneDNN "
+                          "operators, on the CPU only")
+    if precision == "fp16" and device != "gpu":
+        raise Unsupported("MXNet 1.9's AMP float16 lists are CUDA "
+                          "operators; on the CPU it offers bfloat16 (bf16)")
+    if precision in ("bf16", "fp16") and compile_mode == "hybridize" and \
+            any(type(r.layer) is nets.LSTM for r in nets.resolve(network)):
+        # amp's wrapped symbol.zeros gets no inputs from the LSTM's
+        # begin_state when traced (TypeError inside mxnet.contrib.amp).
+        raise Unsupported("MXNet 1.9's AMP breaks Gluon's LSTM when "
+                          "hybridized; --compile none runs it imperatively")
+    if precision in ("bf16", "fp16"):
+        from mxnet.contrib import amp
+        amp.init(target_dtype="bfloat16" if precision == "bf16"
+                 else "float16")
+        return amp
+    return None
 
 
 def _check_gpu(mx):
@@ -377,13 +425,17 @@ def loss_block():
 # --- training ------------------------------------------------------------------
 
 class Session(backends.Session):
-    def __init__(self, network, model, inputs, labels, batch_size):
+    def __init__(self, network, model, inputs, labels, batch_size,
+                 compile_mode="hybridize", amp=None, precision="default"):
         mx = _mx()
-        super(Session, self).__init__(network, hybridize(model), inputs,
-                                      labels)
+        if compile_mode == "hybridize":
+            model = hybridize(model)
+        super(Session, self).__init__(network, model, inputs, labels)
         self.batch_size = batch_size
         self.parameters = count_parameters(model)
-        self.loss = loss_block()
+        self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=-1)
+        if compile_mode == "hybridize":
+            self.loss = hybridize(self.loss)
         # kvstore=None: one device needs no parameter server; 'device' is
         # the multi-GPU setting.
         self.trainer = mx.gluon.Trainer(
@@ -391,13 +443,23 @@ class Session(backends.Session):
             {"learning_rate": network.learning_rate,
              "momentum": network.momentum},
             kvstore=None)
+        # fp16: AMP's dynamic loss scaler, unscaled again in trainer.step.
+        self._amp = amp if precision == "fp16" else None
+        self.loss_scaling = None
+        if self._amp is not None:
+            amp.init_trainer(self.trainer)
+            self.loss_scaling = "dynamic (mxnet.contrib.amp)"
         self._autograd = mx.autograd
         self._waitall = mx.nd.waitall
 
     def step(self):
         with self._autograd.record():
             loss = self.loss(self.model(self.inputs), self.labels)
-        loss.backward()
+        if self._amp is None:
+            loss.backward()
+        else:
+            with self._amp.scale_loss(loss, self.trainer) as scaled:
+                self._autograd.backward(scaled)
         mean = loss.mean()
         self.trainer.step(self.batch_size)
         # The engine is asynchronous: the iteration ends when the update too
@@ -440,8 +502,10 @@ def _given_batch(mx, network, batch, ctx):
             mx.nd.array(labels, ctx=ctx, dtype="float32"))
 
 
-def prepare(network, batch_size, device, seed, batch=None):
+def prepare(network, batch_size, device, seed, batch=None,
+            precision="default", compile_mode="hybridize"):
     mx = _mx()
+    amp = _set_math(mx, precision, device, network, compile_mode)
     ctx = _context(mx, device)
     mx.random.seed(seed)
     model = build_model(network, ctx)
@@ -451,4 +515,5 @@ def prepare(network, batch_size, device, seed, batch=None):
         inputs, labels = _given_batch(mx, network, batch, ctx)
         batch_size = batch.input_shape[0]
     mx.nd.waitall()
-    return Session(network, model, inputs, labels, batch_size)
+    return Session(network, model, inputs, labels, batch_size, compile_mode,
+                   amp, precision)

@@ -10,9 +10,18 @@ training loop" of TensorFlow's guides): the model called inside a
 `tf.function` with a GradientTape and the Keras SGD optimizer, so that one
 iteration is one call into a compiled graph; the mini-batch made once, on the
 device; NHWC on the CPU (TensorFlow's CPU convolutions only take NHWC) and
-NCHW on the GPU (cuDNN's native layout). XLA is off, as TensorFlow ships;
-DLREPRO_TF_XLA=1 compiles the step with XLA and the result says so
-(environment.tf_xla).
+NCHW on the GPU (cuDNN's native layout).
+
+Compilation (the cell's `compile`): "function" (the default: a tf.function
+graph, XLA off as TensorFlow ships), "xla" (the same step with
+jit_compile=True) or "none" (eager, op by op). Precision (the cell's
+`precision`): "default" leaves TensorFlow's TF32 switch as shipped (on for
+matrix products and convolutions since 2.4), "fp32" switches it off and
+reads it back, "tf32" on (GPU only), "bf16" and "fp16" set the Keras
+mixed-precision policy (mixed_bfloat16, mixed_float16: float32 variables,
+logits cast to float32 for the loss) before the model is built, fp16 with
+Keras' dynamic LossScaleOptimizer. TensorFlow 1.15 (the `tf1` profile)
+predates TF32 and the stable mixed-precision API: fp32 and default only.
 
 Layers are Keras layers (tf.keras), which exist with the same arguments from
 TensorFlow 1.15 (Keras 2.2) to 2.16+ (Keras 3), so one translation serves both
@@ -25,12 +34,12 @@ import os
 from ... import cudalibs
 from ... import networks as nets
 from .. import backends
-from ...errors import HarnessError, device_out_of_memory
+from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "tensorflow"
 DEVICES = ("cpu", "gpu")
-
-XLA_ENV = "DLREPRO_TF_XLA"
+PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
+COMPILE_MODES = ("function", "xla", "none")
 
 
 def _tf():
@@ -45,17 +54,6 @@ def _np():
     # numpy comes with TensorFlow; imported lazily for the same reason.
     import numpy
     return numpy
-
-
-def xla_requested(environ=None):
-    """Whether DLREPRO_TF_XLA asks for XLA (1/true/yes/on)."""
-    environ = os.environ if environ is None else environ
-    value = environ.get(XLA_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return False
-    if value in ("1", "true", "yes", "on"):
-        return True
-    raise HarnessError("{} must be 0 or 1, got {!r}".format(XLA_ENV, value))
 
 
 def data_format(device):
@@ -74,8 +72,7 @@ def _major(tf):
 def versions(device):
     tf = _tf()
     info = {"framework_version": tf.__version__, "cuda": None, "cudnn": None,
-            "nccl": None, "tf_xla": xla_requested(),
-            "tf_data_format": data_format(device),
+            "nccl": None, "tf_data_format": data_format(device),
             "keras_version": _keras_version(tf)}
     return backends.with_library_versions(info, device,
                                           lambda: _cuda_versions(tf))
@@ -113,6 +110,39 @@ def math_mode(device):
     # TensorFlow < 2.4 predates TF32.
     mode = "tf32" if enabled is not None and enabled() else "fp32"
     return {"matmul": mode, "conv": mode}
+
+
+def _set_math(tf, precision, device):
+    """TF32 and the Keras mixed-precision policy for `precision`; strict
+    fp32 is read back. Before the model is built: layers take the policy
+    in force when they are made."""
+    experimental = tf.config.experimental
+    switch = getattr(experimental, "enable_tensor_float_32_execution", None)
+    mixed = getattr(getattr(tf.keras, "mixed_precision", None),
+                    "set_global_policy", None)
+    if precision == "tf32" and device != "gpu":
+        raise Unsupported("tf32 is a tensor-core format of NVIDIA GPUs "
+                          "(Ampere and newer); TensorFlow has none on the CPU")
+    if precision in ("fp32", "tf32") and switch is not None:
+        switch(precision == "tf32")
+        if precision == "fp32" and \
+                experimental.tensor_float_32_execution_enabled():
+            raise HarnessError("strict fp32: TensorFlow still allows TF32")
+    elif precision == "tf32":
+        raise Unsupported("TensorFlow {} predates TF32 (2.4 and newer)".format(
+            tf.__version__))
+    if precision in ("bf16", "fp16"):
+        if mixed is None:
+            raise Unsupported("TensorFlow {} has no stable mixed-precision "
+                              "API (tf.keras.mixed_precision, 2.4 and "
+                              "newer)".format(tf.__version__))
+        if precision == "fp16" and device != "gpu":
+            backends.check_cpu_fp16("TensorFlow")
+    if mixed is not None:
+        # Set every time: a policy left by an earlier prepare in this
+        # process must not leak into a float32 model.
+        mixed({"bf16": "mixed_bfloat16",
+               "fp16": "mixed_float16"}.get(precision, "float32"))
 
 
 def _keras_version(tf):
@@ -427,8 +457,10 @@ def loss(labels, logits):
     """Mean softmax cross-entropy over samples, or over tokens when logits
     are (batch, steps, classes)."""
     tf = _tf()
+    # Mixed precision computes the logits in bf16/fp16; the softmax and its
+    # mean are taken in float32 (a no-op cast otherwise).
     return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=logits))
+        labels=labels, logits=tf.cast(logits, tf.float32)))
 
 
 def parameter_count(model):
@@ -438,16 +470,25 @@ def parameter_count(model):
 
 # --- training ------------------------------------------------------------------
 
-def _train_step(tf, model, optimizer, xla):
+def _train_step(tf, model, optimizer, mode):
+    scaled = hasattr(optimizer, "scale_loss") or hasattr(optimizer,
+                                                        "get_scaled_loss")
+
     def step(inputs, labels):
         with tf.GradientTape() as tape:
             value = loss(labels, model(inputs, training=True))
+            target = _scaled_loss(optimizer, value) if scaled else value
         variables = model.trainable_variables
-        gradients = tape.gradient(value, variables)
+        gradients = tape.gradient(target, variables)
+        if scaled and hasattr(optimizer, "get_unscaled_gradients"):
+            # tf.keras 2.x; Keras 3's LossScaleOptimizer unscales in apply.
+            gradients = optimizer.get_unscaled_gradients(gradients)
         optimizer.apply_gradients(zip(gradients, variables))
         return value
 
-    if not xla:
+    if mode == "none":
+        return step
+    if mode == "function":
         return tf.function(step)
     # TensorFlow 2.5 renamed experimental_compile (1.15 to 2.4) to
     # jit_compile.
@@ -456,24 +497,43 @@ def _train_step(tf, model, optimizer, xla):
             return tf.function(step, **{option: True})
         except TypeError:
             continue
-    raise HarnessError("{}=1 needs TensorFlow 1.15 or newer (XLA-compiled "
-                       "tf.function); this is {}".format(XLA_ENV,
-                                                         tf.__version__))
+    raise Unsupported("compile xla needs TensorFlow 1.15 or newer "
+                      "(XLA-compiled tf.function); this is {}".format(
+                          tf.__version__))
+
+
+def _scaled_loss(optimizer, value):
+    scale = getattr(optimizer, "scale_loss", None)  # Keras 3
+    return scale(value) if scale is not None else \
+        optimizer.get_scaled_loss(value)
+
+
+def _loss_scaled(tf, optimizer):
+    """Keras' dynamic loss scaling around `optimizer` (fp16)."""
+    keras_scaler = getattr(tf.keras.optimizers, "LossScaleOptimizer", None)
+    if keras_scaler is None:  # tf.keras 2.x
+        keras_scaler = tf.keras.mixed_precision.LossScaleOptimizer
+    return keras_scaler(optimizer)
 
 
 class Session(backends.Session):
-    def __init__(self, network, model, inputs, labels, device):
+    def __init__(self, network, model, inputs, labels, device,
+                 precision="default", compile_mode="function"):
         tf = _tf()
         super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
         self.parameters = parameter_count(model)
         self.optimizer = make_optimizer(network)
+        self.loss_scaling = None
+        if precision == "fp16":
+            self.optimizer = _loss_scaled(tf, self.optimizer)
+            self.loss_scaling = "dynamic (Keras LossScaleOptimizer)"
         build = getattr(self.optimizer, "build", None)
         if build is not None:
             # Keras >= 2.11 optimizers make their slots here rather than
             # inside the traced step.
             build(model.trainable_variables)
-        self._step = _train_step(tf, model, self.optimizer, xla_requested())
+        self._step = _train_step(tf, model, self.optimizer, compile_mode)
         sync = getattr(getattr(tf.test, "experimental", None), "sync_devices",
                        None)
         # Reading the loss already waits for the step on the CPU; on the GPU
@@ -512,8 +572,10 @@ def _buffer_dtype(np, buffer):
             "l": np.int64}[buffer.typecode]
 
 
-def prepare(network, batch_size, device, seed, batch=None):
+def prepare(network, batch_size, device, seed, batch=None,
+            precision="default", compile_mode="function"):
     tf = _tf()
+    _set_math(tf, precision, device)
     # Keras initialisers and tf.random draw from global generators that
     # every call advances: seeding here, not only in configure, gives each
     # prepare with one seed the same weights and batch.
@@ -536,4 +598,5 @@ def prepare(network, batch_size, device, seed, batch=None):
         else:
             arrays = batch_arrays(network, batch, fmt)
             inputs, labels = (tf.identity(tf.constant(a)) for a in arrays)
-    return Session(network, model, inputs, labels, device)
+    return Session(network, model, inputs, labels, device, precision,
+                   compile_mode)
