@@ -13,6 +13,7 @@ from dlrepro.errors import UserError
 RUNTIMES = {
     "native": "dlrepro.run.runtimes.native",
     "docker": "dlrepro.run.runtimes.docker",
+    "podman": "dlrepro.run.runtimes.podman",
 }
 
 
