@@ -504,6 +504,30 @@ def load(c, dir="images", image=None):
 
 
 @task(iterable=["framework"],
+      help=dict(_TARGETS_HELP,
+                source="docker (default) or podman: where the image is "
+                       "built or found before conversion",
+                archive="an `invoke save` folder to load the images from "
+                        "(through podman)",
+                dir="converted images folder (default: DLREPRO_CH_IMAGES, "
+                    "else build/charliecloud)"))
+@user_errors
+def ch_convert(c, framework=None, profile="", all=False, source="docker",
+               archive=None, dir=None):
+    """Convert images for --runtime charliecloud (ch-convert to a directory).
+
+    Builds or loads each target's image as bench would, then converts it
+    into the shared images folder, once per image ID."""
+    from dlrepro import matrix
+    from dlrepro.images import build as images, charliecloud
+    m = matrix.load()
+    for fw, prof in images.targets(m, framework, profile or None, all):
+        print(charliecloud.convert_target(fw, prof, m, source=source,
+                                          archive_dir=archive,
+                                          folder=dir)["path"])
+
+
+@task(iterable=["framework"],
       help=dict(_TARGETS_HELP, host="regenerate requirements/host.txt from "
                                      "requirements/host.in instead"))
 @user_errors

@@ -64,6 +64,7 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     events = events or Events()
     matrix = matrix if matrix is not None else matrix_mod.load()
     runtime.check()
+    runtime.ready([job for job in run.jobs if not job.skip_reason])
     if run.resume:
         runfolder.ensure_writable(run.out)
         run_dir = resumable(run.out, run.kind)
