@@ -28,10 +28,12 @@ import os
 import resource
 import shutil
 import subprocess
+from pathlib import Path
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.images import build as images, podman as podman_images
+from dlrepro.run import oomkills
 from dlrepro.run.runtimes import Death
 from dlrepro.run.runtimes import docker
 
@@ -177,7 +179,14 @@ class Runtime(docker.Runtime):
         found = json.loads(proc.stdout or "[]")
         return found[0].get("State", {}) if found else None
 
-    def _post_mortem(self, name):
+    def launch(self, job, run_dir):
+        launch = super().launch(job, run_dir)
+        name = docker.container_name(Path(run_dir).resolve(), job.id)
+        before = oomkills.machine_count()
+        return launch._replace(
+            post_mortem=lambda: self._post_mortem(name, before))
+
+    def _post_mortem(self, name, before=None):
         state = self._state(name)
         if state is None:
             return Death(None, "the container vanished before it could be "
@@ -186,6 +195,15 @@ class Runtime(docker.Runtime):
         if state.get("OOMKilled"):
             return Death(True, f"podman reports the container OOM-killed "
                                f"(exit {code})")
+        after = oomkills.machine_count()
+        if code == 137 and before is not None and after is not None \
+                and after > before:
+            # Podman on cgroup v1 does not see its containers' OOM kills
+            # (State.OOMKilled stays false): the kernel's count does.
+            return Death(True, f"the container was SIGKILLed while the "
+                               f"kernel's OOM killer ran (/proc/vmstat "
+                               f"oom_kill {before} -> {after}); podman "
+                               f"itself reports no OOM kill")
         if state.get("Error"):
             return Death(None, f"the container failed to start: "
                                f"{state['Error']}")
