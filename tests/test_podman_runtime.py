@@ -215,6 +215,29 @@ def test_an_invoke_save_folder_loads_without_the_docker_engine(
     assert rt.describe(TARGET)["image"] == image
 
 
+def test_podman_builds_the_rendered_recipe_without_docker(image, monkeypatch):
+    """No Docker engine and no archive: `podman build` of the rendered
+    Dockerfile, offline from the wheelhouse, gives the tag docker's build
+    gives (the same recipe hash: podman knows the base by the same ID)."""
+    prefix = "dlrepro-podman-test"
+    tag = image.replace(PREFIX, prefix, 1)
+    podman("rmi", "--force", tag)
+    monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
+    monkeypatch.setattr(podman_images, "docker_engine", lambda: None)
+    base = BASE_OVERRIDES.split(",")[0].split("=")[1]
+    if podman_images.Store().inspect(base) is None:
+        subprocess.run(f"docker save {base} | podman load", shell=True,
+                       check=True, capture_output=True)
+    rt = get("podman", name_prefix=prefix, from_docker=False)
+    logs = []
+    assert rt.prepare([TARGET], log=logs.append) == {TARGET: None}
+    assert any(line.startswith(f"podman: building {tag}") for line in logs)
+    described = rt.describe(TARGET)
+    assert described["image"] == tag
+    assert described["labels"]["org.dlrepro.recipe"].startswith(
+        tag.rsplit("-", 1)[1])
+
+
 def test_a_missing_podman_is_one_line():
     rt = get("podman", podman_bin="/nonexistent/podman")
     with pytest.raises(UserError) as info:
