@@ -12,7 +12,6 @@ overrides as for `invoke bench`), podman and a charliecloud conversion
 (`invoke ch-convert`). Prints a table; writes overhead.json in --out.
 """
 import argparse
-import json
 import statistics
 import subprocess
 import sys
