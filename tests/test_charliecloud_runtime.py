@@ -133,12 +133,20 @@ try:
     found["network"] = "reached"
 except OSError as exc:
     found["network"] = exc.strerror
+try:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    socket.create_connection(server.getsockname(), timeout=3)
+    found["loopback"] = "up"
+except OSError as exc:
+    found["loopback"] = exc.strerror
 with open("/results/probe.json", "w") as out:
     json.dump(found, out)
 """
 
 
-def test_the_harness_is_read_only_and_there_is_no_network(runtime, tmp_path):
+def test_the_harness_is_read_only_and_there_is_no_network_but_loopback(runtime, tmp_path):
     job = make_job(make_cell("charliecloud", threads=1), "probe")
     launch = runtime.launch(job, tmp_path)
     argv = launch.argv[:len(launch.argv) - launch.argv[::-1].index("--")]
@@ -151,6 +159,8 @@ def test_the_harness_is_read_only_and_there_is_no_network(runtime, tmp_path):
     assert not (ROOT / "harness" / "written-by-a-job").exists()
     assert found["interfaces"] == ["lo"]
     assert found["network"] != "reached"
+    # ... but a loopback, as docker's --network none has (workers meet there).
+    assert found["loopback"] == "up"
     assert found["cpus"] == 1
     assert "PYTHONPATH" in found["env"] and "VIRTUAL_ENV" not in found["env"]
 
@@ -213,3 +223,34 @@ def test_a_missing_ch_run_is_one_line():
         rt.check()
     assert "\n" not in str(info.value)
     assert str(info.value).startswith("/nonexistent/ch-run is not installed")
+
+
+def test_convergence_runs_with_the_data_mounted_and_workers_on_loopback(
+        runtime, tmp_path, monkeypatch):
+    """`invoke converge --runtime charliecloud`'s path: MXNet trains on
+    generated MNIST files mounted read-only (under /tmp, above ch-run's
+    private /tmp), 1 and 2 data-parallel workers that meet on the network
+    namespace's loopback; the same global batches give the same curve."""
+    from dlrepro.converge import datasets as dd
+    from dlrepro.converge import plan as conv_plan
+    from dlrepro.converge import runner as conv
+    monkeypatch.setenv("DLREPRO_IMAGE_PREFIX", PREFIX)
+    data_dir = tmp_path / "data"
+    checksums = dd.generate("mnist", data_dir, 512, 128, seed=3)
+    m = matrix.load()
+    jobs = conv_plan.plan([FRAMEWORK], ["fcn-r"], [1, 2], global_batch=64,
+                          epochs=1, seed=1, threads=2, data_dir=data_dir,
+                          checksums=checksums, runtime="charliecloud",
+                          timeout=900, matrix=m)
+    conv_plan.check_data(jobs, log=lambda _m: None)
+    run_dir = pipeline.start(conv.run_of(jobs, tmp_path / "out", "test"),
+                             runtime, m)
+    _record, pairs = runfolder.load_run(run_dir)
+    found = {entry["id"]: result for entry, result in pairs}
+    one, two = (found[f"{FRAMEWORK}-fcn-r-w{n}"] for n in (1, 2))
+    for result in (one, two):
+        assert result["status"] == "ok", result["error"]
+        assert result["environment"]["container"]["runtime"] == "charliecloud"
+    a, b = one["convergence"]["curve"]["loss"], two["convergence"]["curve"]["loss"]
+    assert len(a) == len(b) == 8
+    assert max(abs(x - y) / abs(x) for x, y in zip(a, b)) < 1e-3

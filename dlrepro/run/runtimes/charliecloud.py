@@ -54,11 +54,13 @@ from dlrepro.run.runtimes import docker
 HARNESS_IN_CONTAINER = docker.HARNESS_IN_CONTAINER
 RESULTS_IN_CONTAINER = docker.RESULTS_IN_CONTAINER
 PYTHON_IN_CONTAINER = docker.PYTHON_IN_CONTAINER
-# Binds each SRC read-only onto DST (pairs up to "--"), then runs the rest;
-# inside `unshare --user --map-root-user --mount --net`.
-READ_ONLY_BINDS = ('set -e; while [ "$1" != -- ]; do mount --bind "$1" "$2"; '
-                   'mount -o remount,bind,ro "$2"; shift 2; done; shift; '
-                   'exec "$@"')
+# Inside `unshare --user --map-root-user --mount --net`: brings the new
+# network namespace's loopback up (data-parallel workers rendezvous on it;
+# a new namespace's lo is down), binds each SRC read-only onto DST (pairs
+# up to "--"), then runs the rest.
+READ_ONLY_BINDS = ('set -e; ip link set lo up; while [ "$1" != -- ]; do '
+                   'mount --bind "$1" "$2"; mount -o remount,bind,ro "$2"; '
+                   'shift 2; done; shift; exec "$@"')
 ENVIRONMENT = {"PYTHONPATH": "/opt/dlrepro", "PYTHONUNBUFFERED": "1",
                "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/tmp"}
 NVIDIA_MARK = "nvidia-from-host"
@@ -87,6 +89,7 @@ class Runtime(Base):
     def check(self):
         for binary, package in ((self.ch_run, "charliecloud-runtime"),
                                 ("unshare", "util-linux"),
+                                ("ip", "iproute2"),
                                 ("taskset", "util-linux")):
             if shutil.which(binary) is None:
                 raise UserError(f"{binary} is not installed (Debian: "
@@ -134,12 +137,19 @@ class Runtime(Base):
         record = self.records[placement.target]
         image = Path(record["path"])
         binds = [(str(ROOT / "harness"), str(image / HARNESS_IN_CONTAINER[1:]))]
+        data_binds = []
         for folder in job.mounts:
-            point = image / str(folder).lstrip("/")
-            # The image folder is the converting user's: a data folder's
-            # mount point is made on first use.
-            point.mkdir(parents=True, exist_ok=True)
-            binds.append((str(folder), str(point)))
+            folder = str(Path(folder).resolve())
+            # Made read-only onto itself out here, then bound by ch-run
+            # (a bind keeps its source's read-only flag), so that a folder
+            # under /tmp shows above ch-run's private /tmp.
+            binds.append((folder, folder))
+            data_binds += ["--bind", f"{folder}:{folder}"]
+            if not folder.startswith("/tmp/"):
+                # ch-run cannot make a mount point in the read-only image;
+                # the image folder is the converting user's.
+                (image / folder.lstrip("/")).mkdir(parents=True,
+                                                   exist_ok=True)
         argv = ["unshare", "--user", "--map-root-user", "--mount", "--net",
                 "sh", "-c", READ_ONLY_BINDS, "sh"]
         for source, point in binds:
@@ -151,6 +161,7 @@ class Runtime(Base):
             argv += ["taskset", "--cpu-list", cpus]
         argv += [self.ch_run, "--private-tmp", "--cd", "/tmp",
                  "--bind", f"{Path(run_dir).resolve()}:{RESULTS_IN_CONTAINER}",
+                 *data_binds,
                  # The image's own environment (its PATH, LANG...), then ours.
                  "--set-env"]
         argv += [f"--set-env={name}={value}"
