@@ -82,7 +82,6 @@ class Runtime(Base):
         self.ch_run = ch_run
         self.name_prefix = name_prefix
         self.records = {}
-        self.before = {}
 
     # -- the Runtime interface ------------------------------------------------
 
