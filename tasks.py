@@ -3,7 +3,7 @@
 Each task reads its flags, falls back to defaults, calls the dlrepro package
 and prints. dlrepro's UserError becomes a one-line message and exit status 2.
 
-Why this is long: eighteen tasks, each with the help text of its flags,
+Why this is long: nineteen tasks, each with the help text of its flags,
 which Invoke wants beside the task; every body is a few lines over dlrepro.
 """
 import functools
@@ -172,8 +172,9 @@ def env(c, framework=None, profile="cpu"):
         "threads": "CPU thread counts instead of the suite's (repeatable)",
         "iterations": "timed iterations per cell (overrides the suite)",
         "warmup": "warm-up iterations per cell (overrides the suite)",
-        "runtime": "docker (each framework in its image) or native (a "
-                   "virtual environment per framework)",
+        "runtime": "docker (each framework in its image), podman or "
+                   "charliecloud (the same image, docs/runtimes.md) or "
+                   "native (a virtual environment per framework)",
         "out": "results root (default: results)",
         "resume": "continue the latest run under --out, skipping cells "
                   "already done with the same definition",
@@ -439,8 +440,8 @@ def data(c, dataset=None, data_dir=None, mirror=None, check=False):
             "seed": "seed of weights and sample order (default 0)",
             "out": "results root (default: results/)",
             "timeout": "seconds per run before it is stopped",
-            "runtime": "docker (each framework in its image, the default) "
-                       "or native",
+            "runtime": "docker (each framework in its image, the default), "
+                       "podman, charliecloud or native",
             "resume": "continue the latest convergence run under --out, "
                       "keeping runs already finished with the same spec",
             "dry_run": "print the plan and stop",
@@ -614,6 +615,30 @@ def load(c, dir="images", image=None):
     """Load archived images after checking their SHA256SUMS and IDs."""
     from dlrepro.images import archive
     archive.load(dir, image or None)
+
+
+@task(iterable=["framework"],
+      help=dict(_TARGETS_HELP,
+                source="docker (default) or podman: where the image is "
+                       "built or found before conversion",
+                archive="an `invoke save` folder to load the images from "
+                        "(through podman)",
+                dir="converted images folder (default: DLREPRO_CH_IMAGES, "
+                    "else build/charliecloud)"))
+@user_errors
+def ch_convert(c, framework=None, profile="", all=False, source="docker",
+               archive=None, dir=None):
+    """Convert images for --runtime charliecloud (ch-convert to a directory).
+
+    Builds or loads each target's image as bench would, then converts it
+    into the shared images folder, once per image ID."""
+    from dlrepro import matrix
+    from dlrepro.images import build as images, charliecloud
+    m = matrix.load()
+    for fw, prof in images.targets(m, framework, profile or None, all):
+        print(charliecloud.convert_target(fw, prof, m, source=source,
+                                          archive_dir=archive,
+                                          folder=dir)["path"])
 
 
 @task(iterable=["framework"],

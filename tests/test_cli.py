@@ -22,8 +22,9 @@ def invoke(root, *args):
      "error: unknown suite 'nightly'; valid suites: "),
     (["--framework", "pytorch", "--profile", "rocm"],
      "error: unknown profile 'rocm' for pytorch; valid profiles: "),
-    (["--framework", "pytorch", "--runtime", "podman"],
-     "error: unknown runtime 'podman'; valid runtimes: docker, native"),
+    (["--framework", "pytorch", "--runtime", "singularity"],
+     "error: unknown runtime 'singularity'; valid runtimes: charliecloud, "
+     "docker, native, podman"),
     (["--framework", "pytorch", "--batch-size", "0"],
      "error: --batch-size must be an integer >= 1, got 0"),
     (["--framework", "pytorch", "--batch-size", "big"],

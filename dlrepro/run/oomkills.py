@@ -53,6 +53,12 @@ def count():
     return None, None
 
 
+def machine_count():
+    """The machine's OOM kills so far (/proc/vmstat), or None: for jobs in
+    cgroups this process cannot see (a podman container's)."""
+    return _field("/proc/vmstat", "oom_kill")
+
+
 def verdict(before, after):
     """A runtimes.Death-style (oom, detail) from two count() readings."""
     (first, source), (last, _) = before, after

@@ -70,6 +70,7 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     if hasattr(executor, "check"):
         executor.check(run.jobs)
     runtime.check()
+    runtime.ready([job for job in run.jobs if not job.skip_reason])
     if run.resume:
         runfolder.ensure_writable(run.out)
         run_dir = resumable(run.out, run.kind)

@@ -13,6 +13,8 @@ from dlrepro.errors import UserError
 RUNTIMES = {
     "native": "dlrepro.run.runtimes.native",
     "docker": "dlrepro.run.runtimes.docker",
+    "podman": "dlrepro.run.runtimes.podman",
+    "charliecloud": "dlrepro.run.runtimes.charliecloud",
 }
 
 
@@ -43,6 +45,11 @@ class Runtime(abc.ABC):
     def check(self):
         """Raise UserError when this runtime cannot work here at all (no
         engine, no usable interpreter)."""
+
+    def ready(self, jobs):
+        """Raise UserError when one of `jobs` can never run here as asked
+        (an image not converted for this runtime, a clock policy it cannot
+        apply): called before a run folder is made, so nothing runs."""
 
     @abc.abstractmethod
     def prepare(self, targets, log=print):

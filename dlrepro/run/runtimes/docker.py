@@ -182,15 +182,21 @@ class Runtime(Base):
             argv += ["--cpuset-cpus", cpus]
         if self.memory:
             argv += ["--memory", str(self.memory)]
-        if placement.device == "gpu":
-            count = max(placement.gpus, 1)
-            argv += ["--gpus", f'"device={self.gpu_ids}"' if self.gpu_ids
-                     else str(count),
-                     "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-                     # NVIDIA's recommendation for framework containers.
-                     "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
+        argv += self.engine_flags(placement)
         return argv + [tag, PYTHON_IN_CONTAINER] + harness_args(
             job, RESULTS_IN_CONTAINER)
+
+    def engine_flags(self, placement):
+        """The flags in which engines differ: GPUs and rlimits (podman's
+        runtime overrides this)."""
+        if placement.device != "gpu":
+            return []
+        count = max(placement.gpus, 1)
+        return ["--gpus", f'"device={self.gpu_ids}"' if self.gpu_ids
+                else str(count),
+                "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+                # NVIDIA's recommendation for framework containers.
+                "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
 
     # -- container life ---------------------------------------------------------
 

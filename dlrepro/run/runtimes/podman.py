@@ -1,0 +1,234 @@
+"""The podman runtime: the docker runtime's container (same image, same
+read-only harness mount, same /results, no network, no capabilities,
+no-new-privileges, a pids limit, the same user) run by Podman, which
+clusters allow where no Docker daemon is.
+
+What differs from docker:
+  - the image comes into Podman's store as dlrepro.images.podman says
+    (from the Docker engine, an `invoke save` folder, or `podman build`);
+  - rootless where the invoking user is not root, with --userns keep-id so
+    that the files the container writes are the user's;
+  - rlimits: Podman's defaults (nofile 1048576...) exceed the hard limits
+    of many sandboxes and batch nodes, and the OCI runtime then fails
+    ("error setting rlimit"), so every rlimit podman would set is given
+    explicitly, at the host's hard limit (read here, never assumed);
+  - GPUs through CDI (`--device nvidia.com/gpu=N`; the node needs
+    `nvidia-ctk cdi generate`), not --gpus;
+  - the container's life through the podman command line, not an SDK.
+
+Options (keyword arguments, or environment variables for `invoke bench`):
+  archive_dir     an `invoke save` folder to load images from, over
+                  DLREPRO_IMAGE_ARCHIVE
+  from_docker     take images from a Docker engine when one answers
+                  (default True)
+  and the docker runtime's base_overrides, build, shm_size, memory, gpu_ids.
+"""
+import json
+import os
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+from dlrepro import matrix as matrix_mod
+from dlrepro.errors import UserError
+from dlrepro.images import build as images, podman as podman_images
+from dlrepro.run import oomkills
+from dlrepro.run.runtimes import Death
+from dlrepro.run.runtimes import docker
+
+ARCHIVE_ENV = "DLREPRO_IMAGE_ARCHIVE"
+# NVIDIA's recommendation for framework containers (as the docker runtime),
+# lowered to the host's hard limit when that is smaller.
+GPU_STACK_BYTES = 67108864
+CLI_TIMEOUT_S = 120
+
+
+def rootless():
+    return os.geteuid() != 0
+
+
+def hard_limit(which):
+    """The host's hard limit for an rlimit, as podman's --ulimit writes it
+    (-1: unlimited)."""
+    hard = resource.getrlimit(which)[1]
+    return -1 if hard == resource.RLIM_INFINITY else hard
+
+
+def read_pid_max(path="/proc/sys/kernel/pid_max"):
+    try:
+        with open(path) as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return None
+
+
+def ulimit_flags(gpu=False):
+    """--ulimit flags for every rlimit podman sets by default, each at the
+    host's hard limit, so that the OCI runtime never asks for more."""
+    nproc = hard_limit(resource.RLIMIT_NPROC)
+    pid_max = read_pid_max()
+    if pid_max and (nproc == -1 or nproc > pid_max):
+        # podman lowers its own (and so conmon's) nproc to pid_max when it
+        # cannot raise it, and runc may not raise it back: more processes
+        # than pids could not exist anyway.
+        nproc = pid_max
+    limits = {"nofile": hard_limit(resource.RLIMIT_NOFILE), "nproc": nproc}
+    if gpu:
+        limits["memlock"] = hard_limit(resource.RLIMIT_MEMLOCK)
+        stack = hard_limit(resource.RLIMIT_STACK)
+        limits["stack"] = GPU_STACK_BYTES if stack == -1 else min(
+            stack, GPU_STACK_BYTES)
+    flags = []
+    for name, value in limits.items():
+        flags += ["--ulimit", f"{name}={value}:{value}"]
+    return flags
+
+
+class Runtime(docker.Runtime):
+    name = "podman"
+
+    def __init__(self, podman_bin="podman", archive_dir=None,
+                 from_docker=True, **options):
+        super().__init__(docker_bin=podman_bin, **options)
+        self.podman_bin = podman_bin
+        self.archive_dir = archive_dir or os.environ.get(ARCHIVE_ENV) or None
+        self.from_docker = from_docker
+        self.store = podman_images.Store(podman_bin)
+
+    # -- the Runtime interface ------------------------------------------------
+
+    def check(self):
+        if shutil.which(self.podman_bin) is None:
+            raise UserError(f"podman ({self.podman_bin}) is not installed "
+                            f"(Debian: apt-get install podman; see "
+                            f".ci/container-runtimes.sh) "
+                            f"{images.NATIVE_HINT}")
+        try:
+            proc = subprocess.run([self.podman_bin, "version"],
+                                  capture_output=True, text=True,
+                                  timeout=CLI_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise UserError(f"podman does not run: {exc}")
+        if proc.returncode != 0:
+            raise UserError(f"podman does not run: "
+                            f"{images.first_line(proc.stderr)}")
+
+    def prepare(self, targets, log=print):
+        self.check()
+        client = podman_images.docker_engine() if self.from_docker else None
+        reasons = {}
+        for framework, profile in targets:
+            try:
+                entry = matrix_mod.entry(self.matrix, framework,
+                                                profile)
+                tag = podman_images.ensure(
+                    framework, profile, self.matrix, self.store,
+                    base_image=images.substituted_base(
+                        entry, self.substitution) or entry["base_image"],
+                    build_missing=self.build, archive_dir=self.archive_dir,
+                    client=client, log=log, name_prefix=self.name_prefix)
+                self.images[(framework, profile)] = tag
+                self.descriptions[(framework, profile)] = \
+                    podman_images.describe(self.store, tag)
+                self.descriptions[(framework, profile)]["rootless"] = \
+                    rootless()
+                reasons[(framework, profile)] = None
+            except images.BuildFailed:
+                raise
+            except UserError as exc:
+                reasons[(framework, profile)] = str(exc)
+        return reasons
+
+    # -- the command line -----------------------------------------------------
+
+    def run_argv(self, job, run_dir, tag, name):
+        argv = super().run_argv(job, run_dir, tag, name)
+        if rootless():
+            # The invoking user inside is the invoking user outside: the
+            # result files are theirs, as under docker.
+            argv[2:2] = ["--userns", "keep-id"]
+        return argv
+
+    def engine_flags(self, placement):
+        gpu = placement.device == "gpu"
+        flags = ulimit_flags(gpu)
+        if gpu:
+            ids = (self.gpu_ids.split(",") if self.gpu_ids
+                   else [str(i) for i in range(max(placement.gpus, 1))])
+            for gpu_id in ids:
+                flags += ["--device", f"nvidia.com/gpu={gpu_id.strip()}"]
+            flags += ["--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        return flags
+
+    # -- container life -------------------------------------------------------
+
+    def _podman(self, *args, timeout=CLI_TIMEOUT_S):
+        return subprocess.run([self.podman_bin, *args], capture_output=True,
+                              text=True, timeout=timeout)
+
+    def _stop(self, name):
+        # SIGTERM first: the harness writes a partial result, then exits.
+        self._podman("stop", "--time", str(docker.STOP_GRACE_S), name,
+                     timeout=docker.STOP_GRACE_S + CLI_TIMEOUT_S)
+
+    def _state(self, name):
+        proc = self._podman("container", "inspect", name)
+        if proc.returncode != 0:
+            return None
+        found = json.loads(proc.stdout or "[]")
+        return found[0].get("State", {}) if found else None
+
+    def launch(self, job, run_dir):
+        launch = super().launch(job, run_dir)
+        name = docker.container_name(Path(run_dir).resolve(), job.id)
+        before = oomkills.machine_count()
+        return launch._replace(
+            post_mortem=lambda: self._post_mortem(name, before))
+
+    def _post_mortem(self, name, before=None):
+        state = self._state(name)
+        if state is None:
+            return Death(None, "the container vanished before it could be "
+                               "inspected")
+        code = state.get("ExitCode")
+        if state.get("OOMKilled"):
+            return Death(True, f"podman reports the container OOM-killed "
+                               f"(exit {code})")
+        after = oomkills.machine_count()
+        if code == 137 and before is not None and after is not None \
+                and after > before:
+            # Podman on cgroup v1 does not see its containers' OOM kills
+            # (State.OOMKilled stays false): the kernel's count does.
+            return Death(True, f"the container was SIGKILLed while the "
+                               f"kernel's OOM killer ran (/proc/vmstat "
+                               f"oom_kill {before} -> {after}); podman "
+                               f"itself reports no OOM kill")
+        if state.get("Error"):
+            return Death(None, f"the container failed to start: "
+                               f"{state['Error']}")
+        return Death(False, f"the container exited with status {code}; "
+                            f"podman reports no OOM kill")
+
+    def _remove(self, name):
+        self._podman("rm", "--force", "--ignore", name)
+
+    def _give_back(self, tag, run_dir, cell_id):
+        """chown what a root container wrote to the invoking user (rootless,
+        the files are the user's already)."""
+        if rootless():
+            return
+        names = [path.name for path in run_dir.glob(f"{cell_id}.*")
+                 if path.stat().st_uid != os.getuid()]
+        if not names:
+            return
+        subprocess.run([self.podman_bin, "run", "--rm", "--network", "none",
+                        "--security-opt", "no-new-privileges",
+                        "--cap-drop", "ALL", "--cap-add", "CHOWN",
+                        "--user", "0:0", *ulimit_flags(), "--volume",
+                        f"{run_dir}:{docker.RESULTS_IN_CONTAINER}",
+                        "--entrypoint", "chown", tag,
+                        f"{os.getuid()}:{os.getgid()}"]
+                       + [f"{docker.RESULTS_IN_CONTAINER}/{name}"
+                          for name in names],
+                       capture_output=True, check=False)
