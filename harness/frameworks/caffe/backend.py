@@ -17,11 +17,10 @@ openblas_set_num_threads. Which BLAS libblas.so.3 resolved to is read from
 the process's mapped libraries and recorded (versions: framework_build).
 
 Where Caffe differs from the description, and what this does about it:
-- padding: Caffe pads symmetrically. Every convolution but AlexNet's first
-  is symmetric; AlexNet's 11x11/4 (3 before, 4 after) is padded 4 on both
-  sides, which gives the same 56x56 output and the same work, with the
-  windows one pixel earlier (pad (4, 3) in effect; the last padded row and
-  column are never read);
+- padding: Caffe pads symmetrically. Symmetric pads are the Convolution's
+  own; AlexNet's 11x11/4 (3 before, 4 after) gets its zeros spliced in
+  (Concat with constant DummyData blobs) and an unpadded Convolution, so
+  the windows sit exactly where the description puts them;
 - pooling: Caffe's ceil-mode output size and in-bounds averaging (without
   padding) are the description's;
 - batch norm: BatchNorm (running statistics: not parameters, learning rate
@@ -74,22 +73,27 @@ def _numpy():
 
 # --- pure arithmetic (tested without Caffe) ----------------------------------
 
-def conv_pad(layer):
-    """Caffe's symmetric pad for a Conv: the description's when it is
-    symmetric; for (before, after) with after = before + 1, the larger one,
-    which keeps the output size (see the module's doc)."""
+def conv_padding(layer):
+    """How a Conv is padded in Caffe: an int, the Convolution's own
+    symmetric pad; or (before, after), zeros spliced in around an unpadded
+    Convolution."""
     before, after = layer.pad
     if before == after:
         return before
-    if after == before + 1:
-        return after
-    raise HarnessError("caffe backend: Conv padding {} cannot be made "
-                       "symmetric".format(layer.pad))
+    return (before, after)
 
 
 def conv_size(size, layer):
-    """One spatial output size of a Caffe Convolution with conv_pad."""
-    return (size + 2 * conv_pad(layer) - layer.kernel) // layer.stride + 1
+    """One spatial output size of the Caffe translation of a Conv."""
+    mode = conv_padding(layer)
+    before, after = (mode, mode) if isinstance(mode, int) else mode
+    return (size + before + after - layer.kernel) // layer.stride + 1
+
+
+def subsample_padding(size, stride):
+    """Zeros appended so that `size` divides by `stride` (the subsample is a
+    reshape to (size // stride, stride) that keeps index 0)."""
+    return -size % stride
 
 
 def pool_size(size, layer):
@@ -113,10 +117,8 @@ def planned_shape(r):
     if kind is nets.SubsamplePad:
         c, h, w = shape
         s = layer.stride
-        if h % s or w % s:
-            raise HarnessError("caffe backend: SubsamplePad needs sizes "
-                               "divisible by its stride, got {}".format(shape))
-        return (layer.channels, h // s, w // s)
+        return (layer.channels, (h + subsample_padding(h, s)) // s,
+                (w + subsample_padding(w, s)) // s)
     if kind is nets.Residual:
         body, shortcut = r.children
         out = planned_shapes(body)[-1]
@@ -327,10 +329,40 @@ def _time_dense(L, r, x, ctx):
                           weight_filler=_xavier(), bias_filler=_zero())
 
 
+def _zeros(L, ctx, shape):
+    """A constant zero blob of per-sample `shape` (filled once at set-up)."""
+    return L.DummyData(shape=dict(dim=[ctx["batch"]] + list(shape)),
+                       data_filler=_zero())
+
+
+def _pad_axis(L, x, ctx, shape, axis, before, after):
+    """x (per-sample `shape`) with zeros spliced in on spatial `axis` (1 or
+    2 of the per-sample shape); returns (x, its new shape)."""
+    parts = []
+    for count in (before, None, after):
+        if count is None:
+            parts.append(x)
+        elif count:
+            size = list(shape)
+            size[axis] = count
+            parts.append(_zeros(L, ctx, size))
+    shape = list(shape)
+    shape[axis] += before + after
+    if len(parts) == 1:
+        return x, tuple(shape)
+    return L.Concat(*parts, axis=axis + 1), tuple(shape)
+
+
 def _conv(L, r, x, ctx):
     layer = r.layer
+    pad = conv_padding(layer)
+    if not isinstance(pad, int):
+        shape = r.in_shape
+        x, shape = _pad_axis(L, x, ctx, shape, 1, pad[0], pad[1])
+        x, shape = _pad_axis(L, x, ctx, shape, 2, pad[0], pad[1])
+        pad = 0
     out = L.Convolution(x, num_output=layer.filters, kernel_size=layer.kernel,
-                        stride=layer.stride, pad=conv_pad(layer),
+                        stride=layer.stride, pad=pad,
                         bias_term=layer.bias, weight_filler=_xavier(),
                         bias_filler=_zero())
     return _activate(L, layer.activation, out)
@@ -383,23 +415,24 @@ def _keep_first(L, x, axis):
 
 
 def _subsample_pad(L, r, x, ctx):
-    # Keep every stride-th pixel: reshape (N, C, H, W) to (N, C, H/s, s, W/s,
-    # s) and keep index 0 of both s axes; then zero channels (DummyData)
-    # appended up to `channels`. Exact, parameter-free.
+    # Keep every stride-th pixel: zeros appended until the sizes divide by
+    # the stride, a reshape of (N, C, H, W) to (N, C, H/s, s, W/s, s), index
+    # 0 of both s axes kept; then zero channels appended up to `channels`.
+    # Exact, parameter-free.
     c, h, w = r.in_shape
     s = r.layer.stride
+    shape = r.in_shape
+    x, shape = _pad_axis(L, x, ctx, shape, 1, 0, subsample_padding(h, s))
+    x, shape = _pad_axis(L, x, ctx, shape, 2, 0, subsample_padding(w, s))
     _, h2, w2 = planned_shape(r)
     x = L.Reshape(x, shape=dict(dim=[0, 0, h2, s, w2, s]))
-    x, silence = _keep_first(L, x, 3)
-    ctx["silenced"].append(silence)
-    x, silence = _keep_first(L, x, 5)
-    ctx["silenced"].append(silence)
+    for axis in (3, 5):
+        x, silence = _keep_first(L, x, axis)
+        ctx["silenced"].append(silence)
     x = L.Reshape(x, shape=dict(dim=[0, 0, h2, w2]))
     extra = r.layer.channels - c
     if extra:
-        zeros = L.DummyData(shape=dict(dim=[ctx["batch"], extra, h2, w2]),
-                            data_filler=_zero())
-        x = L.Concat(x, zeros, axis=1)
+        x = L.Concat(x, _zeros(L, ctx, (extra, h2, w2)), axis=1)
     return x
 
 
@@ -433,10 +466,11 @@ def is_sequence(network):
     return network.input_dtype == "int64"
 
 
-def net_spec(network, batch_size):
+def net_spec(network, batch_size, loss=True):
     """The network as a caffe.NetSpec (inputs `data` and `label`, `cont`
     for sequences; output `output`; loss `loss`), written from
-    harness.networks."""
+    harness.networks. Without `loss`: no label and no loss, a net to run
+    forward (tests probe single layers with it)."""
     caffe = _caffe()
     L = caffe.layers
     n = caffe.NetSpec()
@@ -446,16 +480,20 @@ def net_spec(network, batch_size):
         time_major = dict(dim=[steps, batch_size])
         n.data = L.Input(shape=time_major)
         n.cont = L.Input(shape=time_major)
-        n.label = L.Input(shape=time_major)
+        if loss:
+            n.label = L.Input(shape=time_major)
         ctx["cont"] = n.cont
         axis = 2
     else:
         n.data = L.Input(shape=dict(dim=[batch_size] +
                                     list(network.input_shape)))
-        n.label = L.Input(shape=dict(dim=[batch_size]))
+        if loss:
+            n.label = L.Input(shape=dict(dim=[batch_size]))
         axis = 1
     n.output = _build(L, nets.resolve(network), n.data, ctx)
-    n.loss = L.SoftmaxWithLoss(n.output, n.label, softmax_param=dict(axis=axis))
+    if loss:
+        n.loss = L.SoftmaxWithLoss(n.output, n.label,
+                                   softmax_param=dict(axis=axis))
     for number, silence in enumerate(ctx["silenced"]):
         # A layer without tops is only emitted when NetSpec holds it.
         setattr(n, "silence{}".format(number), silence)
