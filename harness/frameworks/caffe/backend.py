@@ -564,18 +564,44 @@ def build_model(network, batch_size, device="cpu", seed=0):
 def feed(net, network, inputs, labels):
     """Copy a mini-batch (batch-major, as harness.data gives it) into the
     net's Input blobs: sequences transposed to Caffe's time-major layout
-    with `cont` 0 at each sequence's first step."""
+    with `cont` 0 at each sequence's first step. `labels` None: a net
+    without a label input."""
     np = _numpy()
     if is_sequence(network):
         steps, batch = net.blobs["data"].data.shape
         net.blobs["data"].data[...] = np.asarray(inputs, np.float32).T
-        net.blobs["label"].data[...] = np.asarray(labels, np.float32).T
+        if labels is not None:
+            net.blobs["label"].data[...] = np.asarray(labels, np.float32).T
         cont = np.ones((steps, batch), np.float32)
         cont[0, :] = 0
         net.blobs["cont"].data[...] = cont
     else:
         net.blobs["data"].data[...] = np.asarray(inputs, np.float32)
-        net.blobs["label"].data[...] = np.asarray(labels, np.float32)
+        if labels is not None:
+            net.blobs["label"].data[...] = np.asarray(labels, np.float32)
+
+
+def batch_major(network, values):
+    """An output blob's values with the batch first: sequences' are
+    (steps, batch, ...) in Caffe."""
+    if is_sequence(network):
+        return values.swapaxes(0, 1)
+    return values
+
+
+def forward_net(network, batch_size):
+    """A TEST-phase caffe.Net of `network` without label and loss (batch
+    norm uses its running statistics), for evaluation; share_with a
+    training net gives it that net's trained layers."""
+    caffe = _caffe()
+    proto = net_spec(network, batch_size, loss=False).to_proto()
+    handle, path = tempfile.mkstemp(prefix="dlrepro-caffe-", suffix=".prototxt")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(str(proto))
+        return caffe.Net(path, caffe.TEST)
+    finally:
+        os.unlink(path)
 
 
 class Session(backends.Session):
