@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import caffeenv
+from dockerenv import caffe_image  # noqa: F401 (a fixture)
 import jsonschema
 import probes
 import pytest
@@ -228,3 +229,40 @@ def test_caffe_cell_is_valid_and_one_thread_is_really_used(make_cell,
     assert result["environment"]["threads"]["framework"] == 1
     assert result["environment"]["framework_build"]["blas"] == "OpenBLAS"
     assert result["timing"]["cpu_utilization"] < 1.3
+
+
+# --- the profiles ----------------------------------------------------------------
+
+def _stack(profile):
+    from dlrepro import matrix
+    entry = matrix.load()["caffe"][profile]
+    return {"sass": entry["sass"], "ptx": entry["ptx"], "cuda": entry["cuda"],
+            "min_driver": entry["min_driver"]}
+
+
+def test_hopper_gate_refuses_ubuntus_cuda_build_and_jits_nvcaffe():
+    from harness import compat
+    ubuntu = compat.check((9, 0), "570.124.06", _stack("cuda"))
+    assert ubuntu["verdict"] == compat.UNSUPPORTED, ubuntu
+    assert "no machine code for sm_90" in ubuntu["reason"]
+    # Pascal, which its SASS covers, runs natively.
+    assert compat.check((6, 1), "570.124.06", _stack("cuda"))["verdict"] == \
+        compat.NATIVE
+    nvcaffe = compat.check((9, 0), "570.124.06", _stack("nvcaffe"))
+    assert nvcaffe["verdict"] == compat.PTX_JIT, nvcaffe
+
+
+def test_cpu_image_holds_exactly_the_pinned_apt_closure(caffe_image):
+    import subprocess
+    from dlrepro import matrix
+    pinned = dict(p.split("=", 1) for p in matrix.load()["caffe"]["cpu"]["apt"])
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", caffe_image,
+         "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    installed = dict(line.split("=", 1) for line in proc.stdout.split())
+    for name, version in pinned.items():
+        assert installed.get(name) == version, name
+    # The reference BLAS, the pitfall without recommends, is not there.
+    assert "libblas3" not in installed
