@@ -118,23 +118,25 @@ def table_lines(report):
              "time` (forward-backward, no update)".format(
                  report["framework_version"], report["threads"],
                  report["rounds"], report["iterations"]),
-             "{:<10} {:>5} {:>11} {:>11} {:>9} {:>7} {:>13} {:>9}  {}".format(
-                 "network", "batch", "harness ms", "pycaffe ms",
-                 "time ms", "h/py", "round h/py", "h/time",
-                 "h/py within 5%")]
+             "{:<10} {:>5} {:>11} {:>11} {:>9} {:>7} {:>13} {:>9} {:>10}  {}"
+             .format("network", "batch", "harness ms", "pycaffe ms",
+                     "time ms", "h/py", "round h/py", "h/time",
+                     "CPU h/py", "h/py within 5%")]
     for case in report["cases"]:
         lines.append(
             "{:<10} {:>5} {:>11.2f} {:>11.2f} {:>9.2f} {:>7.3f} {:>13} "
-            "{:>9.3f}  {}".format(
+            "{:>9.3f} {:>10.3f}  {}".format(
                 case["network"], case["batch_size"],
                 case["harness_mean_s"] * 1e3, case["idiomatic_mean_s"] * 1e3,
                 case["caffe_time_mean_s"] * 1e3, case["ratio"],
                 "{:.2f}..{:.2f}".format(min(case["round_ratios"]),
                                         max(case["round_ratios"])),
-                case["ratio_caffe_time"],
+                case["ratio_caffe_time"], case["cpu_ratio"],
                 "yes" if abs(case["ratio"] - 1) <= sidebyside.GOAL else "no"))
     lines.append("h/py: harness mean / pycaffe loop mean; h/time: harness "
-                 "mean / `caffe time` mean, which leaves out the SGD update")
+                 "mean / `caffe time` mean, which leaves out the SGD update; "
+                 "CPU h/py: process CPU seconds per iteration, harness / "
+                 "pycaffe loop (steadier than wall time on a loaded machine)")
     return lines
 
 
@@ -151,7 +153,14 @@ def main(argv=None):
                         help="only this network (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--table", metavar="JSON",
+                        help="print the table of an earlier --json report "
+                             "and stop")
     args = parser.parse_args(argv)
+    if args.table:
+        with open(args.table) as handle:
+            print("\n".join(table_lines(json.load(handle))))
+        return 0
     for option in ("threads", "rounds", "iterations"):
         if getattr(args, option) < 1:
             parser.error("--{} must be >= 1".format(option))
