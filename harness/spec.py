@@ -10,7 +10,7 @@ from .errors import HarnessError
 
 # The frameworks with a package under harness/frameworks (kept here, not
 # there, so that validating a cell imports no framework code).
-FRAMEWORKS = ("cntk", "jax", "mxnet", "pytorch", "tensorflow")
+FRAMEWORKS = ("caffe", "cntk", "jax", "mxnet", "pytorch", "tensorflow")
 DEVICES = ("cpu", "gpu")
 # Where the harness runs (native venv, docker, and more to come: podman,
 # charliecloud, under slurm): a name, recorded, never interpreted here.

@@ -1,9 +1,11 @@
 """Framework environments for tests that run framework code: the same
 .venvs/<framework>-cpu that `invoke env` makes from the lock files, created
 on first use (never skipped: CI makes them too); for CNTK, which has no
-native environment, its image's Python (tests/cntkenv.py)."""
+native environment, its image's Python (tests/cntkenv.py); likewise Caffe
+(tests/caffeenv.py)."""
 import pytest
 
+import caffeenv
 import cntkenv
 from dlrepro import matrix
 from dlrepro.images import envs
@@ -16,6 +18,8 @@ def framework_python():
     def python(framework):
         if framework == "cntk":
             return cntkenv.python()
+        if framework == "caffe":
+            return caffeenv.python()
         if framework not in made:
             m = matrix.load()
             made[framework] = envs.ensure(framework, "cpu",

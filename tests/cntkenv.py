@@ -28,10 +28,11 @@ PASSED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED")
 ENV_OVERRIDE = "DLREPRO_CNTK_PYTHON"
 
 
-def launcher_text(tag, root, tmp, uid, gid):
-    """The launcher script for image `tag` (a plain function: tested)."""
+def launcher_text(tag, root, tmp, uid, gid, name="cntk"):
+    """The launcher script for image `tag` of framework `name` (a plain
+    function: tested)."""
     argv = ["docker", "run", "--rm", "--interactive", "--init",
-            "--network", "none", "--label", "org.dlrepro.test=cntkenv",
+            "--network", "none", "--label", f"org.dlrepro.test={name}env",
             "--user", f"{uid}:{gid}",
             "--volume", f"{root}:{root}:ro", "--volume", f"{tmp}:{tmp}",
             "--env", f"HOME={tmp}"]
@@ -41,25 +42,34 @@ def launcher_text(tag, root, tmp, uid, gid):
     # exec: the docker client is the process the caller signals, and it
     # passes SIGTERM on to the harness (a timeout writes a partial result).
     return ("#!/bin/sh\n"
-            "# Written by tests/cntkenv.py: the Python of the CNTK image,\n"
+            f"# Written by tests/{name}env.py: the Python of the {name} image,\n"
             "# run as if it were native. Regenerated on every test session.\n"
             f'exec {quoted} --workdir "$PWD" {shlex.quote(tag)} '
             f'{PYTHON_IN_IMAGE} "$@"\n')
 
 
+def image_python(name, image_or_skip, override_env):
+    """A path to run framework `name`'s image Python with: the interpreter
+    `override_env` names, else a launcher for the image `image_or_skip()`
+    returns (which skips the calling test, or fails it in CI, when the image
+    cannot be had)."""
+    given = os.environ.get(override_env)
+    if given:
+        return Path(given)
+    tag = image_or_skip()
+    launcher = LAUNCHER.with_name(f"{name}-cpu")
+    text = launcher_text(tag, ROOT, Path(tempfile.gettempdir()).resolve(),
+                         os.getuid(), os.getgid(), name)
+    if not launcher.exists() or launcher.read_text() != text:
+        launcher.parent.mkdir(parents=True, exist_ok=True)
+        tmp = launcher.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, launcher)
+    return launcher
+
+
 def python():
     """A path to run CNTK's Python with (skips the calling test, or fails
     it in CI, when the image cannot be had)."""
-    given = os.environ.get(ENV_OVERRIDE)
-    if given:
-        return Path(given)
-    tag = cntk_image_or_skip()
-    text = launcher_text(tag, ROOT, Path(tempfile.gettempdir()).resolve(),
-                         os.getuid(), os.getgid())
-    if not LAUNCHER.exists() or LAUNCHER.read_text() != text:
-        LAUNCHER.parent.mkdir(parents=True, exist_ok=True)
-        tmp = LAUNCHER.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o755)
-        os.replace(tmp, LAUNCHER)
-    return LAUNCHER
+    return image_python("cntk", cntk_image_or_skip, ENV_OVERRIDE)

@@ -21,7 +21,7 @@ BIONIC_IMAGE = os.environ.get("DLREPRO_TEST_BIONIC_IMAGE",
                               "dlrepro-docker-test/bionic:minbase")
 # Images the tests build are named apart from a user's dlrepro/* images.
 PREFIX = "dlrepro-docker-test"
-CPU_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+CPU_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet", "jax")
 PYTHON_SLIM = "python:3.11.9-slim-bookworm"
 UBUNTU_1804 = "ubuntu:18.04"
 # The one base substitution setting (DLREPRO_BASE_OVERRIDES), read alike by
@@ -70,21 +70,40 @@ def cpu_images(docker_client, test_base):
             for framework in CPU_FRAMEWORKS}
 
 
-_CNTK = {}
+_BIONIC_IMAGES = {}
+
+
+def bionic_image_or_skip(framework):
+    """The tag of `framework`'s cpu image FROM the Ubuntu 18.04 stand-in
+    (CNTK, Caffe), built when missing (a no-op when it exists): once per
+    test session, whichever test asks first."""
+    if framework not in _BIONIC_IMAGES:
+        client = engine_or_skip()
+        base = base_or_skip(client, BIONIC_IMAGE)
+        _BIONIC_IMAGES[framework] = images.ensure(
+            framework, "cpu", matrix.load(), base_image=base, client=client,
+            name_prefix=PREFIX, log=lambda _m: None)
+    return _BIONIC_IMAGES[framework]
 
 
 def cntk_image_or_skip():
     """The tag of the cntk.cpu image FROM the Ubuntu 18.04 stand-in, built
     from its wheelhouse when missing (a no-op when it exists)."""
-    if "tag" not in _CNTK:
-        client = engine_or_skip()
-        base = base_or_skip(client, BIONIC_IMAGE)
-        _CNTK["tag"] = images.ensure("cntk", "cpu", matrix.load(),
-                                     base_image=base, client=client,
-                                     name_prefix=PREFIX, log=lambda _m: None)
-    return _CNTK["tag"]
+    return bionic_image_or_skip("cntk")
+
+
+def caffe_image_or_skip():
+    """The tag of the caffe.cpu image FROM the Ubuntu 18.04 stand-in (its
+    apt closure comes from the Ubuntu archive: the build needs the network
+    once; later runs find the tag)."""
+    return bionic_image_or_skip("caffe")
 
 
 @pytest.fixture(scope="session")
 def cntk_image():
     return cntk_image_or_skip()
+
+
+@pytest.fixture(scope="session")
+def caffe_image():
+    return caffe_image_or_skip()

@@ -153,7 +153,7 @@ def test_two_bias_lstm_count_is_explained(run):
 @pytest.mark.parametrize("overrides,message", [
     ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
     ({"iterations": "5"}, "iterations must be an integer >= 1, got '5'"),
-    ({"framework": "caffe"}, "unknown framework 'caffe'; valid frameworks: cntk"),
+    ({"framework": "theano"}, "unknown framework 'theano'; valid frameworks: caffe"),
     ({"network": "vgg"}, "unknown network 'vgg'"),
     ({"device": "tpu"}, "device must be one of cpu, gpu"),
     ({"global_batch_size": 9}, "global_batch_size must be batch_size x workers"),

@@ -14,8 +14,8 @@ def invoke(root, *args):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--framework", "caffe"], "error: unknown framework 'caffe'; valid "
-     "frameworks: cntk, jax, mxnet, pytorch, tensorflow"),
+    (["--framework", "theano"], "error: unknown framework 'theano'; valid "
+     "frameworks: caffe, cntk, jax, mxnet, pytorch, tensorflow"),
     (["--framework", "pytorch", "--network", "vgg"],
      "error: unknown network 'vgg'; valid networks: alexnet, alexnet-r, "),
     (["--framework", "pytorch", "--suite", "nightly"],

@@ -55,3 +55,14 @@ def test_jax_has_no_2016_tool_and_is_left_out():
     assert compare.rows([pair("jax", "fcn-r", 4096, 0.01)], reference) == []
     assert compare.rows([pair("jax", "fcn-r", 4096, 0.01),
                          pair("mxnet", "fcn-r", 4096, 0.01)], reference)
+
+
+def test_caffe_is_set_beside_its_own_2016_runs():
+    rows = compare.rows([pair("caffe", "alexnet-r", 1024, 0.05)],
+                        compare.load_reference())
+    assert rows and all(r["then_tool"] == "caffe" for r in rows)
+    # The 2016 round ran Caffe on the K80 only.
+    assert [r["then_gpu"] for r in rows] == ["Tesla K80 (one GK210)"]
+    assert rows[0]["then_s"] == pytest.approx(0.137873)
+    # Not Torch7's note: Caffe is the tool the paper timed.
+    assert all(r["note"] == "" for r in rows)

@@ -132,8 +132,8 @@ def test_spec_errors_are_clear():
                        "only; convergence networks: alexnet-r, fcn-r, lstm, "
                        "resnet-56"):
         hspec.validate_convergence(dict(spec, network="fcn5", global_batch_size=8))
-    with pytest.raises(HarnessError, match="unknown framework 'caffe'"):
-        hspec.validate_convergence(dict(spec, framework="caffe"))
+    with pytest.raises(HarnessError, match="unknown framework 'theano'"):
+        hspec.validate_convergence(dict(spec, framework="theano"))
     with pytest.raises(HarnessError, match="missing \\['epochs'\\]"):
         hspec.validate_convergence(dict((k, v) for k, v in spec.items()
                                 if k != "epochs"))
@@ -180,7 +180,7 @@ def test_plan_defaults_follow_the_paper(tmp_path):
     ({"workers": [1, 3]}, "a global batch of 1024 does not split evenly over 3"),
     ({"global_batch": "0"}, "--global-batch-size must be an integer >= 1"),
     ({"networks": ["fcn5"]}, "unknown convergence network 'fcn5'"),
-    ({"frameworks": ["caffe"]}, "unknown framework 'caffe'"),
+    ({"frameworks": ["theano"]}, "unknown framework 'theano'"),
     ({"synthetic": True, "data_dir": "x"}, "exclude each other"),
     ({"target_loss": "low"}, "--target-loss must be a number"),
     ({"seed": "abc"}, "--seed must be an integer >= 0, got 'abc'"),

@@ -39,8 +39,8 @@ from harness import resultfile
 from harness.provenance import harness_digest
 
 from dockerenv import (BASE_OVERRIDES, BIONIC_IMAGE, PREFIX,  # noqa: F401
-                       PYTHON_SLIM, UBUNTU_1804, cntk_image, cpu_images,
-                       docker_client, test_base)
+                       PYTHON_SLIM, UBUNTU_1804, caffe_image, cntk_image,
+                       cpu_images, docker_client, test_base)
 
 SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -145,14 +145,14 @@ def wait_for_running(name_part, timeout=120):
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet",
-                                       "cntk"])
+                                       "jax", "cntk", "caffe"])
 def test_a_cell_runs_in_its_image_and_lands_on_the_host(
         runtime, cpu_images, docker_client, tmp_path, framework, monkeypatch,
         request):
-    # CNTK's image is built FROM the Ubuntu 18.04 stand-in, the others FROM
-    # the Debian one.
-    tag = (request.getfixturevalue("cntk_image") if framework == "cntk"
-           else cpu_images[framework])
+    # CNTK's and Caffe's images are built FROM the Ubuntu 18.04 stand-in,
+    # the others FROM the Debian one.
+    tag = (request.getfixturevalue(f"{framework}_image")
+           if framework in ("cntk", "caffe") else cpu_images[framework])
     reasons = runtime.prepare([(framework, "cpu")], log=lambda _m: None)
     assert reasons == {(framework, "cpu"): None}
     owner = os.getuid()
@@ -513,12 +513,12 @@ def test_ctrl_c_stops_the_container_and_says_how_to_resume(cntk_image, root,
 
 
 def test_invoke_bench_all_runs_every_cpu_framework_in_its_image(
-        cpu_images, cntk_image, root, tmp_path):
+        cpu_images, cntk_image, caffe_image, root, tmp_path):
     """The user's commands: `invoke build --framework=cntk`, then
-    `invoke bench --all` over the CPU frameworks, CNTK included (its image
-    FROM the Ubuntu 18.04 stand-in), with one DLREPRO_BASE_OVERRIDES for
-    both; then the JSON on the host."""
-    images = dict(cpu_images, cntk=cntk_image)
+    `invoke bench --all` over the CPU frameworks (JAX among them), CNTK and
+    Caffe included (their images FROM the Ubuntu 18.04 stand-in), with one
+    DLREPRO_BASE_OVERRIDES for both; then the JSON on the host."""
+    images = dict(cpu_images, cntk=cntk_image, caffe=caffe_image)
     env = cli_env(**{docker_runtime.BASE_OVERRIDES_ENV: BASE_OVERRIDES})
     built = invoke(root, "build", "--framework=cntk", env=env)
     assert built.returncode == 0, built.stdout + built.stderr
@@ -530,7 +530,7 @@ def test_invoke_bench_all_runs_every_cpu_framework_in_its_image(
     run_dir = (tmp_path / "latest").resolve()
     record, pairs = runfolder.load_run(run_dir)
     assert record["status"] == "complete" and record["runtime"] == "docker"
-    assert len(pairs) == 8
+    assert len(pairs) == 2 * len(images)
     assert {e["spec"]["framework"] for e, _r in pairs} == set(images)
     for entry, result in pairs:
         framework = entry["spec"]["framework"]
@@ -544,8 +544,8 @@ def test_invoke_bench_all_runs_every_cpu_framework_in_its_image(
         else:
             assert result["status"] == "unsupported"
     # The summary table names every cell.
-    assert proc.stdout.count("fcn-r") >= 4
-    assert "8 ok" in proc.stdout
+    assert proc.stdout.count("fcn-r") >= len(images)
+    assert f"{2 * len(images)} ok" in proc.stdout
 
 
 def test_convergence_runs_in_images_with_the_data_mounted(

@@ -19,7 +19,8 @@ framework's own venv), and we assert:
 Besides each framework's CPU environment, TensorFlow's backend also runs on
 TensorFlow 1.15 (the `tf1` profile's version) where a Python 3.7 exists
 (tests/tf1_venv.py), and CNTK, which has no native environment (Python 3.6
-and OpenMPI 1.10), runs in its image (tests/cntkenv.py). A framework
+and OpenMPI 1.10), runs in its image (tests/cntkenv.py), as does Caffe
+(Ubuntu 18.04's packages: tests/caffeenv.py). A framework
 without a backend module, or whose environment cannot be had here (no
 Docker engine for CNTK, outside CI), is reported as skipped with the
 reason; a backend that exists but fails in its own environment fails.
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import pytest
 
+import caffeenv
 import cntkenv
 import tf1_venv
 from dlrepro import matrix
@@ -47,10 +49,10 @@ VARIANTS = dict([(f, f) for f in FRAMEWORKS] + [("tensorflow-1.15",
                                                   "tensorflow")])
 
 # LSTM bias vectors per gate. PyTorch (b_ih, b_hh) and MXNet (i2h, h2h bias)
-# keep two; TensorFlow/Keras, CNTK and JAX (our own cell) one, which is
-# parameter_count's convention.
+# keep two; TensorFlow/Keras, CNTK, JAX (our own cell) and Caffe (W_xc, b_c,
+# W_hc) one, which is parameter_count's convention.
 LSTM_BIAS_VECTORS = {"pytorch": 2, "mxnet": 2, "tensorflow": 1, "cntk": 1,
-                     "jax": 1}
+                     "jax": 1, "caffe": 1}
 
 # Batch per network: 1-2 for the big ones (fcn8 alone is 130 M parameters)
 # so the probe stays quick; enough samples on the small ones that the first
@@ -80,6 +82,10 @@ FIRST_LOSS_BELOW = 0.1
 DESCENDING = ("alexnet-r", "resnet-56", "lstm", "lstm32", "lstm64")
 
 
+# Frameworks with no native environment, run in their image's Python.
+IMAGE_ONLY = ("cntk", "caffe")
+
+
 def backend_file(framework):
     return ROOT / "harness" / "frameworks" / framework / "backend.py"
 
@@ -98,6 +104,9 @@ def framework_python(variant):
     if framework == "cntk":
         # Image only: its Python, run as if it were native.
         _PYTHONS[variant] = cntkenv.python()
+        return _PYTHONS[variant]
+    if framework == "caffe":
+        _PYTHONS[variant] = caffeenv.python()
         return _PYTHONS[variant]
     m = matrix.load()
     entry = matrix.entry(m, framework, "cpu")
@@ -168,7 +177,7 @@ def test_every_framework_is_accounted_for():
         m = matrix.load()
         entry = matrix.entry(m, framework, "cpu")
         reason = envs.unavailable_reason(entry, framework, "cpu")
-        assert reason is None or framework == "cntk", (framework, reason)
+        assert reason is None or framework in IMAGE_ONLY, (framework, reason)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

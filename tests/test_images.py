@@ -44,7 +44,8 @@ def docker(*args, check=True):
 
 # --- the CPU images ---------------------------------------------------------------
 
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet"])
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet",
+                                       "jax"])
 def test_cpu_image_labels_and_hash_tag(cpu_images, docker_client, test_base,
                                        framework):
     tag = cpu_images[framework]
@@ -68,7 +69,8 @@ def test_cpu_image_labels_and_hash_tag(cpu_images, docker_client, test_base,
 
 
 @pytest.mark.parametrize("framework,module", [
-    ("pytorch", "torch"), ("tensorflow", "tensorflow"), ("mxnet", "mxnet")])
+    ("pytorch", "torch"), ("tensorflow", "tensorflow"), ("mxnet", "mxnet"),
+    ("jax", "jax")])
 def test_cpu_image_runs_the_locked_framework_offline(cpu_images, framework,
                                                      module):
     version = matrix.load()[framework]["cpu"]["framework_version"]

@@ -140,12 +140,12 @@ def test_render_task_prints_the_dockerfile_and_rejects_bad_names(root):
     base, _pin = images.base_reference(entry)  # with the lock's digest, if any
     assert proc.stdout == render.render_profile("tensorflow", "cuda",
                                                 base=base).dockerfile
-    proc = subprocess.run([str(invoke), "render", "--framework", "caffe"],
+    proc = subprocess.run([str(invoke), "render", "--framework", "theano"],
                           cwd=root, capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: unknown framework 'caffe'; valid frameworks: cntk, jax, mxnet, "
-        "pytorch, tensorflow"]
+        "error: unknown framework 'theano'; valid frameworks: caffe, cntk, "
+        "jax, mxnet, pytorch, tensorflow"]
 
 
 def test_render_task_reads_the_base_substitution_as_build_does(root):

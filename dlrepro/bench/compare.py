@@ -16,7 +16,7 @@ REFERENCE = ROOT / "benchmarks" / "reference" / "dlbench-2016-raw.json"
 # Our framework -> the 2016 tool it continues. PyTorch is not Torch7, but
 # Torch7 is the tool the paper timed and PyTorch its successor.
 LINEAGE = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet",
-           "cntk": "cntk"}
+           "cntk": "cntk", "caffe": "caffe"}
 NOTES = {
     ("cntk", "lstm"): "2016 CNTK counted tokens as samples: ~1/32 of the work",
     ("torch", None): "then: Torch7, PyTorch's predecessor",

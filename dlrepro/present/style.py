@@ -21,7 +21,7 @@ matplotlib.rcParams.update({
 })
 
 # Frameworks in a fixed order, each with one colour in every figure.
-KNOWN = ("pytorch", "tensorflow", "mxnet", "cntk", "jax")
+KNOWN = ("pytorch", "tensorflow", "mxnet", "cntk", "caffe", "jax")
 PALETTE = ("#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e",
            "#e6ab02", "#a6761d", "#666666")
 
