@@ -1,0 +1,194 @@
+"""The JAX backend's precisions (docs/precision.md, docs/jax.md), in
+.venvs/jax-cpu: real cells through `python -m harness run`, and probes that
+look at the traced training step (its jaxpr) to see what the matrix
+products and convolutions really compute in.
+"""
+import math
+
+import pytest
+from probes import run_cell, run_probe
+
+from harness import frameworks, networks as nets
+from harness.errors import Unsupported
+from harness.frameworks.jax import backend
+
+
+@pytest.fixture(scope="module")
+def jax_python(root):
+    from dlrepro import matrix
+    from dlrepro.images import envs
+    entry = matrix.entry(matrix.load(), "jax", "cpu")
+    return str(envs.ensure("jax", "cpu", entry, log=lambda *args: None))
+
+
+CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",
+        "batch_size": 16, "global_batch_size": 16, "iterations": 3,
+        "warmup": 1}
+
+
+# --- without JAX ---------------------------------------------------------------
+
+def test_every_precision_reaches_prepare():
+    assert backend.PRECISIONS == ("default", "fp32", "tf32", "bf16", "fp16")
+    for precision in backend.PRECISIONS:
+        assert frameworks.prepare_options(backend, precision, None) == \
+            {"precision": precision, "compile_mode": "jit"}
+    with pytest.raises(Unsupported, match="offers compile mode jit only"):
+        frameworks.prepare_options(backend, "bf16", "none")
+
+
+# --- real cells ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cells(make_cell, jax_python, root, tmp_path_factory):
+    out = {}
+    for precision in ("fp32", "bf16", "tf32"):
+        folder = tmp_path_factory.mktemp(precision)
+        out[precision] = run_cell(jax_python, root, folder,
+                                  make_cell(CELL, precision=precision))
+    return out
+
+
+def test_strict_fp32_cell(cells):
+    result = cells["fp32"]
+    assert result["status"] == "ok", result["error"]
+    block = result["precision"]
+    assert block["requested"] == block["resolved"] == "fp32"
+    assert block["math_mode"] == {"matmul": "fp32", "conv": "fp32"}
+    assert block["autocast"] is None and block["loss_scaling"] is None
+    assert result["compilation"]["mode"] == "jit"
+
+
+def test_bf16_cell_is_mixed_precision_and_starts_near_chance(cells):
+    result = cells["bf16"]
+    assert result["status"] == "ok", result["error"]
+    block = result["precision"]
+    assert block["requested"] == block["resolved"] == block["autocast"] \
+        == "bf16"
+    assert block["loss_scaling"] is None
+    assert "FP32 weights" in block["note"]
+    first = result["loss"]["warmup"][0]
+    assert abs(first - math.log(nets.get("alexnet-r").classes)) < 0.1
+    losses = result["loss"]["per_iteration"]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < first
+
+
+def test_tf32_on_the_cpu_is_unsupported_with_the_reason(cells):
+    result = cells["tf32"]
+    assert result["status"] == "unsupported"
+    assert "tensor-core format of NVIDIA GPUs" in result["error"]["message"]
+
+
+# --- what the traced step computes in ----------------------------------------------
+
+TRACE_PROBE = """
+    import json, sys
+    import jax
+    from harness import networks as nets
+    from harness.frameworks.jax import backend
+    backend.configure(1, "cpu", 0)
+    precision, name = sys.argv[1], sys.argv[2]
+    session = backend.prepare(nets.get(name), 4, "cpu", 0,
+                              precision=precision)
+    leaves = jax.tree_util.tree_leaves
+    print(json.dumps({
+        "ops": [[n, str(p), list(d)] for n, p, d in
+                backend.matmul_ops(session.jaxpr())],
+        "params": sorted(set(str(a.dtype) for a in leaves(session.params))),
+        "opt_state": sorted(set(str(a.dtype) for a in
+                                leaves(session.opt_state))),
+        "config": str(jax.config.jax_default_matmul_precision),
+        "loss": session.step()}))
+"""
+
+
+@pytest.mark.parametrize("network", ["alexnet-r", "lstm32"])
+def test_bf16_matrix_products_and_convolutions_take_bf16(jax_python, root,
+                                                         network):
+    report = run_probe(jax_python, root, TRACE_PROBE, "bf16", network)
+    kinds = set(name for name, _p, _d in report["ops"])
+    assert kinds == ({"dot_general", "conv_general_dilated"}
+                     if network == "alexnet-r" else {"dot_general"})
+    assert all(dtypes == ["bfloat16", "bfloat16"]
+               for _n, _p, dtypes in report["ops"]), report["ops"]
+    # Master weights and optimizer state stay FP32.
+    assert report["params"] == ["float32"]
+    assert report["opt_state"] in (["float32"], [])
+    # Mixed precision leaves the FP32 matmul precision as shipped.
+    assert report["config"] == "None"
+    assert math.isfinite(report["loss"])
+
+
+@pytest.mark.parametrize("precision, expected", [
+    ("fp32", "(Precision.HIGHEST, Precision.HIGHEST)"), ("default", "None")])
+def test_strict_fp32_asks_highest_everywhere_default_asks_nothing(
+        jax_python, root, precision, expected):
+    report = run_probe(jax_python, root, TRACE_PROBE, precision, "alexnet-r")
+    assert report["ops"]
+    assert all(dtypes == ["float32", "float32"] and p == expected
+               for _n, p, dtypes in report["ops"]), report["ops"]
+    assert report["config"] == ("highest" if precision == "fp32" else "None")
+
+
+FP16_PROBE = """
+    import json
+    import jax, numpy as np
+    from harness import networks as nets
+    from harness.frameworks import backends
+    # This CPU has no float16 arithmetic: pretend it has, to run the
+    # loss-scaled fp16 path of the GPU on the CPU (emulated: the same code).
+    backends.cpu_flags = lambda: {"avx512_fp16"}
+    from harness.frameworks.jax import backend
+    backend.configure(1, "cpu", 0)
+
+    def run(initial):
+        backend.LossScale.INITIAL = initial
+        session = backend.prepare(nets.get("fcn-r"), 8, "cpu", 0,
+                                  precision="fp16")
+        before = [np.array(a) for a in jax.tree_util.tree_leaves(
+            session.params)]
+        loss = session.step()
+        after = jax.tree_util.tree_leaves(session.params)
+        return {"loss": loss,
+                "changed": any(not np.array_equal(b, np.array(a))
+                               for b, a in zip(before, after)),
+                "scale": float(session.opt_state[1]["scale"]),
+                "dtypes": sorted(set(d for _n, _p, ds in
+                                     backend.matmul_ops(session.jaxpr())
+                                     for d in ds)),
+                "scaling": session.loss_scaling}
+
+    # 2^16 (GradScaler's start) fits fcn-r's gradients in float16; 2^100
+    # (finite in the FP32 loss) overflows them: the step must be skipped.
+    print(json.dumps([run(2.0 ** 16), run(2.0 ** 100)]))
+"""
+
+
+def test_fp16_scales_the_loss_and_skips_overflowing_steps(jax_python, root):
+    fits, overflows = run_probe(jax_python, root, FP16_PROBE)
+    assert fits["dtypes"] == overflows["dtypes"] == ["float16"]
+    assert fits["scaling"].startswith("dynamic")
+    assert fits["changed"] and fits["scale"] == 2.0 ** 16
+    assert math.isfinite(fits["loss"])
+    assert not overflows["changed"] and overflows["scale"] == 2.0 ** 99
+
+
+NO_FP16_PROBE = """
+    import json
+    from harness import networks as nets
+    from harness.errors import Unsupported
+    from harness.frameworks import backends
+    backends.cpu_flags = lambda: {"avx2"}
+    from harness.frameworks.jax import backend
+    backend.configure(1, "cpu", 0)
+    try:
+        backend.prepare(nets.get("fcn-r"), 8, "cpu", 0, precision="fp16")
+        print(json.dumps(None))
+    except Unsupported as exc:
+        print(json.dumps(str(exc)))
+"""
+
+
+def test_fp16_on_a_cpu_without_float16_arithmetic_says_why(jax_python, root):
+    message = run_probe(jax_python, root, NO_FP16_PROBE)
+    assert message and "no float16 arithmetic" in message
