@@ -44,6 +44,7 @@ cover oneDNN/OpenMP besides).
 """
 import math
 import os
+import re
 
 from ... import cudalibs
 from ... import networks as nets
@@ -234,6 +235,36 @@ def matmul_ops(closed_jaxpr):
 
     walk(getattr(closed_jaxpr, "jaxpr", closed_jaxpr))
     return found
+
+
+def compiled_matmul_types(hlo_text):
+    """[(op, operand element types)] of the matrix products and convolutions
+    in XLA's compiled HLO text: `dot` and `convolution` instructions, and the
+    cuBLAS/cuDNN custom calls the GPU backend turns them into. What the
+    device computes, which the jaxpr (what JAX asked for) need not be: XLA
+    may convert operands first."""
+    types, ops = {}, []
+    defined = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\w+)\[")
+    call = re.compile(r"=\s*[^=]*?\s(dot|convolution|custom-call)\(([^)]*)\)")
+    for line in hlo_text.splitlines():
+        match = defined.match(line)
+        if match:
+            types[match.group(1)] = match.group(2)
+    for line in hlo_text.splitlines():
+        match = call.search(line)
+        if not match:
+            continue
+        op = match.group(1)
+        if op == "custom-call":
+            target = re.search(r'custom_call_target="([^"]*)"', line)
+            target = target.group(1) if target else ""
+            if "gemm" not in target.lower() and "conv" not in target.lower():
+                continue
+            op = target
+        # Operands as "%name" or "type[shape]{layout} %name".
+        names = re.findall(r"%([\w.\-]+)", match.group(2))
+        ops.append((op, tuple(types.get(n, "?") for n in names[:2])))
+    return ops
 
 
 def _check_strict(session):
@@ -689,6 +720,15 @@ class Session(backends.Session):
         optimizer = make_optimizer(network)
         self.opt_state = optimizer.init(self.params)
         self.loss_scaling = None
+        # What XLA's CPU backend makes of bf16/fp16 matrix products and
+        # convolutions (jaxlib 0.10.2): it converts their operands to FP32
+        # and computes in FP32 (tests/test_precision_jax.py reads the
+        # compiled HLO); elementwise work stays in the compute type.
+        self.precision_note = (
+            "on the CPU XLA computes {} matrix products and convolutions in "
+            "FP32 (operands converted): the values are rounded to {}, the "
+            "arithmetic is not faster".format(precision, precision)
+            if precision in COMPUTE_DTYPES and device == "cpu" else None)
         if precision == "fp16":
             self.opt_state = (self.opt_state, LossScale.init())
             self.loss_scaling = LossScale.DESCRIPTION
@@ -703,6 +743,12 @@ class Session(backends.Session):
         _jax().block_until_ready((self.params, self.state, self.opt_state,
                                   value))
         return float(value)
+
+    def compiled_text(self):
+        """XLA's compiled training step (HLO text), compiled apart from the
+        jitted step's own cache: for inspection, not for timing."""
+        return self._step.lower(self.params, self.state, self.opt_state,
+                                self.inputs, self.labels).compile().as_text()
 
     def jaxpr(self):
         """The training step as traced (not run, nothing donated)."""
