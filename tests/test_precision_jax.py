@@ -224,3 +224,14 @@ NO_FP16_PROBE = """
 def test_fp16_on_a_cpu_without_float16_arithmetic_says_why(jax_python, root):
     message = run_probe(jax_python, root, NO_FP16_PROBE)
     assert message and "no float16 arithmetic" in message
+
+
+def test_a_backends_precision_note_is_appended_to_the_block():
+    from harness import arithmetic
+    block = arithmetic.precision_block("bf16", "cpu", None, None,
+                                       "computed in FP32")
+    assert block["note"] == ("automatic mixed precision: bf16 compute, FP32 "
+                             "weights; computed in FP32")
+    assert arithmetic.precision_block("fp32", "cpu", None)["note"] is None
+    assert arithmetic.precision_block("fp32", "cpu", None, None,
+                                      "x")["note"] == "x"
