@@ -26,7 +26,7 @@ CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",
         "warmup": 1}
 
 
-# --- without JAX ---------------------------------------------------------------
+# --- without JAX -------------------------------------------------------------
 
 def test_every_precision_reaches_prepare():
     assert backend.PRECISIONS == ("default", "fp32", "tf32", "bf16", "fp16")
@@ -37,7 +37,7 @@ def test_every_precision_reaches_prepare():
         frameworks.prepare_options(backend, "bf16", "none")
 
 
-# --- real cells ------------------------------------------------------------------
+# --- real cells --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def cells(make_cell, jax_python, root, tmp_path_factory):
@@ -82,7 +82,7 @@ def test_tf32_on_the_cpu_is_unsupported_with_the_reason(cells):
     assert "tensor-core format of NVIDIA GPUs" in result["error"]["message"]
 
 
-# --- what the traced step computes in ----------------------------------------------
+# --- what the traced step computes in ------------------------------------------
 
 TRACE_PROBE = """
     import json, sys
@@ -110,8 +110,8 @@ TRACE_PROBE = """
 
 
 @pytest.mark.parametrize("network", ["alexnet-r", "lstm32"])
-def test_bf16_matrix_products_and_convolutions_take_bf16(jax_python, root,
-                                                         network):
+def test_bf16_matrix_products_and_convolutions_take_bf16(
+        jax_python, root, network):
     report = run_probe(jax_python, root, TRACE_PROBE, "bf16", network)
     kinds = set(name for name, _p, _d in report["ops"])
     assert kinds == ({"dot_general", "conv_general_dilated"}

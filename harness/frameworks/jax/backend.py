@@ -209,10 +209,10 @@ def _set_math(precision, device):
         return
     jax = _jax()
     jax.config.update("jax_default_matmul_precision", value)
-    if str(jax.config.jax_default_matmul_precision).lower() != value:
-        raise HarnessError("jax_default_matmul_precision reads back {!r}, not "
-                           "{!r}".format(jax.config.jax_default_matmul_precision,
-                                         value))
+    now = jax.config.jax_default_matmul_precision
+    if str(now).lower() != value:
+        raise HarnessError("jax_default_matmul_precision reads back {!r}, "
+                           "not {!r}".format(now, value))
 
 
 def matmul_ops(closed_jaxpr):
