@@ -82,7 +82,7 @@ def test_tf32_on_the_cpu_is_unsupported_with_the_reason(cells):
     assert "tensor-core format of NVIDIA GPUs" in result["error"]["message"]
 
 
-# --- what the traced step computes in ------------------------------------------
+# --- what the traced step computes in ----------------------------------------
 
 TRACE_PROBE = """
     import json, sys
