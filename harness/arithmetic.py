@@ -22,10 +22,13 @@ def resolved(math_mode):
     return "{} conv, {} matmul".format(conv, matmul)
 
 
-def precision_block(requested, device, math_mode, loss_scaling=None):
+def precision_block(requested, device, math_mode, loss_scaling=None,
+                    backend_note=None):
     """The `precision` block. `math_mode`: the backend's math_mode(device)
     after prepare (None when it has none); `loss_scaling`: how the backend
-    scales fp16 losses (None for no scaling). Strict fp32 that the backend
+    scales fp16 losses (None for no scaling); `backend_note`: what the
+    backend adds about the arithmetic (its session's `precision_note`),
+    appended to the note. Strict fp32 that the backend
     reports as anything else is an error: the cell would not measure what
     it says."""
     if math_mode is None and device == "cpu":
@@ -43,6 +46,8 @@ def precision_block(requested, device, math_mode, loss_scaling=None):
         name = resolved(math_mode)
         note = (None if name is not None else
                 "the backend does not report its math mode")
+    if backend_note:
+        note = "{}; {}".format(note, backend_note) if note else backend_note
     return {"requested": requested, "resolved": name,
             "math_mode": math_mode,
             "autocast": requested if requested in MIXED else None,

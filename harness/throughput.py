@@ -116,7 +116,8 @@ def _prepare(result, backend, network, cell, options):
                  if hasattr(backend, "math_mode") else None)
     result["precision"] = arithmetic.precision_block(
         cell["precision"], cell["device"], math_mode,
-        getattr(session, "loss_scaling", None))
+        getattr(session, "loss_scaling", None),
+        getattr(session, "precision_note", None))
     result["model"]["framework_parameters"] = session.parameters
     result["model"]["parameter_note"] = parameter_note(network,
                                                         session.parameters)

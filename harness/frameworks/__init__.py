@@ -65,7 +65,11 @@ warm-up covers; the result's `compilation` block says how long they took.
 
 A Session has `parameters` (as the framework counts them), `step()` (one
 training iteration; returns the loss as a float once the device has
-finished) and `output_shape()` (per-sample output shape of a forward pass).
+finished) and `output_shape()` (per-sample output shape of a forward pass);
+optionally `loss_scaling` (how fp16 losses are scaled) and `precision_note`
+(what the backend knows about the arithmetic beyond its switches, e.g. that
+the device computes bf16 products in FP32), both recorded in the result's
+`precision` block.
 
 harness/frameworks/<name>/parallel.py: data-parallel training for
 convergence runs. It provides:

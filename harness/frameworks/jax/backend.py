@@ -20,6 +20,22 @@ convention; on the GPU XLA's layout assignment picks cuDNN's layout itself).
 `jit` is JAX's only compile mode (COMPILE_MODES): the first call traces and
 compiles, so the warm-up covers compilation.
 
+Precision (the cell's `precision`; docs/precision.md): "default" leaves
+`jax_default_matmul_precision` unset, so matrix products and convolutions
+get XLA's DEFAULT precision: FP32 on the CPU, TF32 on GPUs that have it
+(lax.Precision's docstring: A100, H100), FP32 on older ones. "fp32" sets it
+to "highest" and checks, in the traced training step, that every matrix
+product and convolution carries Precision.HIGHEST; "tf32" sets it to
+"tensorfloat32" (GPU only). "bf16" and "fp16" are mixed precision, the
+policy jmp (DeepMind's JAX mixed-precision library) calls
+"params=float32,compute=bfloat16,output=float32": FP32 master weights and
+optimizer state; inside the loss the floating parameters and inputs are
+cast to the compute type, so every layer computes in it; batch-norm
+statistics are taken in FP32; the logits are cast back to FP32 before the
+softmax cross-entropy; gradients arrive in FP32 through the casts. fp16
+adds dynamic loss scaling inside the jitted step, with GradScaler's
+constants (harness.frameworks.jax.backend.LossScale).
+
 Threads: XLA's CPU runtime has no intra-op thread setting; its thread pools
 size themselves by the CPUs the process may run on. configure() therefore
 narrows the process's CPU affinity to `threads` CPUs before JAX starts, and
@@ -28,15 +44,23 @@ cover oneDNN/OpenMP besides).
 """
 import math
 import os
+import re
 
 from ... import cudalibs
 from ... import networks as nets
 from .. import backends
-from ...errors import HarnessError, device_out_of_memory
+from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "jax"
 DEVICES = ("cpu", "gpu")
 COMPILE_MODES = ("jit",)
+PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
+# Mixed precision: the compute type of the layers (jnp dtype names).
+COMPUTE_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+# jax_default_matmul_precision per precision (None: left unset).
+MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32"}
+# Values of jax_default_matmul_precision that forbid TF32 on the GPU.
+STRICT_VALUES = ("highest", "float32", "precision.highest", "f32_f32_f32")
 
 # The device configure() was called for: JAX's allocation failures
 # ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...") name no
@@ -147,16 +171,112 @@ def effective_threads():
 
 
 def math_mode(device):
-    """What FP32 matrix products and convolutions run as. JAX's default
-    precision (jax_default_matmul_precision unset, "default") lets XLA use
-    TF32 for both on GPUs that have it; "highest"/"float32" forbids it."""
+    """What FP32 matrix products and convolutions run as, read back from
+    jax_default_matmul_precision. XLA's DEFAULT and HIGH precision use TF32
+    on GPUs that have it (compute capability 8.0 and newer; lax.Precision's
+    docstring), "highest"/"float32" forbids it; on the CPU precision has no
+    effect (FP32)."""
     if device != "gpu":
         return {"matmul": "fp32", "conv": "fp32"}
     precision = _jax().config.jax_default_matmul_precision
-    strict = str(precision).lower() in ("highest", "float32",
-                                        "precision.highest")
-    mode = "fp32" if strict else "tf32"
+    strict = str(precision).lower() in STRICT_VALUES
+    mode = "fp32" if strict or not _has_tf32() else "tf32"
     return {"matmul": mode, "conv": mode}
+
+
+def _has_tf32():
+    """Whether the first GPU has TF32 tensor cores; True when JAX sees no
+    GPU to ask (math_mode asked without one: the docstring's A100/H100)."""
+    gpus = _gpu_devices(_jax())
+    capability = getattr(gpus[0], "compute_capability", None) if gpus else None
+    try:
+        return capability is None or int(str(capability).split(".")[0]) >= 8
+    except ValueError:
+        return True
+
+
+def _set_math(precision, device):
+    """Set jax_default_matmul_precision for `precision` (before anything is
+    traced); Unsupported for what this device lacks."""
+    if precision == "tf32" and device != "gpu":
+        raise Unsupported("tf32 is a tensor-core format of NVIDIA GPUs "
+                          "(Ampere and newer); on the CPU XLA computes FP32 "
+                          "whatever the matmul precision says")
+    if precision == "fp16" and device != "gpu":
+        backends.check_cpu_fp16("JAX")
+    value = MATMUL_PRECISION.get(precision)
+    if value is None:
+        return
+    jax = _jax()
+    jax.config.update("jax_default_matmul_precision", value)
+    now = jax.config.jax_default_matmul_precision
+    if str(now).lower() != value:
+        raise HarnessError("jax_default_matmul_precision reads back {!r}, "
+                           "not {!r}".format(now, value))
+
+
+def matmul_ops(closed_jaxpr):
+    """[(primitive name, precision, input dtypes)] of every matrix product
+    and convolution in a (closed) jaxpr, sub-jaxprs (jit, scan, custom
+    derivatives) included."""
+    found = []
+
+    def walk(jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name in ("dot_general", "conv_general_dilated"):
+                found.append((eqn.primitive.name, eqn.params.get("precision"),
+                              tuple(str(v.aval.dtype) for v in eqn.invars)))
+            for value in eqn.params.values():
+                for sub in (value if isinstance(value, (list, tuple))
+                            else (value,)):
+                    inner = getattr(sub, "jaxpr", sub)
+                    if hasattr(inner, "eqns"):
+                        walk(inner)
+
+    walk(getattr(closed_jaxpr, "jaxpr", closed_jaxpr))
+    return found
+
+
+def compiled_matmul_types(hlo_text):
+    """[(op, operand element types)] of the matrix products and convolutions
+    in XLA's compiled HLO text: `dot` and `convolution` instructions, and the
+    cuBLAS/cuDNN custom calls the GPU backend turns them into. What the
+    device computes, which the jaxpr (what JAX asked for) need not be: XLA
+    may convert operands first."""
+    types, ops = {}, []
+    defined = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\w+)\[")
+    call = re.compile(r"=\s*[^=]*?\s(dot|convolution|custom-call)\(([^)]*)\)")
+    for line in hlo_text.splitlines():
+        match = defined.match(line)
+        if match:
+            types[match.group(1)] = match.group(2)
+    for line in hlo_text.splitlines():
+        match = call.search(line)
+        if not match:
+            continue
+        op = match.group(1)
+        if op == "custom-call":
+            target = re.search(r'custom_call_target="([^"]*)"', line)
+            target = target.group(1) if target else ""
+            if "gemm" not in target.lower() and "conv" not in target.lower():
+                continue
+            op = target
+        # Operands as "%name" or "type[shape]{layout} %name".
+        names = re.findall(r"%([\w.\-]+)", match.group(2))
+        ops.append((op, tuple(types.get(n, "?") for n in names[:2])))
+    return ops
+
+
+def _check_strict(session):
+    """Strict fp32: every matrix product and convolution of the traced
+    training step asks for HIGHEST precision (not only the config says so)."""
+    ops = matmul_ops(session.jaxpr())
+    loose = sorted(set("{} {}".format(name, precision)
+                       for name, precision, _dtypes in ops
+                       if "HIGHEST" not in str(precision)))
+    if not ops or loose:
+        raise HarnessError("strict fp32: the training step has {}".format(
+            ", ".join(loose) or "no matrix products to check"))
 
 
 def is_out_of_memory(exc):
@@ -264,6 +384,10 @@ def _batch_norm(r, build):
 
     def apply(params, state, x, train):
         axes = tuple(range(x.ndim - 1))  # all but the channels (last) axis
+        # Statistics in FP32 whatever the compute type (mixed precision
+        # keeps batch norm in FP32, as jmp's policies and autocast do); the
+        # output goes on in the input's type.
+        compute_dtype, x = x.dtype, x.astype(jnp.float32)
         if train:
             mean = x.mean(axes)
             var = x.var(axes)
@@ -279,7 +403,7 @@ def _batch_norm(r, build):
             mean, var = state["mean"], state["var"]
         y = (x - mean) * (params["gamma"] / jnp.sqrt(var + layer.eps)) \
             + params["beta"]
-        return _activate(layer.activation, y), state
+        return _activate(layer.activation, y.astype(compute_dtype)), state
 
     return Layer(init, apply)
 
@@ -495,16 +619,63 @@ def loss(logits, labels):
         logits.reshape((-1, logits.shape[-1])), labels.reshape(-1)).mean()
 
 
-def make_train_step(apply, optimizer, donate=True):
+class LossScale(object):
+    """Dynamic loss scaling for fp16, with torch.amp.GradScaler's constants:
+    the loss is multiplied by `scale` before differentiation and the
+    gradients divided by it; a step whose gradients are not all finite is
+    skipped (weights, optimizer state and batch-norm statistics kept) and
+    halves the scale; GROWTH_INTERVAL finite steps in a row double it."""
+    INITIAL = 2.0 ** 16
+    GROWTH_INTERVAL = 2000
+    DESCRIPTION = ("dynamic (in the jitted step: initial 2^16, halved and the "
+                   "step skipped on non-finite gradients, doubled after 2000 "
+                   "finite steps; torch.amp.GradScaler's constants)")
+
+    @staticmethod
+    def init():
+        jnp = _jax().numpy
+        return {"scale": jnp.asarray(LossScale.INITIAL, jnp.float32),
+                "good_steps": jnp.asarray(0, jnp.int32)}
+
+    @staticmethod
+    def update(scaler, finite):
+        jnp = _jax().numpy
+        good = jnp.where(finite, scaler["good_steps"] + 1, 0)
+        grow = good >= LossScale.GROWTH_INTERVAL
+        scale = jnp.where(finite, jnp.where(grow, scaler["scale"] * 2.0,
+                                            scaler["scale"]),
+                          jnp.maximum(scaler["scale"] * 0.5, 1.0))
+        return {"scale": scale, "good_steps": jnp.where(grow, 0, good)}
+
+
+def _cast_floating(tree, dtype):
+    """The tree's floating-point leaves cast to `dtype` (integer token ids
+    stay as they are)."""
+    jax = _jax()
+    jnp = jax.numpy
+    return jax.tree_util.tree_map(
+        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating)
+        else a, tree)
+
+
+def make_train_step(apply, optimizer, donate=True, precision="default"):
     """(params, state, opt_state, inputs, labels) -> (params, state,
     opt_state, loss), jitted: forward, gradient and update in one XLA
-    program. `donate`: the old parameters' buffers are reused for the new."""
+    program. `donate`: the old parameters' buffers are reused for the new.
+    `precision` "bf16"/"fp16": mixed precision (the module's docstring);
+    for fp16 `opt_state` is (the optimizer's state, LossScale.init())."""
     jax = _jax()
+    jnp = jax.numpy
     optax = _optax()
+    compute = COMPUTE_DTYPES.get(precision)
 
     def objective(params, state, inputs, labels):
+        if compute is not None:
+            params, inputs = _cast_floating((params, inputs),
+                                            jnp.dtype(compute))
         logits, state = apply(params, state, inputs, True)
-        return loss(logits, labels), state
+        # Softmax and loss in FP32 (a no-op without mixed precision).
+        return loss(logits.astype(jnp.float32), labels), state
 
     def step(params, state, opt_state, inputs, labels):
         (value, state), grads = jax.value_and_grad(objective, has_aux=True)(
@@ -512,20 +683,57 @@ def make_train_step(apply, optimizer, donate=True):
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), state, opt_state, value
 
-    return jax.jit(step, donate_argnums=(0, 1, 2) if donate else ())
+    def scaled_step(params, state, opt_state, inputs, labels):
+        inner, scaler = opt_state
+
+        def scaled(params_):
+            value, new_state = objective(params_, state, inputs, labels)
+            return value * scaler["scale"], (value, new_state)
+
+        (_scaled, (value, new_state)), grads = jax.value_and_grad(
+            scaled, has_aux=True)(params)
+        grads = jax.tree_util.tree_map(lambda g: g / scaler["scale"], grads)
+        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(g)) for g in
+                                      jax.tree_util.tree_leaves(grads)]))
+        updates, new_inner = optimizer.update(grads, inner, params)
+        new_params = optax.apply_updates(params, updates)
+        keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
+            lambda n, o: jnp.where(finite, n, o), new, old)
+        return (keep(new_params, params), keep(new_state, state),
+                (keep(new_inner, inner), LossScale.update(scaler, finite)),
+                value)
+
+    return jax.jit(scaled_step if precision == "fp16" else step,
+                   donate_argnums=(0, 1, 2) if donate else ())
 
 
 # --- training ------------------------------------------------------------------
 
 class Session(backends.Session):
-    def __init__(self, network, model, inputs, labels, device):
+    def __init__(self, network, model, inputs, labels, device,
+                 precision="default"):
         super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
+        self.precision = precision
         self.parameters = parameter_count(model.params)
         self.params, self.state = model.params, model.state
         optimizer = make_optimizer(network)
         self.opt_state = optimizer.init(self.params)
-        self._step = make_train_step(model.apply, optimizer)
+        self.loss_scaling = None
+        # What XLA's CPU backend makes of bf16/fp16 matrix products and
+        # convolutions (jaxlib 0.10.2): it converts their operands to FP32
+        # and computes in FP32 (tests/test_precision_jax.py reads the
+        # compiled HLO); elementwise work stays in the compute type.
+        self.precision_note = (
+            "on the CPU XLA computes {} matrix products and convolutions in "
+            "FP32 (operands converted): the values are rounded to {}, the "
+            "arithmetic is not faster".format(precision, precision)
+            if precision in COMPUTE_DTYPES and device == "cpu" else None)
+        if precision == "fp16":
+            self.opt_state = (self.opt_state, LossScale.init())
+            self.loss_scaling = LossScale.DESCRIPTION
+        self._step = make_train_step(model.apply, optimizer,
+                                     precision=precision)
 
     def step(self):
         self.params, self.state, self.opt_state, value = self._step(
@@ -535,6 +743,17 @@ class Session(backends.Session):
         _jax().block_until_ready((self.params, self.state, self.opt_state,
                                   value))
         return float(value)
+
+    def compiled_text(self):
+        """XLA's compiled training step (HLO text), compiled apart from the
+        jitted step's own cache: for inspection, not for timing."""
+        return self._step.lower(self.params, self.state, self.opt_state,
+                                self.inputs, self.labels).compile().as_text()
+
+    def jaxpr(self):
+        """The training step as traced (not run, nothing donated)."""
+        return _jax().make_jaxpr(self._step)(
+            self.params, self.state, self.opt_state, self.inputs, self.labels)
 
     def output_shape(self):
         # The forward pass traced, not run: op-by-op (unjitted) execution of
@@ -574,8 +793,9 @@ def random_batch(network, batch_size, seed):
 
 
 def prepare(network, batch_size, device, seed, batch=None,
-            compile_mode="jit"):
+            precision="default", compile_mode="jit"):
     # "jit" is the one mode offered (COMPILE_MODES): the step is always jitted.
+    _set_math(precision, device)
     jax = _jax()
     target = jax.devices("gpu" if device == "gpu" else "cpu")[0]
     with jax.default_device(target):
@@ -585,4 +805,7 @@ def prepare(network, batch_size, device, seed, batch=None,
         else:
             inputs, labels = (jax.device_put(a, target)
                               for a in batch_arrays(network, batch))
-    return Session(network, model, inputs, labels, device)
+    session = Session(network, model, inputs, labels, device, precision)
+    if precision == "fp32":
+        _check_strict(session)
+    return session
