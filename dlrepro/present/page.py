@@ -303,12 +303,13 @@ def write(path, run_dirs):
                             "figures")
         runs.append((run_dir, record, pairs))
     text = build(runs)
+    data = text.encode("utf-8")  # the size on disk, not in characters
     path = Path(path)
     try:
-        path.write_text(text)
+        path.write_bytes(data)
     except OSError as exc:
         raise UserError(f"cannot write the report to {path}: "
                         f"{exc.strerror or exc}")
     count = text.count("<figure class=")
     return (f"report: {path} ({count} figure{'s' * (count != 1)}, "
-            f"{len(text) // 1024} KiB)")
+            f"{len(data) // 1024} KiB)")
