@@ -200,6 +200,30 @@ def test_a_cell_runs_in_its_image_and_lands_on_the_host(
         all=True, filters={"label": f"{docker_runtime.LABEL_CELL}={job.id}"})
 
 
+def test_torch_compile_builds_its_kernels_in_the_pytorch_image(runtime,
+                                                              tmp_path):
+    # The image has g++ (matrix apt) and its base's Python.h: inductor
+    # compiles the model's C++ inside the container. The smallest cell that
+    # compiles: fcn-r, the one warm-up iteration compiling, one timed.
+    cell = dict(make_cell("pytorch", iterations=1), precision="bf16",
+                compile="default")
+    job = make_job(cell, unique("tc"))
+    _launch, proc, log = start(runtime, job, tmp_path)
+    try:
+        assert proc.wait(timeout=300) == 0, log.read_text()
+    finally:
+        runtime.cleanup(job, tmp_path)
+    result = resultfile.load(tmp_path / f"{job.id}.json")
+    assert result["status"] == "ok", (
+        f"{result['error']} (a stand-in base without Python.h: rerun "
+        f".ci/base-image.sh)")
+    assert result["compilation"]["mode"] == "default"
+    assert result["precision"]["autocast"] == "bf16"
+    # Compiling made the warm-up iteration far slower than the timed one.
+    assert result["compilation"]["first_iteration_excess_s"] > \
+        10 * result["timing"]["median_s"]
+
+
 def test_stop_on_timeout_leaves_a_partial_result(cntk_runtime, tmp_path):
     # Far more iterations than fit in the wait below (fcn-r at batch 16 takes
     # milliseconds per iteration): the cell is always stopped mid-loop.
