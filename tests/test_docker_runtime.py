@@ -53,7 +53,8 @@ def make_cell(framework, network="fcn-r", batch=16, iterations=3, threads=1,
             "global_batch_size": batch * max(gpus, 1), "device": device,
             "gpus": gpus, "threads": threads, "iterations": iterations,
             "warmup": warmup, "runtime": "docker", "seed": 0,
-            "clock_policy": clock_policy}
+            "clock_policy": clock_policy, "precision": "default",
+            "compile": None}
 
 
 def make_job(cell, job_id=None, timeout_s=600):
@@ -205,6 +206,8 @@ def test_torch_compile_builds_its_kernels_in_the_pytorch_image(runtime,
     # The image has g++ (matrix apt) and its base's Python.h: inductor
     # compiles the model's C++ inside the container. The smallest cell that
     # compiles: fcn-r, the one warm-up iteration compiling, one timed.
+    assert runtime.prepare([("pytorch", "cpu")], log=lambda _m: None) == \
+        {("pytorch", "cpu"): None}
     cell = dict(make_cell("pytorch", iterations=1), precision="bf16",
                 compile="default")
     job = make_job(cell, unique("tc"))
