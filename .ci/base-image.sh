@@ -3,13 +3,15 @@
 # debootstrap, and imports them into the Docker engine under fixed tags. No
 # image registry can be reached in CI, so these stand in for the matrix's
 # bases:
-#   - Debian bookworm (minbase) with Python 3.11, venv, pip and CA
-#     certificates, for python:3.11-slim (same Debian, same Python minor
-#     version): the PyTorch, TensorFlow and MXNet CPU images;
+#   - Debian bookworm (minbase) with Python 3.11, venv, pip, CA
+#     certificates and Python's C headers, for python:3.11-slim (same Debian,
+#     same Python minor version; python:3.11-slim ships Python.h, which
+#     torch.compile's generated C++ includes): the PyTorch, TensorFlow and
+#     MXNet CPU images;
 #   - Ubuntu 18.04 bionic (minbase, nothing added), for ubuntu:18.04: the
 #     CNTK image, which installs its own Python 3.6 with apt.
-# Idempotent: an image whose tag is present is left alone. About 40 s and
-# 20 s the first time.
+# Idempotent: an image whose tag is present (for bookworm: with Python.h and
+# docker-clean) is left alone. About 40 s and 20 s the first time.
 #
 #   DLREPRO_TEST_BASE_IMAGE    the bookworm tag (default below; the tests read the same)
 #   DLREPRO_TEST_BIONIC_IMAGE  the bionic tag (likewise)
@@ -29,7 +31,13 @@ keyring_sha256=5d8609563fb3074026b254d7d5248f90d393c7dbafcac48916f333bf3c90fed9
 archive_keys="790BC7277767219C42C86F933B4FE6ACC0B21F32 843938DF228D22F7B3742BC0D94AA3F0EFE21092 F6ECB3762474EDA9D21B7022871920D1991BC93C"
 
 present() { docker image inspect "$1" >/dev/null 2>&1; }
-if present "$bookworm_tag" && present "$bionic_tag"; then
+# A bookworm stand-in made before it carried Python.h and docker-clean is
+# made again (the import moves the tag).
+with_headers() {
+    present "$1" && docker run --rm --network none "$1" sh -c \
+        'test -e /etc/apt/apt.conf.d/docker-clean && test -e "$(python3 -c "import sysconfig; print(sysconfig.get_path(\"include\"))")/Python.h"'
+}
+if with_headers "$bookworm_tag" && present "$bionic_tag"; then
     echo "base-image.sh: $bookworm_tag and $bionic_tag are present"
     exit 0
 fi
@@ -56,13 +64,21 @@ make_image() {
     if [ -n "${SOURCES_LIST:-}" ]; then
         printf '%s' "$SOURCES_LIST" | $sudo tee "$rootfs/etc/apt/sources.list" >/dev/null
     fi
-    # Package caches and lists only make the image bigger.
+    # Package caches and lists only make the image bigger. Later installs
+    # (the framework images' apt layers) drop their .deb files as in
+    # Debian's and Ubuntu's own images, whose docker-clean this copies:
+    # without it a stand-in image would carry every downloaded package.
     $sudo rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    printf '%s\n' \
+        'DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };' \
+        'APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };' \
+        'Dir::Cache::pkgcache "";' 'Dir::Cache::srcpkgcache "";' \
+        | $sudo tee "$rootfs/etc/apt/apt.conf.d/docker-clean" >/dev/null
     $sudo tar -C "$rootfs" -c . | docker import "${IMPORT_CHANGES[@]}" - "$tag" >/dev/null
     $sudo rm -rf "$rootfs"
 }
 
-if present "$bookworm_tag"; then
+if with_headers "$bookworm_tag"; then
     echo "base-image.sh: $bookworm_tag is present"
 else
     # The Debian mirror this machine's apt already uses (it may be a proxy).
@@ -72,7 +88,7 @@ else
     echo "base-image.sh: debootstrap bookworm from $mirror (about a minute)"
     IMPORT_CHANGES=(--change 'ENV LANG=C.UTF-8' --change 'CMD ["/bin/bash"]')
     SOURCES_LIST="" make_image "$bookworm_tag" bookworm "$mirror" \
-        --include=python3,python3-venv,python3-pip,ca-certificates
+        --include=python3,python3-venv,python3-pip,ca-certificates,libpython3.11-dev
     echo "base-image.sh: imported $bookworm_tag ($(docker run --rm --network none "$bookworm_tag" python3 --version))"
 fi
 

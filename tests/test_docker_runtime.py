@@ -53,7 +53,8 @@ def make_cell(framework, network="fcn-r", batch=16, iterations=3, threads=1,
             "global_batch_size": batch * max(gpus, 1), "device": device,
             "gpus": gpus, "threads": threads, "iterations": iterations,
             "warmup": warmup, "runtime": "docker", "seed": 0,
-            "clock_policy": clock_policy}
+            "clock_policy": clock_policy, "precision": "default",
+            "compile": None}
 
 
 def make_job(cell, job_id=None, timeout_s=600):
@@ -198,6 +199,32 @@ def test_a_cell_runs_in_its_image_and_lands_on_the_host(
     # cleanup removed the container.
     assert not docker_client.containers.list(
         all=True, filters={"label": f"{docker_runtime.LABEL_CELL}={job.id}"})
+
+
+def test_torch_compile_builds_its_kernels_in_the_pytorch_image(runtime,
+                                                              tmp_path):
+    # The image has g++ (matrix apt) and its base's Python.h: inductor
+    # compiles the model's C++ inside the container. The smallest cell that
+    # compiles: fcn-r, the one warm-up iteration compiling, one timed.
+    assert runtime.prepare([("pytorch", "cpu")], log=lambda _m: None) == \
+        {("pytorch", "cpu"): None}
+    cell = dict(make_cell("pytorch", iterations=1), precision="bf16",
+                compile="default")
+    job = make_job(cell, unique("tc"))
+    _launch, proc, log = start(runtime, job, tmp_path)
+    try:
+        assert proc.wait(timeout=300) == 0, log.read_text()
+    finally:
+        runtime.cleanup(job, tmp_path)
+    result = resultfile.load(tmp_path / f"{job.id}.json")
+    assert result["status"] == "ok", (
+        f"{result['error']} (a stand-in base without Python.h: rerun "
+        f".ci/base-image.sh)")
+    assert result["compilation"]["mode"] == "default"
+    assert result["precision"]["autocast"] == "bf16"
+    # Compiling made the warm-up iteration far slower than the timed one.
+    assert result["compilation"]["first_iteration_excess_s"] > \
+        10 * result["timing"]["median_s"]
 
 
 def test_stop_on_timeout_leaves_a_partial_result(cntk_runtime, tmp_path):

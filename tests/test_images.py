@@ -80,6 +80,19 @@ def test_cpu_image_runs_the_locked_framework_offline(cpu_images, framework,
     assert proc.stdout.strip().splitlines()[-1].startswith(version)
 
 
+def test_pytorch_image_has_its_pinned_compiler_and_no_package_files(
+        cpu_images):
+    # g++ for torch.compile, at the matrix's versions; the stand-in base's
+    # docker-clean left none of the downloaded .deb files in the layer.
+    pins = dict(p.split("=", 1) for p in matrix.load()["pytorch"]["cpu"]["apt"])
+    proc = docker("run", "--rm", "--network", "none", cpu_images["pytorch"],
+                  "sh", "-c", "dpkg-query -W -f '${Package}=${Version}\\n' "
+                  + " ".join(pins) + " && ls /var/cache/apt/archives")
+    lines = proc.stdout.split()
+    assert dict(line.split("=", 1) for line in lines[:len(pins)]) == pins
+    assert not [name for name in lines[len(pins):] if name.endswith(".deb")]
+
+
 def test_cntk_image_from_the_ubuntu_stand_in(cntk_image, docker_client):
     """CNTK's image, FROM the debootstrapped Ubuntu 18.04: its labels, and
     OpenMPI 1.10 from Ubuntu 16.04's packages, registered with dpkg at the
@@ -135,8 +148,10 @@ def demo(tmp_path, monkeypatch):
     (locks / "broken-cpu.txt").write_text(SIX_LOCK)
     monkeypatch.setattr(render, "TEMPLATES_DIR", templates)
     monkeypatch.setattr(matrix, "LOCKS_DIR", locks)
+    # No apt packages (PyTorch's g++): these images build in seconds, with
+    # the network off.
     entry = dict(matrix.load()["pytorch"]["cpu"], pip=["six==1.17.0"],
-                 pip_index=[], framework_version="1.17.0")
+                 pip_index=[], framework_version="1.17.0", apt=[])
     return {"demo": {"cpu": entry}, "broken": {"cpu": dict(entry)}}
 
 

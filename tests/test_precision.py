@@ -394,8 +394,8 @@ def test_bad_flags_are_one_line_errors():
 
 
 def test_torch_compile_without_a_compiler_is_unsupported(make_cell, tmp_path):
-    # The PyTorch image has no C++ compiler: the cell says so instead of
-    # failing inside inductor.
+    # A machine without a C++ compiler: the cell says so instead of failing
+    # inside inductor.
     cell = _cell(make_cell, "pytorch", compile="default")
     (tmp_path / "spec.json").write_text(json.dumps({"cell": cell,
                                                     "container": None}))

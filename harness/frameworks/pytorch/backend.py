@@ -22,6 +22,7 @@ step eager); the first iterations compile, inside the warm-up.
 import math
 import os
 import shutil
+import sysconfig
 
 from ... import cudalibs
 from ... import networks as nets
@@ -204,6 +205,12 @@ def _compile(torch, model, mode, device):
     if not any(name and shutil.which(name) for name in names):
         raise Unsupported("torch.compile needs {}; none is on PATH".format(
             what))
+    # Both compile their code against Python.h (inductor's kernel bindings,
+    # Triton's launchers): Debian's python3 ships it apart (libpython3.X-dev).
+    headers = sysconfig.get_path("include")
+    if not os.path.exists(os.path.join(headers, "Python.h")):
+        raise Unsupported("torch.compile needs Python's C headers; there is "
+                          "no Python.h in {}".format(headers))
     return torch.compile(model, mode=None if mode == "default" else mode)
 
 
