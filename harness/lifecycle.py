@@ -75,9 +75,14 @@ def run(result, out_path, body, is_out_of_memory, close, finish):
         result["status"] = "oom" if oom else "error"
         result["error"] = error_block(exc)
     finally:
+        # What was measured is written whatever arrives now: a later SIGTERM
+        # (Slurm signals every process of a task, and the task then stops
+        # its harness too) must not end the process before the write. The
+        # host escalates to SIGKILL after its grace if this hangs.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         close(result)
-        signal.signal(signal.SIGTERM, previous_handler)
         finish(result)
         result["finished_at"] = blocks.utc_now()
         resultfile.write_atomic(out_path, resultfile.json_safe(result))
+        signal.signal(signal.SIGTERM, previous_handler)
     return result

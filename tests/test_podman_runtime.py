@@ -18,7 +18,8 @@ import pytest
 
 from dlrepro import ROOT, matrix
 from dlrepro.errors import UserError
-from dlrepro.images import archive, podman as podman_images
+from dlrepro.images import archive, build as docker_images
+from dlrepro.images import podman as podman_images
 from dlrepro.run import pipeline, runfolder
 from dlrepro.run.runtimes import docker as docker_runtime, get
 from dlrepro.run.runtimes import podman as podman_runtime
@@ -189,6 +190,18 @@ def test_an_out_of_memory_kill_ends_as_oom(image, tmp_path, monkeypatch):
     assert result["error"]["type"] == "OutOfMemory"
 
 
+def _podman_knows_the_base():
+    """The base's ID is part of the tag, so podman must hold the same base
+    the Docker engine does: a copy loaded before the stand-in was rebuilt
+    would give the old tag (and find the old image)."""
+    base = BASE_OVERRIDES.split(",")[0].split("=")[1]
+    held = podman_images.Store().inspect(base)
+    if held is None or podman_images.Image(held).id != \
+            docker_images.engine().images.get(base).id:
+        subprocess.run(f"docker save {base} | podman load", shell=True,
+                       check=True, capture_output=True)
+
+
 def test_an_invoke_save_folder_loads_without_the_docker_engine(
         image, tmp_path, monkeypatch):
     """The image leaves podman's store, then comes back from an `invoke
@@ -197,11 +210,7 @@ def test_an_invoke_save_folder_loads_without_the_docker_engine(
     podman("rmi", "--force", image)
     monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
     monkeypatch.setattr(podman_images, "docker_engine", lambda: None)
-    base = BASE_OVERRIDES.split(",")[0].split("=")[1]
-    if podman_images.Store().inspect(base) is None:
-        # The base's ID is part of the tag: podman must know it.
-        subprocess.run(f"docker save {base} | podman load", shell=True,
-                       check=True, capture_output=True)
+    _podman_knows_the_base()
     # A damaged archive is refused before anything is loaded.
     tar = next(folder.glob("*.tar"))
     good = tar.read_bytes()
@@ -224,10 +233,7 @@ def test_podman_builds_the_rendered_recipe_without_docker(image, monkeypatch):
     podman("rmi", "--force", tag)
     monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
     monkeypatch.setattr(podman_images, "docker_engine", lambda: None)
-    base = BASE_OVERRIDES.split(",")[0].split("=")[1]
-    if podman_images.Store().inspect(base) is None:
-        subprocess.run(f"docker save {base} | podman load", shell=True,
-                       check=True, capture_output=True)
+    _podman_knows_the_base()
     rt = get("podman", name_prefix=prefix, from_docker=False)
     logs = []
     assert rt.prepare([TARGET], log=logs.append) == {TARGET: None}
