@@ -19,7 +19,7 @@ import pytest
 from dlrepro import ROOT, matrix
 from dlrepro.errors import UserError
 from dlrepro.images import archive, build as docker_images
-from dlrepro.images import podman as podman_images
+from dlrepro.images import podman as podman_images, wheelhouse
 from dlrepro.run import pipeline, runfolder
 from dlrepro.run.runtimes import docker as docker_runtime, get
 from dlrepro.run.runtimes import podman as podman_runtime
@@ -234,6 +234,10 @@ def test_podman_builds_the_rendered_recipe_without_docker(image, monkeypatch):
     monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
     monkeypatch.setattr(podman_images, "docker_engine", lambda: None)
     _podman_knows_the_base()
+    # podman builds offline from the wheelhouse, as docker does (`invoke
+    # wheelhouse`); a clone whose images already existed never made it.
+    wheelhouse.make("mxnet", "cpu", matrix.load()["mxnet"]["cpu"],
+                    log=lambda _m: None)
     rt = get("podman", name_prefix=prefix, from_docker=False)
     logs = []
     assert rt.prepare([TARGET], log=logs.append) == {TARGET: None}
