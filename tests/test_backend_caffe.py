@@ -13,7 +13,6 @@ tests, as for CNTK:
 """
 import ast
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,33 +29,15 @@ from harness.frameworks.caffe import backend
 MODULE = Path(backend.__file__)
 
 
-def _walk(resolved):
-    for r in resolved:
-        yield r
-        if r.children is not None:
-            body, shortcut = r.children
-            yield from _walk(body)
-            if shortcut is not None:
-                yield from _walk(shortcut)
-
-
 # --- static: always run ------------------------------------------------------
 
 def test_module_is_python36_compatible(root):
-    vermin = Path(sys.executable).parent / "vermin"
-    proc = subprocess.run([str(vermin), "-t=3.6-", "--violations", "--no-tips",
-                           "--eval-annotations", str(MODULE)],
-                          cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    probes.check_python36(MODULE, root)
 
 
 def test_module_imports_without_caffe_or_numpy(root):
-    code = ("import sys, harness.frameworks.caffe.backend; "
-            "print(sorted(m for m in ('caffe', 'numpy', 'google') "
-            "if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
-                          capture_output=True, text=True)
-    assert proc.stdout.strip() == "[]", proc.stderr
+    assert probes.loaded_after_import(
+        root, "harness.frameworks.caffe.backend", ('caffe', 'numpy', 'google')) == []
 
 
 def test_top_level_imports_are_standard_library_or_harness():
@@ -83,14 +64,14 @@ def test_training_is_the_solvers_own_step():
 
 @pytest.mark.parametrize("name", sorted(nets.NETWORKS))
 def test_planned_shapes_follow_the_description_layer_by_layer(name):
-    for r in _walk(nets.resolve(nets.get(name))):
+    for r in probes.walk(nets.resolve(nets.get(name))):
         assert backend.planned_shape(r) == r.out_shape, r.layer
 
 
 def test_only_alexnets_first_convolution_needs_spliced_padding():
     explicit = set()
     for network in nets.NETWORKS.values():
-        for r in _walk(nets.resolve(network)):
+        for r in probes.walk(nets.resolve(network)):
             if type(r.layer) is nets.Conv and not isinstance(
                     backend.conv_padding(r.layer), int):
                 explicit.add((network.name, r.layer.pad))

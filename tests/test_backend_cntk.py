@@ -13,7 +13,6 @@ machines have only in the CNTK image. Two groups of tests:
 import ast
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,19 +28,9 @@ from harness.frameworks.cntk import backend
 MODULE = Path(backend.__file__)
 
 
-def _walk(resolved):
-    for r in resolved:
-        yield r
-        if r.children is not None:
-            body, shortcut = r.children
-            yield from _walk(body)
-            if shortcut is not None:
-                yield from _walk(shortcut)
-
-
 def _layers(kind):
     for network in nets.NETWORKS.values():
-        for r in _walk(nets.resolve(network)):
+        for r in probes.walk(nets.resolve(network)):
             if type(r.layer) is kind:
                 yield network.name, r
 
@@ -49,20 +38,12 @@ def _layers(kind):
 # --- static: always run ------------------------------------------------------
 
 def test_module_is_python36_compatible(root):
-    vermin = Path(sys.executable).parent / "vermin"
-    proc = subprocess.run([str(vermin), "-t=3.6-", "--violations", "--no-tips",
-                           "--eval-annotations", str(MODULE)],
-                          cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    probes.check_python36(MODULE, root)
 
 
 def test_module_imports_without_cntk_or_numpy(root):
-    code = ("import sys, harness.frameworks.cntk.backend; "
-            "print(sorted(m for m in ('cntk', 'numpy', 'scipy') "
-            "if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
-                          capture_output=True, text=True)
-    assert proc.stdout.strip() == "[]", proc.stderr
+    assert probes.loaded_after_import(
+        root, "harness.frameworks.cntk.backend", ('cntk', 'numpy', 'scipy')) == []
 
 
 def test_top_level_imports_are_standard_library_or_harness():
@@ -105,7 +86,7 @@ def test_pooling_keeps_partial_windows_and_excludes_padding():
 
 @pytest.mark.parametrize("name", sorted(nets.NETWORKS))
 def test_planned_shapes_follow_the_description_layer_by_layer(name):
-    for r in _walk(nets.resolve(nets.get(name))):
+    for r in probes.walk(nets.resolve(nets.get(name))):
         assert backend.planned_shape(r) == r.out_shape, r.layer
 
 
