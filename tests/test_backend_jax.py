@@ -27,15 +27,6 @@ def jax_python(framework_python):
 
 # --- without JAX ---------------------------------------------------------------
 
-def test_every_layer_kind_has_a_translator():
-    assert set(backend.TRANSLATORS) == set(nets.LAYER_KINDS)
-
-
-def test_module_imports_without_loading_jax(root):
-    assert probes.loaded_after_import(
-        root, "harness.frameworks.jax.backend", ("jax",)) == []
-
-
 def test_jit_is_the_only_compile_mode():
     assert backend.COMPILE_MODES == ("jit",)
 

@@ -11,23 +11,11 @@ import pytest
 from probes import run_cell, run_probe
 
 from harness import networks as nets
-from harness.frameworks.mxnet import backend
 
 
 @pytest.fixture(scope="module")
 def mxnet_python(framework_python):
     return str(framework_python("mxnet"))
-
-
-# --- without MXNet -----------------------------------------------------------
-
-def test_every_layer_kind_has_a_translator():
-    assert set(backend.TRANSLATORS) == set(nets.LAYER_KINDS)
-
-
-def test_module_imports_without_loading_mxnet(root):
-    assert probes.loaded_after_import(
-        root, "harness.frameworks.mxnet.backend", ("mxnet",)) == []
 
 
 # --- networks, layer conventions, training: the probes both backends run -----
