@@ -102,15 +102,12 @@ def measure(backend, name, batch, rounds, block, warmup):
         for side in loops:
             ratios[side].append(statistics.mean(block_times["harness"])
                                 / statistics.mean(block_times[side]))
-    case = sidebyside.block_case(name, batch, rounds, block, "plain",
-                                 times["harness"], times["plain"],
-                                 ratios["plain"])
+    case = sidebyside.with_medians(
+        sidebyside.block_case(name, batch, rounds, block, "plain",
+                              times["harness"], times["plain"],
+                              ratios["plain"]),
+        "plain", times["harness"], times["plain"])
     case.update({
-        "harness_median_s": statistics.median(times["harness"]),
-        "plain_median_s": statistics.median(times["plain"]),
-        # Robust to the odd iteration that background load stretches.
-        "ratio_of_medians": (statistics.median(times["harness"])
-                             / statistics.median(times["plain"])),
         "donated_mean_s": statistics.mean(times["donated"]),
         "donated_median_s": statistics.median(times["donated"]),
         "donated_ratio_of_means": (statistics.mean(times["harness"])
@@ -134,21 +131,12 @@ def format_rows(rows):
 
 
 def main():
-    parser = sidebyside.block_parser(__doc__.splitlines()[0], 6)
-    parser.add_argument("--networks", default=",".join(n for n, _ in CASES),
-                        help="subset of {}".format(
-                            ", ".join(n for n, _ in CASES)))
-    args = parser.parse_args()
-    chosen = args.networks.split(",")
-    unknown = sorted(set(chosen) - set(n for n, _ in CASES))
-    if unknown:
-        parser.error("unknown networks {}; choose from {}".format(
-            ", ".join(unknown), ", ".join(n for n, _ in CASES)))
+    args = sidebyside.block_args(__doc__.splitlines()[0], 6, CASES)
     threads.apply(args.threads)  # before XLA sizes its thread pools
     from harness.frameworks.jax import backend
     backend.configure(args.threads, "cpu", 0)
     rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
-            for name, batch in CASES if name in chosen]
+            for name, batch in args.cases]
     versions = backend.versions("cpu")
     if args.json:
         print(json.dumps({"versions": versions, "threads": args.threads,

@@ -96,16 +96,10 @@ def measure(backend, name, batch, rounds, block, warmup):
         harness_times += series.times
         fit_times += times
         ratios.append(statistics.mean(series.times) / statistics.mean(times))
-    case = sidebyside.block_case(name, batch, rounds, block, "fit",
-                                 harness_times, fit_times, ratios)
-    case.update({
-        "harness_median_s": statistics.median(harness_times),
-        "fit_median_s": statistics.median(fit_times),
-        # Robust to the odd iteration that background load stretches.
-        "ratio_of_medians": (statistics.median(harness_times)
-                             / statistics.median(fit_times)),
-    })
-    return case
+    return sidebyside.with_medians(
+        sidebyside.block_case(name, batch, rounds, block, "fit",
+                              harness_times, fit_times, ratios),
+        "fit", harness_times, fit_times)
 
 
 def format_rows(rows):
@@ -117,21 +111,12 @@ def format_rows(rows):
 
 
 def main():
-    parser = sidebyside.block_parser(__doc__.splitlines()[0], 6)
-    parser.add_argument("--networks", default=",".join(n for n, _ in CASES),
-                        help="subset of {}".format(
-                            ", ".join(n for n, _ in CASES)))
-    args = parser.parse_args()
-    chosen = args.networks.split(",")
-    unknown = sorted(set(chosen) - set(n for n, _ in CASES))
-    if unknown:
-        parser.error("unknown networks {}; choose from {}".format(
-            ", ".join(unknown), ", ".join(n for n, _ in CASES)))
+    args = sidebyside.block_args(__doc__.splitlines()[0], 6, CASES)
     threads.apply(args.threads)  # before TensorFlow loads
     from harness.frameworks.tensorflow import backend
     backend.configure(args.threads, "cpu", 0)
     rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
-            for name, batch in CASES if name in chosen]
+            for name, batch in args.cases]
     # XLA off: prepare's default compile mode is "function", as fit's.
     versions = dict(backend.versions("cpu"), tf_xla=False)
     if args.json:

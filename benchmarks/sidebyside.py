@@ -185,6 +185,36 @@ def block_parser(description, rounds):
     return parser
 
 
+def block_args(description, rounds, cases):
+    """block_parser's options and --networks, a subset of the names in
+    `cases` ((name, batch), ...), parsed; args.cases holds the chosen."""
+    parser = block_parser(description, rounds)
+    names = [n for n, _ in cases]
+    parser.add_argument("--networks", default=",".join(names),
+                        help="subset of {}".format(", ".join(names)))
+    args = parser.parse_args()
+    chosen = args.networks.split(",")
+    unknown = sorted(set(chosen) - set(names))
+    if unknown:
+        parser.error("unknown networks {}; choose from {}".format(
+            ", ".join(unknown), ", ".join(names)))
+    args.cases = [(n, b) for n, b in cases if n in chosen]
+    return args
+
+
+def with_medians(case, other, harness_s, other_s):
+    """`case` with the median seconds of each side and their ratio, which
+    the odd iteration that background load stretches moves less than the
+    means."""
+    case.update({
+        "harness_median_s": statistics.median(harness_s),
+        other + "_median_s": statistics.median(other_s),
+        "ratio_of_medians": (statistics.median(harness_s)
+                             / statistics.median(other_s)),
+    })
+    return case
+
+
 def block_case(name, batch, rounds, block, other, harness_s, other_s,
                ratios):
     """One case of a block-alternating benchmark: the mean seconds of each

@@ -7,7 +7,9 @@ import json
 import math
 import os
 import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import layer_reference as ref
 import pytest
@@ -15,6 +17,37 @@ import pytest
 from harness import networks as nets
 
 TIMEOUT = 900
+
+
+def walk(resolved):
+    """Every resolved layer, the layers inside residual blocks included."""
+    for r in resolved:
+        yield r
+        if r.children is not None:
+            body, shortcut = r.children
+            yield from walk(body)
+            if shortcut is not None:
+                yield from walk(shortcut)
+
+
+def check_python36(module, root):
+    """The backend module runs in Python 3.6 images (vermin)."""
+    vermin = Path(sys.executable).parent / "vermin"
+    proc = subprocess.run([str(vermin), "-t=3.6-", "--violations", "--no-tips",
+                           "--eval-annotations", str(module)],
+                          cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def loaded_after_import(root, module, watched):
+    """Which of `watched` importing `module` loads (this Python, without
+    the frameworks): the backends load their framework only when used."""
+    code = ("import sys, {}; print(sorted(m for m in {!r} "
+            "if m in sys.modules))".format(module, tuple(watched)))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().replace("'", '"'))
 
 
 def run_probe(python, root, code, *args):

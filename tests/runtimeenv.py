@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from dlrepro import matrix
+from dlrepro.run import pipeline, runfolder
 from dlrepro.bench import plan
 from dlrepro.images import build as images
 
@@ -77,3 +78,13 @@ def shape(value):
     if isinstance(value, list):
         return "list"
     return type(value).__name__
+
+
+def run_pipeline(rt, jobs, out):
+    """pipeline.start as `invoke bench` calls it; (run folder, {job id:
+    (entry, result)})."""
+    run = pipeline.Run(kind="bench", jobs=jobs, out=out, name="t",
+                       command="test")
+    run_dir = pipeline.start(run, rt, matrix.load())
+    _record, pairs = runfolder.load_run(run_dir)
+    return run_dir, {e["id"]: (e, r) for e, r in pairs}

@@ -8,12 +8,12 @@ import json
 import math
 import os
 import subprocess
-import sys
 
 import jsonschema
 import pytest
 
 import probes
+from _frameworks import framework_python  # noqa: F401 (a fixture)
 from probes import run_cell, run_probe
 
 from harness import compat, networks as nets
@@ -21,26 +21,11 @@ from harness.frameworks.jax import backend
 
 
 @pytest.fixture(scope="module")
-def jax_python(root):
-    from dlrepro import matrix
-    from dlrepro.images import envs
-    entry = matrix.entry(matrix.load(), "jax", "cpu")
-    return str(envs.ensure("jax", "cpu", entry, log=lambda *args: None))
+def jax_python(framework_python):
+    return str(framework_python("jax"))
 
 
 # --- without JAX ---------------------------------------------------------------
-
-def test_every_layer_kind_has_a_translator():
-    assert set(backend.TRANSLATORS) == set(nets.LAYER_KINDS)
-
-
-def test_module_imports_without_loading_jax(root):
-    code = ("import sys, harness.frameworks.jax.backend; "
-            "print('jax' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
-                          capture_output=True, text=True)
-    assert proc.stdout.strip() == "False", proc.stderr
-
 
 def test_jit_is_the_only_compile_mode():
     assert backend.COMPILE_MODES == ("jit",)

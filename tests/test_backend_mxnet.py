@@ -3,38 +3,19 @@ the same lock file as the CPU image). Framework code runs in subprocesses of
 that environment's Python; the checks run here."""
 import json
 import math
-import subprocess
-import sys
 
 import jsonschema
 import probes
+from _frameworks import framework_python  # noqa: F401 (a fixture)
 import pytest
 from probes import run_cell, run_probe
 
 from harness import networks as nets
-from harness.frameworks.mxnet import backend
 
 
 @pytest.fixture(scope="module")
-def mxnet_python(root):
-    from dlrepro import matrix
-    from dlrepro.images import envs
-    entry = matrix.entry(matrix.load(), "mxnet", "cpu")
-    return str(envs.ensure("mxnet", "cpu", entry, log=lambda *args: None))
-
-
-# --- without MXNet -----------------------------------------------------------
-
-def test_every_layer_kind_has_a_translator():
-    assert set(backend.TRANSLATORS) == set(nets.LAYER_KINDS)
-
-
-def test_module_imports_without_loading_mxnet(root):
-    code = ("import sys, harness.frameworks.mxnet.backend; "
-            "print('mxnet' in sys.modules)")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root,
-                          capture_output=True, text=True)
-    assert proc.stdout.strip() == "False", proc.stderr
+def mxnet_python(framework_python):
+    return str(framework_python("mxnet"))
 
 
 # --- networks, layer conventions, training: the probes both backends run -----

@@ -28,7 +28,7 @@ from harness.provenance import harness_digest
 
 from dockerenv import BASE_OVERRIDES, PREFIX
 from runtimeenv import (FRAMEWORK, binary_or_skip, docker_image, make_cell,
-                        make_job, shape, start)
+                        make_job, run_pipeline, shape, start)
 
 SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 TARGET = (FRAMEWORK, "cpu")
@@ -69,14 +69,6 @@ def runtime(converted, monkeypatch):
     rt.check()
     assert rt.prepare([TARGET], log=lambda _m: None) == {TARGET: None}
     return rt
-
-
-def run_pipeline(rt, jobs, out):
-    run = pipeline.Run(kind="bench", jobs=jobs, out=out, name="t",
-                       command="test")
-    run_dir = pipeline.start(run, rt, matrix.load())
-    _record, pairs = runfolder.load_run(run_dir)
-    return run_dir, {e["id"]: (e, r) for e, r in pairs}
 
 
 def test_a_cell_runs_by_ch_run_and_lands_on_the_host(runtime, converted,

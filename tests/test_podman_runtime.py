@@ -20,7 +20,6 @@ from dlrepro import ROOT, matrix
 from dlrepro.errors import UserError
 from dlrepro.images import archive, build as docker_images
 from dlrepro.images import podman as podman_images, wheelhouse
-from dlrepro.run import pipeline, runfolder
 from dlrepro.run.runtimes import docker as docker_runtime, get
 from dlrepro.run.runtimes import podman as podman_runtime
 from harness import resultfile
@@ -28,7 +27,7 @@ from harness.provenance import harness_digest
 
 from dockerenv import BASE_OVERRIDES, PREFIX
 from runtimeenv import (FRAMEWORK, binary_or_skip, docker_image, make_cell,
-                        make_job, shape, start)
+                        make_job, run_pipeline, shape, start)
 
 SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 TARGET = (FRAMEWORK, "cpu")
@@ -53,14 +52,6 @@ def runtime(image, monkeypatch):
 
 def podman(*args):
     return subprocess.run(["podman", *args], capture_output=True, text=True)
-
-
-def run_pipeline(rt, jobs, out):
-    run = pipeline.Run(kind="bench", jobs=jobs, out=out, name="t",
-                       command="test")
-    run_dir = pipeline.start(run, rt, matrix.load())
-    _record, pairs = runfolder.load_run(run_dir)
-    return run_dir, {e["id"]: (e, r) for e, r in pairs}
 
 
 def test_a_cell_runs_in_the_docker_tests_image_and_lands_on_the_host(

@@ -6,6 +6,7 @@ products and convolutions really compute in.
 import math
 
 import pytest
+from _frameworks import framework_python  # noqa: F401 (a fixture)
 from probes import run_cell, run_probe
 
 from harness import frameworks, networks as nets
@@ -14,11 +15,8 @@ from harness.frameworks.jax import backend
 
 
 @pytest.fixture(scope="module")
-def jax_python(root):
-    from dlrepro import matrix
-    from dlrepro.images import envs
-    entry = matrix.entry(matrix.load(), "jax", "cpu")
-    return str(envs.ensure("jax", "cpu", entry, log=lambda *args: None))
+def jax_python(framework_python):
+    return str(framework_python("jax"))
 
 
 CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",

@@ -72,26 +72,39 @@ def _read_manifest(folder):
         raise UserError(f"{path}: not valid JSON ({exc})")
 
 
+def saved_manifest(folder):
+    """The manifest of an `invoke save` folder; a UserError without one."""
+    manifest = _read_manifest(folder)
+    if not manifest:
+        raise UserError(f"{folder} holds no {MANIFEST_NAME}; it was not made "
+                        f"by `invoke save`")
+    return manifest
+
+
+def checked_archive(folder, name, info):
+    """The path of one saved image archive, after checking it against the
+    sum `invoke save` recorded."""
+    path = Path(folder) / name
+    if not path.is_file():
+        raise UserError(f"{path} is missing")
+    got = sha256_file(path)
+    if got != info["sha256"]:
+        raise UserError(f"{path}: sha256 {got} does not match the "
+                        f"recorded {info['sha256']}; the archive is damaged")
+    return path
+
+
 def load(folder, refs=None, client=None, log=print):
     """Check every archive against SHA256SUMS, then `docker load` it and
     check the loaded image ID. Returns the references loaded."""
     client = client or images.engine()
     folder = Path(folder)
-    manifest = _read_manifest(folder)
-    if not manifest:
-        raise UserError(f"{folder} holds no {MANIFEST_NAME}; it was not made "
-                        f"by `invoke save`")
+    manifest = saved_manifest(folder)
     loaded = []
     for name, info in sorted(manifest.items()):
         if refs and info["ref"] not in refs:
             continue
-        path = folder / name
-        if not path.is_file():
-            raise UserError(f"{path} is missing")
-        got = sha256_file(path)
-        if got != info["sha256"]:
-            raise UserError(f"{path}: sha256 {got} does not match the "
-                            f"recorded {info['sha256']}; the archive is damaged")
+        path = checked_archive(folder, name, info)
         with open(path, "rb") as handle:
             client.images.load(handle)
         image = images.local_image(client, info["ref"])

@@ -24,7 +24,6 @@ from pathlib import Path
 from dlrepro import matrix as matrix_mod, show_path
 from dlrepro.errors import UserError
 from dlrepro.images import archive, build as images
-from dlrepro.images.wheelhouse import sha256_file
 
 TIMEOUT_S = 60
 LOAD_TIMEOUT_S = 1800
@@ -117,22 +116,13 @@ def from_archive(store, folder, log=print):
     """Load every image of an `invoke save` folder that podman lacks (the
     sums checked first); returns the references loaded."""
     folder = Path(folder)
-    manifest = archive._read_manifest(folder)
-    if not manifest:
-        raise UserError(f"{folder} holds no {archive.MANIFEST_NAME}; it was "
-                        f"not made by `invoke save`")
+    manifest = archive.saved_manifest(folder)
     loaded = []
     for name, info in sorted(manifest.items()):
         attrs = store.inspect(info["ref"])
         if attrs is not None and Image(attrs).id == info["image_id"]:
             continue
-        path = folder / name
-        if not path.is_file():
-            raise UserError(f"{path} is missing")
-        got = sha256_file(path)
-        if got != info["sha256"]:
-            raise UserError(f"{path}: sha256 {got} does not match the "
-                            f"recorded {info['sha256']}; the archive is damaged")
+        path = archive.checked_archive(folder, name, info)
         log(f"podman: loading {info['ref']} from {show_path(path)}")
         store.load(path, log)
         _check_id(store, info["ref"], info["image_id"])

@@ -16,7 +16,6 @@ files), so a run can be left queued (--no-wait, or a killed submitter) and
 picked up again by --resume, which waits for the tasks still in Slurm and
 submits only the jobs that are missing or failed.
 """
-import json
 import math
 import re
 import shlex
@@ -26,14 +25,14 @@ import sys
 import time
 import tomllib
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 from harness import resultfile
 from harness.blocks import utc_now
 
 from dlrepro import ROOT, parse
 from dlrepro.errors import UserError
-from dlrepro.run import collect, executor as executor_mod, runfolder
+from dlrepro.run import collect, executor as executor_mod, pipeline, runfolder
 
 # States in which a task may still run (or run again).
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
@@ -588,23 +587,12 @@ class SlurmExecutor:
                 {"arrays": arrays_, "at": utc_now()})
             self.left_running = []
             try:
-                self._wait(by_id, run_dir, record, _Quiet(), 0,
+                self._wait(by_id, run_dir, record, pipeline.Events(), 0,
                            len(self.pending),
                            deadline=time.monotonic() + CANCEL_WAIT_S)
             except KeyboardInterrupt:
                 pass  # a second Ctrl-C: --resume will record them
         runfolder.write_run(run_dir, record)
-
-
-class _Quiet:
-    def log(self, message):
-        pass
-
-    def start(self, index, total, job):
-        pass
-
-    def finish(self, index, total, job, entry):
-        pass
 
 
 def _wall(result):

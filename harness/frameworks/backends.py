@@ -51,6 +51,71 @@ def with_library_versions(info, device, gpu_versions):
     return info
 
 
+def subsample_padding(size, stride):
+    """Zeros appended so that `size` divides by `stride` (a subsample done
+    as a reshape to (size // stride, stride) that keeps index 0)."""
+    return -size % stride
+
+
+def product(shape):
+    size = 1
+    for d in shape:
+        size *= d
+    return size
+
+
+class ShapeRules(object):
+    """The per-sample output shapes a backend's translation produces, by its
+    framework's own rules for a Conv's and a Pool's spatial size (tests
+    compare them with networks.resolve). For backends that cannot ask the
+    framework for a shape before building (Caffe, CNTK). Sequences are
+    per sample (steps, features), like the network description's."""
+
+    def __init__(self, framework, conv_size, pool_size):
+        self.framework = framework
+        self.conv_size = conv_size
+        self.pool_size = pool_size
+
+    def shape(self, r):
+        """The output shape of resolved layer `r`."""
+        layer, kind = r.layer, type(r.layer)
+        shape = r.in_shape
+        if kind is nets.Conv:
+            return (layer.filters, self.conv_size(shape[1], layer),
+                    self.conv_size(shape[2], layer))
+        if kind is nets.Pool:
+            return (shape[0], self.pool_size(shape[1], layer),
+                    self.pool_size(shape[2], layer))
+        if kind is nets.SubsamplePad:
+            c, h, w = shape
+            s = layer.stride
+            return (layer.channels, (h + subsample_padding(h, s)) // s,
+                    (w + subsample_padding(w, s)) // s)
+        if kind is nets.Residual:
+            body, shortcut = r.children
+            out = self.shapes(body)[-1]
+            if shortcut is not None and self.shapes(shortcut)[-1] != out:
+                raise HarnessError("residual branches disagree in {}".format(
+                    self.framework))
+            return out
+        if kind is nets.GlobalAvgPool:
+            return (shape[0],)
+        if kind is nets.Flatten:
+            return (product(shape),)
+        if kind is nets.Dense:
+            return (layer.units,)
+        if kind is nets.TimeDense:
+            return (shape[0], layer.units)
+        if kind is nets.Embedding:
+            return (shape[0], layer.dim)
+        if kind is nets.LSTM:
+            return (shape[0], layer.hidden)
+        return shape  # BatchNorm, Activation
+
+    def shapes(self, resolved_layers):
+        return [self.shape(r) for r in resolved_layers]
+
+
 # CPU flags of native float16 arithmetic (x86: Sapphire Rapids and newer).
 FP16_CPU_FLAGS = ("avx512_fp16", "amx_fp16")
 

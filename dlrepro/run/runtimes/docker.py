@@ -101,20 +101,17 @@ class Runtime(Base):
 
     def prepare(self, targets, log=print):
         self.check()
+        source = self.image_source()
         reasons = {}
         for framework, profile in targets:
             try:
                 entry = matrix_mod.entry(self.matrix, framework, profile)
-                tag = images.ensure(
-                    framework, profile, self.matrix,
-                    base_image=images.substituted_base(entry,
-                                                       self.substitution)
-                    or entry["base_image"],
-                    build_missing=self.build, client=self.client, log=log,
-                    name_prefix=self.name_prefix)
+                base = images.substituted_base(entry, self.substitution) \
+                    or entry["base_image"]
+                tag = self.ensure_image(framework, profile, base, source, log)
                 self.images[(framework, profile)] = tag
-                self.descriptions[(framework, profile)] = images.describe(
-                    self.client, tag)
+                self.descriptions[(framework, profile)] = \
+                    self.describe_image(tag)
                 reasons[(framework, profile)] = None
             except images.BuildFailed:
                 # A broken recipe is an error of its cells (the sweep records
@@ -123,6 +120,21 @@ class Runtime(Base):
             except UserError as exc:
                 reasons[(framework, profile)] = str(exc)
         return reasons
+
+    # Where engines differ in finding or building an image (podman's
+    # runtime overrides these three).
+
+    def image_source(self):
+        return self.client
+
+    def ensure_image(self, framework, profile, base_image, client, log):
+        return images.ensure(framework, profile, self.matrix,
+                             base_image=base_image,
+                             build_missing=self.build, client=client,
+                             log=log, name_prefix=self.name_prefix)
+
+    def describe_image(self, tag):
+        return images.describe(self.client, tag)
 
     def describe(self, target):
         return self.descriptions[target]
@@ -188,8 +200,8 @@ class Runtime(Base):
 
     def engine_flags(self, placement):
         """The flags in which engines differ: GPUs and rlimits (podman's
-        runtime overrides this)."""
-        if placement.device != "gpu":
+        runtime overrides this); placement None: a helper container."""
+        if placement is None or placement.device != "gpu":
             return []
         count = max(placement.gpus, 1)
         return ["--gpus", f'"device={self.gpu_ids}"' if self.gpu_ids
@@ -215,19 +227,8 @@ class Runtime(Base):
 
     def _post_mortem(self, name):
         container = self._container(name)
-        if container is None:
-            return Death(None, "the container vanished before it could be "
-                               "inspected")
-        state = container.attrs.get("State", {})
-        code = state.get("ExitCode")
-        if state.get("OOMKilled"):
-            return Death(True, f"the engine reports the container "
-                               f"OOM-killed (exit {code})")
-        if state.get("Error"):
-            return Death(None, f"the container failed to start: "
-                               f"{state['Error']}")
-        return Death(False, f"the container exited with status {code}; the "
-                            f"engine reports no OOM kill")
+        return death(container.attrs.get("State", {})
+                     if container is not None else None, "the engine")
 
     def _remove(self, name):
         container = self._container(name)
@@ -245,8 +246,26 @@ class Runtime(Base):
         subprocess.run([self.docker_bin, "run", "--rm", "--network", "none",
                         "--security-opt", "no-new-privileges",
                         "--cap-drop", "ALL", "--cap-add", "CHOWN",
-                        "--user", "0:0", "--volume",
-                        f"{run_dir}:{RESULTS_IN_CONTAINER}", "--entrypoint",
-                        "chown", tag, f"{os.getuid()}:{os.getgid()}"]
+                        "--user", "0:0", *self.engine_flags(None),
+                        "--volume", f"{run_dir}:{RESULTS_IN_CONTAINER}",
+                        "--entrypoint", "chown", tag,
+                        f"{os.getuid()}:{os.getgid()}"]
                        + [f"{RESULTS_IN_CONTAINER}/{name}" for name in names],
                        capture_output=True, check=False)
+
+
+def death(state, engine):
+    """How a container ended, from its inspected State (None: it is gone),
+    as `engine` reported it."""
+    if state is None:
+        return Death(None, "the container vanished before it could be "
+                           "inspected")
+    code = state.get("ExitCode")
+    if state.get("OOMKilled"):
+        return Death(True, f"{engine} reports the container OOM-killed "
+                           f"(exit {code})")
+    if state.get("Error"):
+        return Death(None, f"the container failed to start: "
+                           f"{state['Error']}")
+    return Death(False, f"the container exited with status {code}; "
+                        f"{engine} reports no OOM kill")

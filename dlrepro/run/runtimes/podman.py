@@ -30,7 +30,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.images import build as images, podman as podman_images
 from dlrepro.run import oomkills
@@ -114,31 +113,20 @@ class Runtime(docker.Runtime):
             raise UserError(f"podman does not run: "
                             f"{images.first_line(proc.stderr)}")
 
-    def prepare(self, targets, log=print):
-        self.check()
-        client = podman_images.docker_engine() if self.from_docker else None
-        reasons = {}
-        for framework, profile in targets:
-            try:
-                entry = matrix_mod.entry(self.matrix, framework,
-                                                profile)
-                tag = podman_images.ensure(
-                    framework, profile, self.matrix, self.store,
-                    base_image=images.substituted_base(
-                        entry, self.substitution) or entry["base_image"],
-                    build_missing=self.build, archive_dir=self.archive_dir,
-                    client=client, log=log, name_prefix=self.name_prefix)
-                self.images[(framework, profile)] = tag
-                self.descriptions[(framework, profile)] = \
-                    podman_images.describe(self.store, tag)
-                self.descriptions[(framework, profile)]["rootless"] = \
-                    rootless()
-                reasons[(framework, profile)] = None
-            except images.BuildFailed:
-                raise
-            except UserError as exc:
-                reasons[(framework, profile)] = str(exc)
-        return reasons
+    def image_source(self):
+        # The Docker engine, when there is one, to podman load from.
+        return podman_images.docker_engine() if self.from_docker else None
+
+    def ensure_image(self, framework, profile, base_image, client, log):
+        return podman_images.ensure(
+            framework, profile, self.matrix, self.store,
+            base_image=base_image, build_missing=self.build,
+            archive_dir=self.archive_dir, client=client, log=log,
+            name_prefix=self.name_prefix)
+
+    def describe_image(self, tag):
+        return dict(podman_images.describe(self.store, tag),
+                    rootless=rootless())
 
     # -- the command line -----------------------------------------------------
 
@@ -151,7 +139,7 @@ class Runtime(docker.Runtime):
         return argv
 
     def engine_flags(self, placement):
-        gpu = placement.device == "gpu"
+        gpu = placement is not None and placement.device == "gpu"
         flags = ulimit_flags(gpu)
         if gpu:
             ids = (self.gpu_ids.split(",") if self.gpu_ids
@@ -188,13 +176,9 @@ class Runtime(docker.Runtime):
 
     def _post_mortem(self, name, before=None):
         state = self._state(name)
-        if state is None:
-            return Death(None, "the container vanished before it could be "
-                               "inspected")
+        if state is None or state.get("OOMKilled"):
+            return docker.death(state, "podman")
         code = state.get("ExitCode")
-        if state.get("OOMKilled"):
-            return Death(True, f"podman reports the container OOM-killed "
-                               f"(exit {code})")
         after = oomkills.machine_count()
         if code == 137 and before is not None and after is not None \
                 and after > before:
@@ -204,11 +188,7 @@ class Runtime(docker.Runtime):
                                f"kernel's OOM killer ran (/proc/vmstat "
                                f"oom_kill {before} -> {after}); podman "
                                f"itself reports no OOM kill")
-        if state.get("Error"):
-            return Death(None, f"the container failed to start: "
-                               f"{state['Error']}")
-        return Death(False, f"the container exited with status {code}; "
-                            f"podman reports no OOM kill")
+        return docker.death(state, "podman")
 
     def _remove(self, name):
         self._podman("rm", "--force", "--ignore", name)
@@ -216,19 +196,5 @@ class Runtime(docker.Runtime):
     def _give_back(self, tag, run_dir, cell_id):
         """chown what a root container wrote to the invoking user (rootless,
         the files are the user's already)."""
-        if rootless():
-            return
-        names = [path.name for path in run_dir.glob(f"{cell_id}.*")
-                 if path.stat().st_uid != os.getuid()]
-        if not names:
-            return
-        subprocess.run([self.podman_bin, "run", "--rm", "--network", "none",
-                        "--security-opt", "no-new-privileges",
-                        "--cap-drop", "ALL", "--cap-add", "CHOWN",
-                        "--user", "0:0", *ulimit_flags(), "--volume",
-                        f"{run_dir}:{docker.RESULTS_IN_CONTAINER}",
-                        "--entrypoint", "chown", tag,
-                        f"{os.getuid()}:{os.getgid()}"]
-                       + [f"{docker.RESULTS_IN_CONTAINER}/{name}"
-                          for name in names],
-                       capture_output=True, check=False)
+        if not rootless():
+            super()._give_back(tag, run_dir, cell_id)

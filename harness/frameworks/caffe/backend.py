@@ -90,65 +90,18 @@ def conv_size(size, layer):
     return (size + before + after - layer.kernel) // layer.stride + 1
 
 
-def subsample_padding(size, stride):
-    """Zeros appended so that `size` divides by `stride` (the subsample is a
-    reshape to (size // stride, stride) that keeps index 0)."""
-    return -size % stride
-
-
 def pool_size(size, layer):
     """Caffe's pooled size without padding: ceil((size - k) / s) + 1."""
     return int(math.ceil(float(size - layer.kernel) / layer.stride)) + 1
 
 
-def planned_shape(r):
-    """The per-sample output shape the Caffe translation of resolved layer
-    `r` produces, by Caffe's rules (tests compare it with networks.resolve).
-    Sequences are time-major in Caffe; shapes here are per sample,
-    (steps, features), like the description's."""
-    layer, kind = r.layer, type(r.layer)
-    shape = r.in_shape
-    if kind is nets.Conv:
-        return (layer.filters, conv_size(shape[1], layer),
-                conv_size(shape[2], layer))
-    if kind is nets.Pool:
-        return (shape[0], pool_size(shape[1], layer),
-                pool_size(shape[2], layer))
-    if kind is nets.SubsamplePad:
-        c, h, w = shape
-        s = layer.stride
-        return (layer.channels, (h + subsample_padding(h, s)) // s,
-                (w + subsample_padding(w, s)) // s)
-    if kind is nets.Residual:
-        body, shortcut = r.children
-        out = planned_shapes(body)[-1]
-        if shortcut is not None and planned_shapes(shortcut)[-1] != out:
-            raise HarnessError("residual branches disagree in Caffe")
-        return out
-    if kind is nets.GlobalAvgPool:
-        return (shape[0],)
-    if kind is nets.Flatten:
-        return (_product(shape),)
-    if kind is nets.Dense:
-        return (layer.units,)
-    if kind is nets.TimeDense:
-        return (shape[0], layer.units)
-    if kind is nets.Embedding:
-        return (shape[0], layer.dim)
-    if kind is nets.LSTM:
-        return (shape[0], layer.hidden)
-    return shape  # BatchNorm, Activation
-
-
-def planned_shapes(resolved_layers):
-    return [planned_shape(r) for r in resolved_layers]
-
-
-def _product(shape):
-    size = 1
-    for d in shape:
-        size *= d
-    return size
+# Caffe's rules for the shapes of the translated layers (tests compare them
+# with networks.resolve). Sequences are time-major in Caffe; shapes here are
+# per sample, (steps, features), like the description's.
+_SHAPES = backends.ShapeRules("Caffe", conv_size, pool_size)
+planned_shape = _SHAPES.shape
+planned_shapes = _SHAPES.shapes
+subsample_padding = backends.subsample_padding
 
 
 # --- the BLAS --------------------------------------------------------------------
