@@ -51,6 +51,9 @@ FOLD_WAIT_S = 15
 # The harness's rendezvous/collective timeout: a share of the job's own.
 RENDEZVOUS_MAX_S = 300
 RENDEZVOUS_MIN_S = 20
+# Node 0's own failures that no other node caused: they stay the job's
+# reason.
+OWN_FAULTS = ("PortTaken", "SetupFailed")
 NETWORKS = {
     "native": "host network of node {host} (native: the node's own "
               "network namespace)",
@@ -138,27 +141,28 @@ def cluster_of(env, runtime_name, timeout_s):
     }
 
 
-def node_entry(cluster, rank, result, path):
+def node_entry(cluster, rank, result, path, run_dir):
+    """One node in the job's slurm block: where it was, how its part ended
+    and where its result is (relative to the run folder)."""
     error = (result or {}).get("error") or {}
+    seen = ((result or {}).get("slurm") or {}).get("cluster") or {}
     return {"rank": rank, "host": cluster["hosts"][rank],
             "address": cluster["addresses"][rank],
+            "interface": seen.get("interface"),
             "status": result["status"] if result else None,
             "reason": error.get("message") if result else
             "wrote no result (its part never started, or was killed before "
             "it could write)",
-            "result": str(path)}
+            "result": str(Path(path).relative_to(run_dir))}
 
 
 def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     """Node 0: the other nodes' outcomes into the job's result (and its
     slurm block's list of nodes). Returns the job's status."""
     result, _problem = runfolder.read_result(path)
-    own = {"rank": 0, "host": cluster["hosts"][0],
-           "address": cluster["addresses"][0],
-           "status": result["status"] if result else None,
-           "reason": ((result or {}).get("error") or {}).get("message"),
-           "result": str(path)}
-    entries = [own]
+    entries = [node_entry(cluster, 0, result, path, run_dir)]
+    if result is None:
+        entries[0]["interface"] = cluster["interface"]
     deadline = time.monotonic() + wait_s
     for rank in range(1, cluster["nodes"]):
         side = side_path(run_dir, job.id, rank)
@@ -166,13 +170,15 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
         while found is None and time.monotonic() < deadline:
             time.sleep(0.5)
             found, _ = runfolder.read_result(side)
-        entries.append(node_entry(cluster, rank, found, side))
+        entries.append(node_entry(cluster, rank, found, side, run_dir))
     failed = [e for e in entries[1:] if e["status"] != "ok"]
     if result is None:
         result = collect.synthesized(
             job, "error", "NoResult",
             f"node 0 ({cluster['hosts'][0]}) wrote no result")
-    if failed and result["status"] in ("ok", "error", "timeout"):
+    own_type = (result.get("error") or {}).get("type")
+    if failed and result["status"] in ("ok", "error", "timeout") and \
+            own_type not in OWN_FAULTS:
         first = failed[0]
         message = (f"node {first['rank']} ({first['host']}) "
                    f"{'ended ' + first['status'] if first['status'] else 'failed'}"
@@ -206,6 +212,7 @@ def main(argv):
     signal.signal(signal.SIGTERM, slurmtask._stop)
     started = time.monotonic()
     cluster = None
+    launched = False
     try:
         cluster = cluster_of(env, submission["runtime"], job.timeout_s)
         print(f"dlrepro: node {rank} of {cluster['nodes']} "
@@ -227,6 +234,7 @@ def main(argv):
             resultfile.write_atomic(str(path), collect.synthesized(
                 node_job, "unsupported", "Unsupported", reason))
         else:
+            launched = True
             pipeline.launch_job(node_job, runtime, LocalExecutor(), folder,
                                 matrix, extra={"cluster": cluster})
     except UserError as exc:
@@ -239,11 +247,15 @@ def main(argv):
     finally:
         block = slurmtask.where()
         block["node_rank"] = rank
+        if cluster is not None:
+            block["cluster"] = cluster
         slurmtask.annotate(path, block, submission.get("gpu_freq"),
                            time.monotonic() - started)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the fold is short
     if rank == 0 and cluster is not None:
-        status = fold(path, job, cluster, run_dir)
+        # Node 0 that never ran its part knows the job failed: no wait.
+        status = fold(path, job, cluster, run_dir,
+                      FOLD_WAIT_S if launched else 0)
     else:
         result, _ = runfolder.read_result(path)
         status = result["status"] if result else None
