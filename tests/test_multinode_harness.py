@@ -2,10 +2,31 @@
 nodes field and cluster object, and real multi-node training on this machine:
 N "node" processes of `python -m harness converge` on 127.0.0.1 / lo, each
 with its own cluster object and result (docs/multinode.md)."""
+import json
+import math
+import os
+import socket
+import subprocess
+import time
+
+import jsonschema
 import pytest
 
+from _frameworks import framework_python  # noqa: F401 (a fixture)
+from dlrepro.converge import datasets as dd
+from dlrepro.converge import plan as conv_plan
+from harness import frameworks
 from harness import spec as hspec
 from harness.errors import HarnessError
+
+# The tolerance of tests/test_converge.py and its reasoning: 2 nodes x 1
+# worker see the batches of 1 node x 2 workers, gradients averaged over the
+# global batch, so the curves differ only by float32 reduction order.
+RELATIVE_TOLERANCE = 1e-3
+# The smallest real-data run tests/test_converge.py trains, one epoch.
+TRAIN, TEST, BATCH = 1024, 256, 64
+# Frameworks that train across nodes here (MULTI_NODE True).
+MULTI_NODE = ("pytorch", "tensorflow")
 
 CONV = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "device": "cpu", "workers": 2, "global_batch_size": 8,
@@ -68,3 +89,156 @@ def test_the_cluster_object_is_checked():
                                   "\\['extra'\\]")):
         with pytest.raises(HarnessError, match="^" + message):
             hspec.validate_cluster(bad, two)
+
+
+# --- real training: N node processes on this machine ---------------------------
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return folder, dd.generate("mnist", folder, TRAIN, TEST, seed=11)
+
+
+@pytest.fixture(scope="module")
+def schema(root):
+    return json.loads((root / "harness" / "result.schema.json").read_text())
+
+
+def free_port(span=hspec.CLUSTER_PORTS):
+    """A base port whose `span` ports are free now (the frameworks may use
+    port..port+span-1)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + span < 65536 and all(_free(base + i) for i in range(span)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def _free(port):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def conv_spec(framework, mnist, workers, nodes, seed=5):
+    """Two threads on this machine in all: the 1-node run's workers share
+    them, each of 2 "nodes" (which share this machine) takes one."""
+    data_dir, checksums = mnist
+    spec = conv_plan.plan([framework], ["fcn-r"], [workers],
+                          global_batch=BATCH, epochs=1, seed=seed,
+                          threads=2 // nodes,
+                          data_dir=data_dir, checksums=checksums,
+                          runtime="native", timeout=900)[0].spec
+    return dict(spec, nodes=nodes)
+
+
+def start_node(python, root, conv, cluster, out):
+    """One node's `python -m harness converge`, as the Slurm executor
+    starts it on each node."""
+    spec_path = out.with_suffix(".spec.json")
+    spec_path.write_text(json.dumps({"convergence": conv, "container": None,
+                                     "cluster": cluster}))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    return subprocess.Popen([str(python), "-s", "-m", "harness", "converge",
+                             "--spec", str(spec_path), "--out", str(out)],
+                            cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def finish(process, limit):
+    try:
+        _, err = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError("a node ran past {} s: {}".format(limit, err))
+    return process.returncode, err
+
+
+def run_nodes(python, root, conv, tmp, nodes, timeout_s=120, limit=600):
+    """Results of all nodes (rank order) and the wall time."""
+    port = free_port()
+    outs = [tmp / "node{}.json".format(r) for r in range(nodes)]
+    start = time.monotonic()
+    processes = [start_node(python, root, conv,
+                            cluster_object(nodes, r, port, timeout_s), out)
+                 for r, out in enumerate(outs)]
+    ends = [finish(p, limit) for p in processes]
+    wall = time.monotonic() - start
+    for (status, err) in ends:
+        assert status == 0, err
+    return [json.loads(out.read_text()) for out in outs], wall
+
+
+def run_one_node(python, root, conv, tmp):
+    out = tmp / "single.json"
+    start = time.monotonic()
+    status, err = finish(start_node(python, root, conv, None, out), 600)
+    assert status == 0, err
+    return json.loads(out.read_text()), time.monotonic() - start
+
+
+def max_relative(a, b):
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module", params=MULTI_NODE)
+def two_ways(request, root, mnist, tmp_path_factory, framework_python):
+    """1 node x 2 workers, and 2 nodes x 1 worker, of one framework."""
+    framework = request.param
+    python = framework_python(framework)
+    tmp = tmp_path_factory.mktemp(framework)
+    single, single_s = run_one_node(
+        python, root, conv_spec(framework, mnist, 2, 1), tmp)
+    nodes, nodes_s = run_nodes(python, root,
+                               conv_spec(framework, mnist, 2, 2), tmp, 2)
+    print("{}: 1 node x 2 workers {:.1f} s, 2 nodes x 1 worker {:.1f} s "
+          "(wall)".format(framework, single_s, nodes_s))
+    return framework, single, nodes
+
+
+def test_two_nodes_train_as_one_node_with_two_workers(two_ways, schema):
+    framework, single, nodes = two_ways
+    for result in [single] + nodes:
+        jsonschema.validate(result, schema)
+        assert result["status"] == "ok", result["error"]
+    base = single["convergence"]["curve"]["loss"]
+    assert len(base) == TRAIN // BATCH and all(math.isfinite(v) for v in base)
+    assert single["convergence"]["nodes"] == 1
+    assert single["convergence"]["cluster"] is None
+    for rank, result in enumerate(nodes):
+        block = result["convergence"]
+        assert (block["workers"], block["nodes"],
+                block["workers_per_node"]) == (2, 2, 1)
+        assert block["cluster"]["node_rank"] == rank
+        assert block["cluster"]["interface"] == "lo"
+        assert " lo" in block["cluster"]["transport"]
+        curve = block["curve"]["loss"]
+        assert len(curve) == len(base)
+        difference = max_relative(base, curve)
+        print("{} node {}: max relative loss difference {:.2e}, per "
+              "iteration {:.4f} s vs {:.4f} s (1 node)".format(
+                  framework, rank, difference, result["timing"]["mean_s"],
+                  single["timing"]["mean_s"]))
+        assert difference <= RELATIVE_TOLERANCE
+    # The test split is evaluated with the same weights on every node.
+    assert nodes[0]["convergence"]["final_test_accuracy"] == pytest.approx(
+        single["convergence"]["final_test_accuracy"], abs=0.02)
+
+
+@pytest.mark.parametrize("two_ways", ["pytorch"], indirect=True)
+def test_another_seed_moves_the_curve_beyond_the_tolerance(
+        two_ways, root, mnist, tmp_path, framework_python):
+    """The comparison above can fail: a real difference exceeds it."""
+    framework, single, _ = two_ways
+    other, _ = run_one_node(framework_python(framework), root,
+                            conv_spec(framework, mnist, 2, 1, seed=6),
+                            tmp_path)
+    assert max_relative(single["convergence"]["curve"]["loss"],
+                        other["convergence"]["curve"]["loss"]) > \
+        10 * RELATIVE_TOLERANCE
