@@ -145,7 +145,10 @@ def node_entry(cluster, rank, result, path, run_dir):
     """One node in the job's slurm block: where it was, how its part ended
     and where its result is (relative to the run folder)."""
     error = (result or {}).get("error") or {}
-    seen = ((result or {}).get("slurm") or {}).get("cluster") or {}
+    # The harness's record of its cluster (the slurm block may not be
+    # added yet when node 0 reads the file).
+    seen = (((result or {}).get("convergence") or {}).get("cluster") or
+            ((result or {}).get("slurm") or {}).get("cluster") or {})
     return {"rank": rank, "host": cluster["hosts"][rank],
             "address": cluster["addresses"][rank],
             "interface": seen.get("interface"),
