@@ -74,3 +74,60 @@ def test_time_limit_defaults_to_the_timeout_plus_margins():
     assert "--time=12" in args  # 60 s + 30 s grace + 600 s, in minutes
     assert {"--partition=p", "--exclusive", "--gpu-freq=high",
             "--no-requeue", "--cpus-per-task=1"} <= set(args)
+
+
+# --- multi-node convergence jobs (converge --nodes) ----------------------------
+
+def _converge_jobs(workers, nodes, executor="slurm", runtime="native",
+                   threads=None):
+    from dlrepro.converge import plan as conv_plan
+    return conv_plan.plan(["pytorch"], ["fcn-r"], workers, global_batch=64,
+                          epochs=1, synthetic=True, runtime=runtime,
+                          nodes=nodes, executor=executor, threads=threads)
+
+
+def test_a_multi_node_job_is_its_own_cell_with_a_task_per_node(tmp_path):
+    one, = _converge_jobs([2], 1)
+    two, = _converge_jobs([2], 2)
+    assert (one.id, two.id) == ("pytorch-fcn-r-w2", "pytorch-fcn-r-w2-n2")
+    assert "nodes" not in one.spec and two.spec["nodes"] == 2
+    groups = {a.resources: [j.id for j in a.jobs]
+              for a in slurm.arrays([one, two])}
+    assert groups == {("--cpus-per-task=2",): [one.id],
+                      ("--nodes=2", "--ntasks-per-node=1",
+                       "--cpus-per-task=1"): [two.id]}
+    executor = slurm.SlurmExecutor()
+    arrays = slurm.arrays([one, two])
+    single = executor._script(tmp_path, tmp_path / "s.json", arrays[0])
+    multi = executor._script(tmp_path, tmp_path / "s.json", arrays[1])
+    assert "-m dlrepro.run.slurmtask" in single and "srun" not in single
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 " \
+           "--ntasks-per-node=1 " in multi
+    assert "-m dlrepro.run.slurmnode" in multi
+    # Threads are the total: each node gets its share.
+    four, = _converge_jobs([4], 2, threads=4)
+    [array] = slurm.arrays([four])
+    assert "--cpus-per-task=2" in array.resources
+
+
+@pytest.mark.parametrize("nodes, executor, runtime, workers, says", [
+    (2, "local", "native", [2], "--nodes 2 needs --executor slurm"),
+    (2, "slurm", "docker", [2], "--nodes 2 cannot use the docker runtime"),
+    (2, "slurm", "native", [1, 2], "--workers 1 is not a multiple of "
+                                   "--nodes 2"),
+    (0, "slurm", "native", [2], "--nodes"),
+])
+def test_nodes_are_checked_before_anything_runs(nodes, executor, runtime,
+                                                workers, says):
+    with pytest.raises(UserError) as error:
+        _converge_jobs(workers, nodes, executor, runtime)
+    assert says in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_port_comes_from_the_job_id():
+    from dlrepro.run import slurmnode
+    assert slurmnode.port_of(0) == 29500
+    assert slurmnode.port_of(17) == 29670
+    assert slurmnode.port_of(2017) == 29670
+    assert max(slurmnode.port_of(i) for i in range(4000)) + 9 < 65536
