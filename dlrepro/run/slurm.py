@@ -445,6 +445,11 @@ class SlurmExecutor:
         slurm["options"] = self.options._asdict()
         first = len(slurm["arrays"])
         planned = []
+        for job in jobs:
+            # A resubmitted multi-node job: its other nodes' results from
+            # the earlier try must not be folded into this one's.
+            for stale in (Path(run_dir) / "nodes").glob(f"{job.id}.node*"):
+                stale.unlink()
         for n, array in enumerate(arrays(jobs), first):
             submission = folder / f"submit-{n}.json"
             resultfile.write_atomic(str(submission), {
