@@ -131,3 +131,25 @@ def test_the_port_comes_from_the_job_id():
     assert slurmnode.port_of(17) == 29670
     assert slurmnode.port_of(2017) == 29670
     assert max(slurmnode.port_of(i) for i in range(4000)) + 9 < 65536
+
+
+def test_podman_and_charliecloud_give_a_multi_node_job_the_nodes_network(
+        tmp_path, monkeypatch):
+    from dlrepro.run.runtimes import charliecloud, podman
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    one, = _converge_jobs([2], 1, runtime="podman")
+    two, = _converge_jobs([2], 2, runtime="podman")
+    runtime = podman.Runtime()
+    argv = runtime.run_argv(one, str(tmp_path), "tag", "name")
+    assert argv[argv.index("--network") + 1] == "none"
+    assert "SLURM_JOB_ID=5" not in argv
+    argv = runtime.run_argv(two, str(tmp_path), "tag", "name")
+    assert argv[argv.index("--network") + 1] == "host"
+    assert argv[argv.index("SLURM_JOB_ID=5") - 1] == "--env"
+    ch = charliecloud.Runtime(ch_run="ch-run")
+    ch.records = {one.placement.target: {"path": str(tmp_path / "img")}}
+    argv = ch.launch(one, tmp_path).argv
+    assert "--net" in argv[:6] and "ip link set lo up" in " ".join(argv)
+    argv = ch.launch(two, tmp_path).argv
+    assert "--net" not in argv[:6] and "lo up" not in " ".join(argv)
+    assert "--set-env=SLURM_JOB_ID=5" in argv
