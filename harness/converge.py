@@ -93,7 +93,7 @@ def run_convergence(spec, out_path, log=_log):
         _check_module(module, conv)
         block["mechanism"] = module.MECHANISM.get(conv["device"])
         refusal = frameworks.multi_node_refusal(module, conv["nodes"],
-                                                per_node)
+                                                per_node, conv["device"])
         if refusal:
             raise Unsupported(refusal)
         _check_devices(module, conv)

@@ -242,3 +242,103 @@ def test_another_seed_moves_the_curve_beyond_the_tolerance(
     assert max_relative(single["convergence"]["curve"]["loss"],
                         other["convergence"]["curve"]["loss"]) > \
         10 * RELATIVE_TOLERANCE
+
+
+# --- faults -------------------------------------------------------------------
+
+FAULT_TIMEOUT_S = 20
+
+
+@pytest.mark.parametrize("framework", MULTI_NODE)
+def test_a_peer_that_never_starts_ends_the_run(framework, root, mnist,
+                                               tmp_path, framework_python,
+                                               schema):
+    """Node 0 alone: its rendezvous waits cluster timeout_s, then the run
+    ends with an error naming it (not a hang)."""
+    out = tmp_path / "node0.json"
+    start = time.monotonic()
+    process = start_node(framework_python(framework), root,
+                         conv_spec(framework, mnist, 2, 2),
+                         cluster_object(2, 0, free_port(), FAULT_TIMEOUT_S),
+                         out)
+    status, err = finish(process, FAULT_TIMEOUT_S + 120)
+    took = time.monotonic() - start
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema)
+    print("{}: lone node 0 ended after {:.1f} s: {}".format(
+        framework, took, result["error"]["message"]))
+    assert result["status"] == "error"
+    assert "rendezvous" in result["error"]["message"]
+    assert took < FAULT_TIMEOUT_S + 90
+
+
+@pytest.mark.parametrize("framework", MULTI_NODE)
+def test_a_taken_coordinator_port_is_a_clear_error(framework, root, mnist,
+                                                   tmp_path, framework_python):
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        out = tmp_path / "node0.json"
+        process = start_node(framework_python(framework), root,
+                             conv_spec(framework, mnist, 2, 2),
+                             cluster_object(2, 0, port, FAULT_TIMEOUT_S), out)
+        status, err = finish(process, FAULT_TIMEOUT_S + 120)
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    print("{}: taken port: {}".format(framework, result["error"]["message"]))
+    assert result["status"] == "error"
+    assert "{}".format(port) in result["error"]["message"]
+    assert "rendezvous" in result["error"]["message"]
+    assert "in use" in result["error"]["message"]
+
+
+def test_nodes_without_a_cluster_exit_2_in_one_line(root, mnist, tmp_path,
+                                                     framework_python):
+    out = tmp_path / "node0.json"
+    status, err = finish(start_node(framework_python("pytorch"), root,
+                                    conv_spec("pytorch", mnist, 2, 2), None,
+                                    out), 120)
+    assert status == 2
+    assert err.splitlines() == ["harness: error: a multi-node run needs its "
+                                "cluster (the Slurm executor writes it)"]
+    assert not out.exists()
+
+
+SLURM_CHECK = """
+import json, sys
+from harness.errors import HarnessError
+from harness.frameworks.tensorflow import parallel
+cluster = json.loads(sys.argv[1])
+try:
+    print(json.dumps(parallel.cluster_workers(cluster)))
+except HarnessError as exc:
+    print(json.dumps(str(exc)))
+"""
+
+
+@pytest.mark.parametrize("hosts, nodelist, rank, expected", [
+    (["n1", "n2"], "n[1-2]", 1, [["10.0.0.1:7000", "10.0.0.2:7000"], 1]),
+    # Slurm ranks n2 before n10, SlurmClusterResolver sorts n10 first.
+    (["n2", "n10"], "n[2,10]", 0, "Slurm's step (SlurmClusterResolver: "
+     "workers ['n10', 'n2'], this task 0) does not match the cluster object "
+     "(hosts ['n2', 'n10'], node_rank 0): one task per node, nodes in rank "
+     "order"),
+])
+def test_tensorflow_reads_slurms_step_through_its_resolver(
+        hosts, nodelist, rank, expected, root, framework_python):
+    """Under Slurm, TensorFlow's SlurmClusterResolver reads the step's
+    variables; its node names become the cluster object's addresses."""
+    cluster = dict(cluster_object(2, rank, 7000), hosts=hosts,
+                   addresses=["10.0.0.1", "10.0.0.2"], coordinator="10.0.0.1")
+    env = dict(os.environ, PYTHONPATH=str(root), SLURM_PROCID=str(rank),
+               SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NODELIST=nodelist,
+               SLURM_STEP_TASKS_PER_NODE="1(x2)")
+    proc = subprocess.run(
+        [str(framework_python("tensorflow")), "-s", "-c", SLURM_CHECK,
+         json.dumps(dict(cluster, timeout_s=20))],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == expected

@@ -92,9 +92,9 @@ Across nodes (a convergence spec's "nodes" > 1, docs/multinode.md):
                          multi-node run, else a string: the reason it
                          cannot (absent: "<name> data parallelism runs on
                          one node only")
-  WORKERS_PER_NODE       optional: (most workers per node, the reason for
-                         no more), e.g. one TensorFlow worker process per
-                         node on the CPU
+  WORKERS_PER_NODE       optional: {device: (most workers per node, the
+                         reason for no more)}, e.g. one TensorFlow worker
+                         process per node on the CPU
   TRANSPORT              {device: how the nodes' workers talk}, formatted
                          with {interface}; recorded in the result's
                          convergence.cluster.transport
@@ -137,17 +137,17 @@ def load(name, part="backend"):
     return importlib.import_module("{}.{}.{}".format(__name__, name, part))
 
 
-def multi_node_refusal(module, nodes, workers_per_node):
+def multi_node_refusal(module, nodes, workers_per_node, device):
     """None when the parallel `module` can run this node's part of a run
-    over `nodes` nodes with `workers_per_node` workers each, else the
-    reason it cannot. Reads module attributes only."""
+    over `nodes` nodes with `workers_per_node` workers each on `device`,
+    else the reason it cannot. Reads module attributes only."""
     if nodes <= 1:
         return None
     support = getattr(module, "MULTI_NODE", None)
     if support is not True:
         return support or "{} data parallelism runs on one node only".format(
             module.NAME)
-    limit = getattr(module, "WORKERS_PER_NODE", None)
+    limit = getattr(module, "WORKERS_PER_NODE", {}).get(device)
     if limit is not None and workers_per_node > limit[0]:
         return "{} workers per node asked for: {}".format(workers_per_node,
                                                           limit[1])
