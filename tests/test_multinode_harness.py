@@ -26,7 +26,7 @@ RELATIVE_TOLERANCE = 1e-3
 # The smallest real-data run tests/test_converge.py trains, one epoch.
 TRAIN, TEST, BATCH = 1024, 256, 64
 # Frameworks that train across nodes here (MULTI_NODE True).
-MULTI_NODE = ("pytorch", "tensorflow")
+MULTI_NODE = ("pytorch", "tensorflow", "jax")
 
 CONV = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "device": "cpu", "workers": 2, "global_batch_size": 8,
@@ -89,6 +89,55 @@ def test_the_cluster_object_is_checked():
                                   "\\['extra'\\]")):
         with pytest.raises(HarnessError, match="^" + message):
             hspec.validate_cluster(bad, two)
+
+
+
+# --- which frameworks run across nodes: decided before any framework loads -----
+
+def test_frameworks_declare_multi_node_support():
+    """The parallel modules import no framework: the host's Python reads
+    their contract (CNTK and Caffe without their images)."""
+    refusals = dict((name, frameworks.multi_node_refusal(
+        frameworks.load(name, "parallel"), 2, 1, "cpu"))
+        for name in frameworks.NAMES)
+    assert [n for n, r in sorted(refusals.items()) if r is None] == \
+        sorted(MULTI_NODE)
+    assert refusals["cntk"].startswith("CNTK's data parallelism is one MPI "
+                                       "job started by mpirun")
+    assert "ssh or Slurm's srun" in refusals["cntk"]
+    assert refusals["caffe"].startswith("Caffe 1.0's data parallelism is one "
+                                        "machine's GPUs")
+    for name in frameworks.NAMES:
+        module = frameworks.load(name, "parallel")
+        # One node is never refused on this ground.
+        assert frameworks.multi_node_refusal(module, 1, 2, "cpu") is None
+    tf = frameworks.load("tensorflow", "parallel")
+    assert frameworks.multi_node_refusal(tf, 2, 2, "cpu").startswith(
+        "2 workers per node asked for: TensorFlow's MultiWorkerMirrored"
+        "Strategy runs one replica per worker process on the CPU")
+    assert frameworks.transport(tf, "cpu", "eth0").startswith(
+        "gRPC over eth0")
+
+
+def test_a_refused_layout_ends_unsupported_with_the_reason(
+        root, mnist, tmp_path, framework_python, schema):
+    """2 nodes x 2 TensorFlow CPU workers: a result, status unsupported,
+    before TensorFlow starts a server."""
+    out = tmp_path / "node0.json"
+    conv = conv_spec("tensorflow", mnist, 4, 2)
+    status, err = finish(start_node(framework_python("tensorflow"), root,
+                                    conv, cluster_object(2, 0, free_port()),
+                                    out), 300)
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema)
+    assert result["status"] == "unsupported"
+    assert result["error"]["message"].startswith("2 workers per node asked "
+                                                 "for: TensorFlow's")
+    block = result["convergence"]
+    assert (block["nodes"], block["workers_per_node"]) == (2, 2)
+    assert block["cluster"]["node_rank"] == 0
+    assert block["cluster"]["transport"].startswith("gRPC over lo")
 
 
 # --- real training: N node processes on this machine ---------------------------

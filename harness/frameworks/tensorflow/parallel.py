@@ -23,7 +23,6 @@ collective.
 """
 import json
 import os
-import socket
 
 from .. import arrays, dataparallel
 from ...errors import HarnessError
@@ -244,26 +243,13 @@ def _multi_worker(tf, plan):
         reason = str(exc).strip().splitlines()[0]
         if "Could not start gRPC server" in reason:
             # gRPC does not say why; the usual cause is checked here.
-            reason += _port_taken(workers[task])
+            host, port = workers[task].rsplit(":", 1)
+            taken = dataparallel.port_taken(host, int(port))
+            reason += ": " + taken if taken else ""
         raise RuntimeError(
             "TensorFlow's cluster rendezvous (coordination service at {}, "
             "{} workers, {:g} s timeout) failed: {}".format(
                 workers[0], len(workers), cluster["timeout_s"], reason))
-
-
-def _port_taken(address):
-    """': port P of A is in use' when this worker's server address cannot
-    be bound now, else ''."""
-    host, port = address.rsplit(":", 1)
-    probe = socket.socket()
-    try:
-        probe.bind((host, int(port)))
-    except (OSError, socket.error):
-        return ": port {} of {} is in use (address already in use)".format(
-            port, host)
-    finally:
-        probe.close()
-    return ""
 
 
 def _bound_coordination(tf, resolver, timeout_ms):
