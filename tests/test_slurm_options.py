@@ -1,5 +1,7 @@
 """The Slurm executor's pure parts, no cluster needed: Slurm's task ranges,
 where options come from, and the arrays jobs are grouped into."""
+import json
+
 import pytest
 
 from dlrepro.bench import plan
@@ -153,3 +155,51 @@ def test_podman_and_charliecloud_give_a_multi_node_job_the_nodes_network(
     argv = ch.launch(two, tmp_path).argv
     assert "--net" not in argv[:6] and "lo up" not in " ".join(argv)
     assert "--set-env=SLURM_JOB_ID=5" in argv
+
+
+def _fold(tmp_path, own, side):
+    """Node 0's result `own` and node 1's `side` ((status, type, message)
+    or None: none written) folded as node 0 folds them."""
+    from harness import resultfile
+    from dlrepro.run import collect, slurmnode
+    job, = _converge_jobs([2], 2)
+    cluster = {"nodes": 2, "node_rank": 0, "hosts": ["n1", "n2"],
+               "addresses": ["10.0.0.1", "10.0.0.2"], "interface": "eth0",
+               "coordinator": "10.0.0.1", "port": 29500, "network": "x"}
+    tmp_path.mkdir()
+    path = tmp_path / f"{job.id}.json"
+    resultfile.write_atomic(str(path), collect.synthesized(job, *own))
+    if side:
+        (tmp_path / "nodes").mkdir()
+        resultfile.write_atomic(
+            str(slurmnode.side_path(tmp_path, job.id, 1)),
+            collect.synthesized(job._replace(id=job.id + ".node1"), *side))
+    status = slurmnode.fold(path, job, cluster, tmp_path, wait_s=0)
+    result = json.loads(path.read_text())
+    assert result["status"] == status
+    return result
+
+
+def test_node_zero_folds_the_other_nodes_into_the_jobs_result(tmp_path):
+    result = _fold(tmp_path / "a", ("error", "Terminated", "signal 15"),
+                   ("error", "Killed", "killed by SIGKILL"))
+    assert result["error"] == {
+        "type": "NodeFailed", "message": "node 1 (n2) ended error: killed "
+                                         "by SIGKILL; node 0 (n1): signal 15"}
+    assert [(n["rank"], n["host"], n["status"], n["result"])
+            for n in result["slurm"]["nodes"]] == [
+        (0, "n1", "error", "pytorch-fcn-r-w2-n2.json"),
+        (1, "n2", "error", "nodes/pytorch-fcn-r-w2-n2.node1.json")]
+    result = _fold(tmp_path / "b", ("error", "Rendezvous", "1/2 joined"),
+                   None)
+    assert result["error"]["message"].startswith(
+        "node 1 (n2) failed: wrote no result")
+    # The job's own timeout on every node stays a timeout; node 0's own
+    # setup fault stays its reason.
+    result = _fold(tmp_path / "c", ("timeout", "Timeout", "stopped"),
+                   ("timeout", "Timeout", "stopped"))
+    assert (result["status"], result["error"]["type"]) == ("timeout",
+                                                           "Timeout")
+    result = _fold(tmp_path / "d", ("error", "PortTaken", "port 29500"),
+                   None)
+    assert result["error"]["type"] == "PortTaken"

@@ -174,7 +174,10 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
             time.sleep(0.5)
             found, _ = runfolder.read_result(side)
         entries.append(node_entry(cluster, rank, found, side, run_dir))
-    failed = [e for e in entries[1:] if e["status"] != "ok"]
+    # Nodes that ended otherwise than node 0 did (all of them timing out
+    # at the job's timeout is the job's timeout, not a node's fault).
+    failed = [e for e in entries[1:] if e["status"] != "ok" and not (
+        result and e["status"] == result["status"] == "timeout")]
     if result is None:
         result = collect.synthesized(
             job, "error", "NoResult",
