@@ -190,7 +190,7 @@ for node in $NODES; do
 done
 for _ in $(seq 1 120); do
     if ready; then
-        took=$(echo "$(date +%s.%N) - $started" | bc 2>/dev/null || echo "?")
+        took=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN {printf "%.2f", b - a}')
         echo "slurm-nodes.sh: nodes n1 ($(ip_of n1)) and n2 ($(ip_of n2)) idle in ${took} s; SLURM_CONF=$SLURM_CONF"
         exit 0
     fi
