@@ -25,8 +25,9 @@ from harness.errors import HarnessError
 RELATIVE_TOLERANCE = 1e-3
 # The smallest real-data run tests/test_converge.py trains, one epoch.
 TRAIN, TEST, BATCH = 1024, 256, 64
-# Frameworks that train across nodes here (MULTI_NODE True).
-MULTI_NODE = ("pytorch", "tensorflow", "jax")
+# Frameworks that train across nodes here (MULTI_NODE True): all but CNTK
+# and Caffe.
+MULTI_NODE = ("pytorch", "tensorflow", "jax", "mxnet")
 
 CONV = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "device": "cpu", "workers": 2, "global_batch_size": 8,
