@@ -25,8 +25,9 @@ from harness.errors import HarnessError
 RELATIVE_TOLERANCE = 1e-3
 # The smallest real-data run tests/test_converge.py trains, one epoch.
 TRAIN, TEST, BATCH = 1024, 256, 64
-# Frameworks that train across nodes here (MULTI_NODE True).
-MULTI_NODE = ("pytorch", "tensorflow", "jax")
+# Frameworks that train across nodes here (MULTI_NODE True): all but CNTK
+# and Caffe.
+MULTI_NODE = ("pytorch", "tensorflow", "jax", "mxnet")
 
 CONV = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "device": "cpu", "workers": 2, "global_batch_size": 8,
@@ -279,6 +280,26 @@ def test_two_nodes_train_as_one_node_with_two_workers(two_ways, schema):
     assert nodes[0]["convergence"]["final_test_accuracy"] == pytest.approx(
         single["convergence"]["final_test_accuracy"], abs=0.02)
 
+
+@pytest.mark.parametrize("framework", [f for f in MULTI_NODE
+                                       if f != "tensorflow"])
+def test_two_nodes_of_two_workers_train_as_one_node_of_four(
+        framework, root, mnist, tmp_path, framework_python):
+    """Node r trains global ranks 2r and 2r+1: the batches of 1 node x 4."""
+    python = framework_python(framework)
+    single, single_s = run_one_node(
+        python, root, conv_spec(framework, mnist, 4, 1), tmp_path)
+    nodes, nodes_s = run_nodes(python, root,
+                               conv_spec(framework, mnist, 4, 2), tmp_path, 2)
+    base = single["convergence"]["curve"]["loss"]
+    for result in [single] + nodes:
+        assert result["status"] == "ok", result["error"]
+    assert nodes[1]["convergence"]["workers_per_node"] == 2
+    difference = max_relative(base, nodes[0]["convergence"]["curve"]["loss"])
+    print("{}: 2 nodes x 2 vs 1 node x 4: max relative loss difference "
+          "{:.2e}, wall {:.1f} s vs {:.1f} s".format(framework, difference,
+                                                     nodes_s, single_s))
+    assert difference <= RELATIVE_TOLERANCE
 
 @pytest.mark.parametrize("two_ways", ["pytorch"], indirect=True)
 def test_another_seed_moves_the_curve_beyond_the_tolerance(

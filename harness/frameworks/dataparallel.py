@@ -221,15 +221,18 @@ def launch(plan, log, command, run, prefix="dlrepro-workers-"):
 _LOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [^\]]+\] ")
 
 
-def run_child(command, env, what):
+def run_child(command, env, what, on_start=None):
     """Run a worker process with its stderr forwarded to ours; a failure
     (status or signal: frameworks that abort on a lost peer) is a
-    RuntimeError naming `what` and the child's most telling line."""
+    RuntimeError naming `what` and the child's most telling line.
+    on_start(process), when given, sees the process once it runs."""
     tail = collections.deque(maxlen=40)
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
                                start_new_session=True,
                                preexec_fn=die_with_parent)
+    if on_start is not None:
+        on_start(process)
     pump = threading.Thread(target=_pump, args=(process.stderr, tail))
     pump.daemon = True
     pump.start()
@@ -237,7 +240,7 @@ def run_child(command, env, what):
         status = process.wait()
     except BaseException:
         # SIGTERM from the host's timeout, or Ctrl-C: take the child down.
-        _stop(process)
+        stop(process)
         raise
     pump.join(5)
     if status != 0:
@@ -271,7 +274,8 @@ def _signal_name(number):
         return str(number)
 
 
-def _stop(process):
+def stop(process):
+    """SIGTERM to the process's group, SIGKILL after 10 s."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(10)

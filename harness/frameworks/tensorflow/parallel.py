@@ -232,8 +232,11 @@ def _multi_worker(tf, plan):
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     timeout_ms = int(cluster["timeout_s"] * 1000)
     _bound_coordination(tf, resolver, timeout_ms)
+    implementations = tf.distribute.experimental.CommunicationImplementation
     options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        # gRPC ring all-reduce on CPUs; NCCL between GPUs.
+        implementation=implementations.NCCL if plan["device"] == "gpu"
+        else implementations.RING,
         timeout_seconds=float(cluster["timeout_s"]))
     try:
         return tf.distribute.MultiWorkerMirroredStrategy(
