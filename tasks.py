@@ -445,9 +445,13 @@ def data(c, dataset=None, data_dir=None, mirror=None, check=False):
             "resume": "continue the latest convergence run under --out, "
                       "keeping runs already finished with the same spec",
             "dry_run": "print the plan and stop",
+            "nodes": "Slurm nodes each run spreads its workers over "
+                     "(default 1; needs --executor slurm; workers is the "
+                     "total: --workers 2 --nodes 2 is 2 nodes x 1 worker)",
             **_SLURM_HELP})
 @user_errors
 def converge(c, framework=None, network=None, workers=None, gpus=None,
+             nodes=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
              target_loss=None, device=None, threads=None, seed="0", out=None,
@@ -473,7 +477,8 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
                      seed=seed, threads=threads, data_dir=data_dir,
                      synthetic=synthetic, train_samples=train_samples,
                      test_samples=test_samples, target_loss=target_loss,
-                     runtime=runtime, timeout=timeout, matrix=m)
+                     runtime=runtime, timeout=timeout, matrix=m,
+                     nodes=nodes, executor=executor)
     executor_ = _executor(
         executor, None, {}, no_wait, slurm_config, partition=partition,
         account=account, qos=qos, constraint=constraint, exclusive=exclusive,

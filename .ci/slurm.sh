@@ -77,7 +77,7 @@ if ! cmp -s "$wanted" /etc/slurm/slurm.conf; then
     $sudo cp "$wanted" /etc/slurm/slurm.conf
     $sudo chmod 0644 /etc/slurm/slurm.conf
     for daemon in slurmd slurmctld; do
-        pid=$(pgrep -x "$daemon" || true)
+        pid=$(pgrep -xf "$daemon" || true)  # not slurm-nodes.sh's (-f CONF)
         if [ -n "$pid" ]; then
             $sudo kill $pid
             while kill -0 $pid 2>/dev/null; do sleep 0.2; done
@@ -89,8 +89,8 @@ echo "CgroupPlugin=cgroup/v1" | $sudo tee /etc/slurm/cgroup.conf >/dev/null
 if ! pgrep -x munged >/dev/null; then
     $sudo runuser -u munge -- munged 2>/dev/null || $sudo munged --force
 fi
-pgrep -x slurmctld >/dev/null || $sudo slurmctld
-pgrep -x slurmd >/dev/null || $sudo slurmd
+pgrep -xf slurmctld >/dev/null || $sudo slurmctld
+pgrep -xf slurmd >/dev/null || $sudo slurmd
 for _ in $(seq 1 60); do
     if ready; then
         echo "slurm.sh: node $node is idle ($(nproc) CPUs, ${memory_mb} MB)"

@@ -11,6 +11,11 @@ harness.spec.CELL_FIELDS, with the first iteration as the warm-up, plus a
 `convergence` block: the whole per-iteration curve, the per-epoch curves,
 the data's provenance and the run's figures (harness.figures).
 
+Across nodes (docs/multinode.md): SPEC also holds the "cluster" object
+(harness.spec.validate_cluster), and this process runs ONE node's part:
+its workers_per_node workers of the run's `workers`. Every node writes a
+result; node 0's is the run's.
+
 Bad input (a spec that is not valid, data that is missing or does not
 verify) raises HarnessError before anything is written; everything after
 that ends in a result file with a status (harness.lifecycle), as cells do.
@@ -24,7 +29,7 @@ from .blocks import loss_block, model_block, new_result, parameter_note, \
     timing_block
 from .errors import HarnessError, Unsupported
 from .frameworks import dataparallel
-from .spec import convergence_cell, validate_convergence
+from .spec import convergence_cell, validate_cluster, validate_convergence
 
 CPU_NOTE = ("CPU workers are processes or devices sharing this machine's {} "
             "usable cores: this run tests the data-parallel mechanism and "
@@ -49,13 +54,15 @@ def run_convergence(spec, out_path, log=_log):
     if not isinstance(spec, dict):
         raise HarnessError("a spec must be a JSON object")
     conv = validate_convergence(spec.get("convergence"))
+    cluster = validate_cluster(spec.get("cluster"), conv)
     module, backend = _modules(conv["framework"])
     usable = provenance.usable_cpus() or 1
     total_threads = conv["threads"] or usable
-    # Worker processes share the threads out; replicas in one process use
-    # the process's pools.
+    per_node = conv["workers"] // conv["nodes"]
+    # Worker processes share this node's threads out; replicas in one
+    # process use the process's pools.
     worker_threads = dataparallel.threads_per_worker(
-        total_threads, conv["workers"]) \
+        total_threads, per_node) \
         if getattr(module, "PROCESS_PER_WORKER", False) else total_threads
     # Before any framework loads: thread pools read these at import.
     threads.apply(worker_threads)
@@ -72,8 +79,9 @@ def run_convergence(spec, out_path, log=_log):
     network = networks.get(conv["network"])
     result["model"] = model_block(network, conv["global_batch_size"])
     result["gpu_clocks"] = gpu.clock_block(conv["clock_policy"], conv["device"])
-    plan = _plan(conv, worker_threads)
+    plan = _plan(conv, worker_threads, cluster)
     block = _block(conv, data, per_epoch, total_threads, plan, usable)
+    block["cluster"] = _cluster_block(module, conv, cluster)
     result["convergence"] = block
     trained = []
 
@@ -84,10 +92,16 @@ def run_convergence(spec, out_path, log=_log):
             raise Unsupported(refusal)
         _check_module(module, conv)
         block["mechanism"] = module.MECHANISM.get(conv["device"])
+        refusal = frameworks.multi_node_refusal(module, conv["nodes"],
+                                                per_node, conv["device"])
+        if refusal:
+            raise Unsupported(refusal)
         _check_devices(module, conv)
-        log("{} {} x{} on {} ({}), {} epochs of {} iterations".format(
+        log("{} {} x{} on {} ({}), {} epochs of {} iterations{}".format(
             conv["framework"], conv["network"], conv["workers"],
-            conv["device"], data.info["label"], conv["epochs"], per_epoch))
+            conv["device"], data.info["label"], conv["epochs"], per_epoch,
+            "" if cluster is None else ", node {} of {} ({} workers "
+            "here)".format(cluster["node_rank"], conv["nodes"], per_node)))
         curves = module.train(plan, data, log)
         trained.append(curves)
         _record_framework(result, curves, conv, plan, network)
@@ -115,9 +129,15 @@ def _modules(framework):
         return exc, None
 
 
-def _plan(conv, worker_threads):
-    """What a framework's parallel module trains (its train(plan, ...))."""
+def _plan(conv, worker_threads, cluster):
+    """What a framework's parallel module trains (its train(plan, ...)):
+    on a node of a multi-node run, that node's workers (global ranks
+    node_rank * workers_per_node + i of `workers`)."""
     return {
+        "nodes": conv["nodes"],
+        "node_rank": cluster["node_rank"] if cluster else 0,
+        "workers_per_node": conv["workers"] // conv["nodes"],
+        "cluster": cluster,
         "network": conv["network"], "device": conv["device"],
         "workers": conv["workers"],
         "global_batch_size": conv["global_batch_size"],
@@ -132,6 +152,8 @@ def _block(conv, data, per_epoch, total_threads, plan, usable):
     empty curves and the figures of no curve."""
     block = {
         "workers": conv["workers"], "epochs": conv["epochs"],
+        "nodes": conv["nodes"],
+        "workers_per_node": plan["workers_per_node"],
         "mechanism": None,
         "parallel_note": CPU_NOTE.format(usable)
         if conv["device"] == "cpu" and conv["workers"] > 1 else None,
@@ -144,6 +166,17 @@ def _block(conv, data, per_epoch, total_threads, plan, usable):
         "diverged_at": None,
     }
     block.update(figures.run_figures([], None, conv["target_loss"]))
+    return block
+
+
+def _cluster_block(module, conv, cluster):
+    """The cluster object as this node saw it, and the transport its
+    framework uses between the nodes; None on one node without one."""
+    if cluster is None:
+        return None
+    block = dict(cluster)
+    block["transport"] = None if isinstance(module, ImportError) else \
+        frameworks.transport(module, conv["device"], cluster["interface"])
     return block
 
 
@@ -162,11 +195,13 @@ def _check_devices(module, conv):
         raise Unsupported("{} cannot train on {}".format(
             conv["framework"], conv["device"]))
     if conv["device"] == "gpu":
+        # Each node holds its own workers' GPUs.
+        wanted = conv["workers"] // conv["nodes"]
         available = module.gpu_count()
-        if available < conv["workers"]:
+        if available < wanted:
             raise Unsupported(
                 "{} GPUs asked for, {} sees {} on this machine".format(
-                    conv["workers"], conv["framework"], available))
+                    wanted, conv["framework"], available))
 
 
 def _record_framework(result, curves, conv, plan, network):

@@ -3,6 +3,7 @@ convergence spec, and their checks. Pure: imports no framework, no NVML and
 no runner, so that the host validates and plans with the same code the
 harness refuses bad input with, in the same words.
 """
+import ipaddress
 import re
 
 from . import clocks, datasets, networks
@@ -35,8 +36,23 @@ COMPILE_PATTERN = re.compile(r"^[a-z0-9-]+$")
 
 CONVERGENCE_FIELDS = ("framework", "profile", "network", "device", "workers",
                       "global_batch_size", "epochs", "seed", "threads",
-                      "runtime", "clock_policy", "data", "target_loss")
+                      "runtime", "clock_policy", "data", "target_loss",
+                      "nodes")
+# Fields a convergence spec may leave out: specs and run folders written
+# before multi-node runs trained on one node.
+CONVERGENCE_DEFAULTS = {"nodes": 1}
 DATA_SOURCES = ("files", "synthetic")
+# The harness spec's "cluster" object (docs/multinode.md): where this node
+# stands in a multi-node run. The Slurm executor writes it per node;
+# timeout_s (optional) bounds the rendezvous and every collective.
+CLUSTER_FIELDS = ("nodes", "node_rank", "hosts", "addresses", "coordinator",
+                  "port", "interface", "network")
+CLUSTER_OPTIONAL = ("timeout_s",)
+CLUSTER_TIMEOUT_S = 300
+# A framework may use the ports port..port+CLUSTER_PORTS-1.
+CLUSTER_PORTS = 10
+NO_CLUSTER = ("a multi-node run needs its cluster (the Slurm executor "
+              "writes it)")
 
 
 def check_integer(spec, key, minimum=1, optional=False):
@@ -161,6 +177,8 @@ def _validate_data(data, network):
 def validate_convergence(spec):
     """Check a convergence spec (CONVERGENCE_FIELDS); returns it with
     defaults filled in."""
+    if isinstance(spec, dict):
+        spec = dict(CONVERGENCE_DEFAULTS, **spec)
     check_fields(spec, CONVERGENCE_FIELDS, "a convergence spec",
                  "convergence")
     check_framework(spec["framework"])
@@ -172,9 +190,13 @@ def validate_convergence(spec):
                                ", ".join(sorted(datasets.NETWORK_DATASETS))))
     check_placement(spec)
     for key, minimum in (("workers", 1), ("global_batch_size", 1),
-                         ("epochs", 1), ("seed", 0)):
+                         ("epochs", 1), ("seed", 0), ("nodes", 1)):
         check_integer(spec, key, minimum)
     check_integer(spec, "threads", 1, optional=True)
+    if spec["workers"] % spec["nodes"]:
+        raise HarnessError("{} workers do not split evenly over {} nodes; "
+                           "workers is the total, a multiple of nodes".format(
+                               spec["workers"], spec["nodes"]))
     if clocks.parse_policy(spec["clock_policy"]).name != clocks.OBSERVE:
         # The workers run in their own processes for the whole training:
         # clocks are observed, never set, here.
@@ -191,6 +213,72 @@ def validate_convergence(spec):
     checked = dict(spec)
     checked["data"] = _validate_data(spec["data"], spec["network"])
     return checked
+
+
+def validate_cluster(cluster, conv):
+    """Check the harness spec's "cluster" object against the validated
+    convergence spec `conv`; returns it with timeout_s filled in, or None
+    for a one-node run without one. A multi-node run needs it."""
+    if cluster is None:
+        if conv["nodes"] > 1:
+            raise HarnessError(NO_CLUSTER)
+        return None
+    if not isinstance(cluster, dict):
+        raise HarnessError("cluster must be a JSON object, got {!r}".format(
+            cluster))
+    check_fields(dict((k, v) for k, v in cluster.items()
+                      if k not in CLUSTER_OPTIONAL),
+                 CLUSTER_FIELDS, "cluster", "cluster")
+    nodes = cluster["nodes"]
+    check_integer(cluster, "nodes")
+    if nodes != conv["nodes"]:
+        raise HarnessError("cluster.nodes is {}, the convergence spec asks "
+                           "for {} nodes".format(nodes, conv["nodes"]))
+    check_integer(cluster, "node_rank", 0)
+    if cluster["node_rank"] >= nodes:
+        raise HarnessError("cluster.node_rank must be below nodes ({}), got "
+                           "{}".format(nodes, cluster["node_rank"]))
+    for key in ("hosts", "addresses"):
+        values = cluster[key]
+        if not isinstance(values, list) or len(values) != nodes or not all(
+                isinstance(v, str) and v for v in values):
+            raise HarnessError("cluster.{} must list {} names, one per node in "
+                               "rank order, got {!r}".format(key, nodes, values))
+    for address in cluster["addresses"]:
+        _check_ipv4(address)
+    if cluster["coordinator"] != cluster["addresses"][0]:
+        raise HarnessError("cluster.coordinator must be the address of rank "
+                           "0 ({}), got {!r}".format(cluster["addresses"][0],
+                                                     cluster["coordinator"]))
+    port = cluster["port"]
+    if isinstance(port, bool) or not isinstance(port, int) or \
+            not 1 <= port <= 65536 - CLUSTER_PORTS:
+        raise HarnessError("cluster.port must be an integer in 1..{} (a "
+                           "framework may use port..port+{}), got {!r}".format(
+                               65536 - CLUSTER_PORTS, CLUSTER_PORTS - 1, port))
+    if cluster["interface"] is not None and (
+            not isinstance(cluster["interface"], str) or
+            not cluster["interface"]):
+        raise HarnessError("cluster.interface must be an interface name or "
+                           "null, got {!r}".format(cluster["interface"]))
+    if not isinstance(cluster["network"], str) or not cluster["network"]:
+        raise HarnessError("cluster.network must say which network the job "
+                           "is on, got {!r}".format(cluster["network"]))
+    checked = dict(cluster)
+    timeout = checked.setdefault("timeout_s", CLUSTER_TIMEOUT_S)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or \
+            not timeout > 0:
+        raise HarnessError("cluster.timeout_s must be a positive number of "
+                           "seconds, got {!r}".format(timeout))
+    return checked
+
+
+def _check_ipv4(address):
+    try:
+        ipaddress.IPv4Address(address)
+    except ValueError:
+        raise HarnessError("cluster.addresses must be IPv4 addresses, got "
+                           "{!r}".format(address))
 
 
 def convergence_cell(spec, label, total_iterations):

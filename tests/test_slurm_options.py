@@ -1,5 +1,7 @@
 """The Slurm executor's pure parts, no cluster needed: Slurm's task ranges,
 where options come from, and the arrays jobs are grouped into."""
+import json
+
 import pytest
 
 from dlrepro.bench import plan
@@ -74,3 +76,130 @@ def test_time_limit_defaults_to_the_timeout_plus_margins():
     assert "--time=12" in args  # 60 s + 30 s grace + 600 s, in minutes
     assert {"--partition=p", "--exclusive", "--gpu-freq=high",
             "--no-requeue", "--cpus-per-task=1"} <= set(args)
+
+
+# --- multi-node convergence jobs (converge --nodes) ----------------------------
+
+def _converge_jobs(workers, nodes, executor="slurm", runtime="native",
+                   threads=None):
+    from dlrepro.converge import plan as conv_plan
+    return conv_plan.plan(["pytorch"], ["fcn-r"], workers, global_batch=64,
+                          epochs=1, synthetic=True, runtime=runtime,
+                          nodes=nodes, executor=executor, threads=threads)
+
+
+def test_a_multi_node_job_is_its_own_cell_with_a_task_per_node(tmp_path):
+    one, = _converge_jobs([2], 1)
+    two, = _converge_jobs([2], 2)
+    assert (one.id, two.id) == ("pytorch-fcn-r-w2", "pytorch-fcn-r-w2-n2")
+    assert "nodes" not in one.spec and two.spec["nodes"] == 2
+    groups = {a.resources: [j.id for j in a.jobs]
+              for a in slurm.arrays([one, two])}
+    assert groups == {("--cpus-per-task=2",): [one.id],
+                      ("--nodes=2", "--ntasks-per-node=1",
+                       "--cpus-per-task=1"): [two.id]}
+    executor = slurm.SlurmExecutor()
+    arrays = slurm.arrays([one, two])
+    single = executor._script(tmp_path, tmp_path / "s.json", arrays[0])
+    multi = executor._script(tmp_path, tmp_path / "s.json", arrays[1])
+    assert "-m dlrepro.run.slurmtask" in single and "srun" not in single
+    assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 " \
+           "--ntasks-per-node=1 " in multi
+    assert "-m dlrepro.run.slurmnode" in multi
+    # Threads are the total: each node gets its share.
+    four, = _converge_jobs([4], 2, threads=4)
+    [array] = slurm.arrays([four])
+    assert "--cpus-per-task=2" in array.resources
+
+
+@pytest.mark.parametrize("nodes, executor, runtime, workers, says", [
+    (2, "local", "native", [2], "--nodes 2 needs --executor slurm"),
+    (2, "slurm", "docker", [2], "--nodes 2 cannot use the docker runtime"),
+    (2, "slurm", "native", [1, 2], "--workers 1 is not a multiple of "
+                                   "--nodes 2"),
+    (0, "slurm", "native", [2], "--nodes"),
+])
+def test_nodes_are_checked_before_anything_runs(nodes, executor, runtime,
+                                                workers, says):
+    with pytest.raises(UserError) as error:
+        _converge_jobs(workers, nodes, executor, runtime)
+    assert says in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_port_comes_from_the_job_id():
+    from dlrepro.run import slurmnode
+    assert slurmnode.port_of(0) == 29500
+    assert slurmnode.port_of(17) == 29670
+    assert slurmnode.port_of(2017) == 29670
+    assert max(slurmnode.port_of(i) for i in range(4000)) + 9 < 65536
+
+
+def test_podman_and_charliecloud_give_a_multi_node_job_the_nodes_network(
+        tmp_path, monkeypatch):
+    from dlrepro.run.runtimes import charliecloud, podman
+    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    one, = _converge_jobs([2], 1, runtime="podman")
+    two, = _converge_jobs([2], 2, runtime="podman")
+    runtime = podman.Runtime()
+    argv = runtime.run_argv(one, str(tmp_path), "tag", "name")
+    assert argv[argv.index("--network") + 1] == "none"
+    assert "SLURM_JOB_ID=5" not in argv
+    argv = runtime.run_argv(two, str(tmp_path), "tag", "name")
+    assert argv[argv.index("--network") + 1] == "host"
+    assert argv[argv.index("SLURM_JOB_ID=5") - 1] == "--env"
+    ch = charliecloud.Runtime(ch_run="ch-run")
+    ch.records = {one.placement.target: {"path": str(tmp_path / "img")}}
+    argv = ch.launch(one, tmp_path).argv
+    assert "--net" in argv[:6] and "ip link set lo up" in " ".join(argv)
+    argv = ch.launch(two, tmp_path).argv
+    assert "--net" not in argv[:6] and "lo up" not in " ".join(argv)
+    assert "--set-env=SLURM_JOB_ID=5" in argv
+
+
+def _fold(tmp_path, own, side):
+    """Node 0's result `own` and node 1's `side` ((status, type, message)
+    or None: none written) folded as node 0 folds them."""
+    from harness import resultfile
+    from dlrepro.run import collect, slurmnode
+    job, = _converge_jobs([2], 2)
+    cluster = {"nodes": 2, "node_rank": 0, "hosts": ["n1", "n2"],
+               "addresses": ["10.0.0.1", "10.0.0.2"], "interface": "eth0",
+               "coordinator": "10.0.0.1", "port": 29500, "network": "x"}
+    tmp_path.mkdir()
+    path = tmp_path / f"{job.id}.json"
+    resultfile.write_atomic(str(path), collect.synthesized(job, *own))
+    if side:
+        (tmp_path / "nodes").mkdir()
+        resultfile.write_atomic(
+            str(slurmnode.side_path(tmp_path, job.id, 1)),
+            collect.synthesized(job._replace(id=job.id + ".node1"), *side))
+    status = slurmnode.fold(path, job, cluster, tmp_path, wait_s=0)
+    result = json.loads(path.read_text())
+    assert result["status"] == status
+    return result
+
+
+def test_node_zero_folds_the_other_nodes_into_the_jobs_result(tmp_path):
+    result = _fold(tmp_path / "a", ("error", "Terminated", "signal 15"),
+                   ("error", "Killed", "killed by SIGKILL"))
+    assert result["error"] == {
+        "type": "NodeFailed", "message": "node 1 (n2) ended error: killed "
+                                         "by SIGKILL; node 0 (n1): signal 15"}
+    assert [(n["rank"], n["host"], n["status"], n["result"])
+            for n in result["slurm"]["nodes"]] == [
+        (0, "n1", "error", "pytorch-fcn-r-w2-n2.json"),
+        (1, "n2", "error", "nodes/pytorch-fcn-r-w2-n2.node1.json")]
+    result = _fold(tmp_path / "b", ("error", "Rendezvous", "1/2 joined"),
+                   None)
+    assert result["error"]["message"].startswith(
+        "node 1 (n2) failed: wrote no result")
+    # The job's own timeout on every node stays a timeout; node 0's own
+    # setup fault stays its reason.
+    result = _fold(tmp_path / "c", ("timeout", "Timeout", "stopped"),
+                   ("timeout", "Timeout", "stopped"))
+    assert (result["status"], result["error"]["type"]) == ("timeout",
+                                                           "Timeout")
+    result = _fold(tmp_path / "d", ("error", "PortTaken", "port 29500"),
+                   None)
+    assert result["error"]["type"] == "PortTaken"

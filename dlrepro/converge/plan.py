@@ -34,11 +34,13 @@ def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
          epochs=None, seed=0, threads=None, data_dir=None, synthetic=False,
          train_samples=None, test_samples=None, target_loss=None,
          checksums=None, profile=None, matrix=None, runtime="docker",
-         clock_policy="observe", timeout=None):
+         clock_policy="observe", timeout=None, nodes=1, executor="local"):
     """The jobs of a convergence run, in order; raises UserError for
-    anything the harness would reject."""
+    anything the harness would reject. `nodes` > 1 spreads each job's
+    workers over that many Slurm nodes (workers is the total)."""
     matrix = matrix if matrix is not None else matrix_mod.load()
     _check_choices(matrix, frameworks, networks, device, runtime)
+    nodes = check_nodes(nodes, workers, runtime, executor)
     seed = parse.count(0 if seed is None else seed, "--seed", minimum=0)
     threads = parse.optional_count(threads, "--threads")
     limits = {"train_samples": parse.optional_count(train_samples,
@@ -75,8 +77,35 @@ def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
                     "clock_policy": clock_policy, "data": data,
                     "target_loss": target_loss,
                 }
+                if nodes > 1:
+                    # Absent means 1: specs of older runs stay equal.
+                    spec["nodes"] = nodes
                 jobs.append(job_for(spec, timeout_s))
     return jobs
+
+
+def check_nodes(nodes, workers, runtime, executor):
+    """--nodes as a count; more than one only under Slurm, never with the
+    docker runtime, and dividing every worker count."""
+    nodes = parse.count(1 if nodes is None else nodes, "--nodes")
+    if nodes == 1:
+        return nodes
+    if executor != "slurm":
+        raise UserError(f"--nodes {nodes} needs --executor slurm (the "
+                        f"local executor runs on this host only); nothing "
+                        f"was run")
+    if runtime == "docker":
+        raise UserError(f"--nodes {nodes} cannot use the docker runtime: its "
+                        f"containers live in the Docker daemon's network "
+                        f"namespace, not the Slurm node's, so nodes could "
+                        f"not reach each other; use native, podman or "
+                        f"charliecloud (docs/multinode.md)")
+    for count in workers:
+        if count % nodes:
+            raise UserError(f"--workers {count} is not a multiple of "
+                            f"--nodes {nodes} (workers is the total over "
+                            f"the nodes)")
+    return nodes
 
 
 def _check_choices(matrix, frameworks, networks, device, runtime):
@@ -110,7 +139,10 @@ def job_for(spec, timeout_s):
 
 
 def run_name(spec):
-    return f"{spec['framework']}-{spec['network']}-w{spec['workers']}"
+    name = f"{spec['framework']}-{spec['network']}-w{spec['workers']}"
+    if spec.get("nodes", 1) > 1:
+        name += f"-n{spec['nodes']}"  # 1x2 and 2x1 are different cells
+    return name
 
 
 def _data_spec(network, data_dir, synthetic, checksums, limits):

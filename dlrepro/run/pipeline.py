@@ -276,24 +276,26 @@ def spec_file(job, container, matrix):
     }
 
 
-def _prepare_files(job, runtime, run_dir, matrix):
+def _prepare_files(job, runtime, run_dir, matrix, extra=None):
     """Before a job starts: its old result gone (a retried job must never
-    be judged by it), its spec file written. (container, spec)."""
+    be judged by it), its spec file written (with `extra`'s keys: a
+    multi-node job's "cluster"). (container, spec)."""
     run_dir = Path(run_dir)
     result_path = run_dir / f"{job.id}.json"
     if result_path.exists():
         result_path.unlink()
     container = runtime.describe(job.placement.target)
-    spec = spec_file(job, container, matrix)
+    spec = dict(spec_file(job, container, matrix), **(extra or {}))
     resultfile.write_atomic(str(run_dir / f"{job.id}.spec.json"), spec)
     return container, spec
 
 
-def launch_job(job, runtime, executor, run_dir, matrix):
-    """Run one job to its final result: here, or in a Slurm task."""
+def launch_job(job, runtime, executor, run_dir, matrix, extra=None):
+    """Run one job to its final result: here, or in a Slurm task (or one
+    node's part of it: `extra` adds its "cluster" to the spec file)."""
     run_dir = Path(run_dir)
     result_path = run_dir / f"{job.id}.json"
-    container, spec = _prepare_files(job, runtime, run_dir, matrix)
+    container, spec = _prepare_files(job, runtime, run_dir, matrix, extra)
     launch = runtime.launch(job, run_dir)
     try:
         exit = executor.run(launch, run_dir / f"{job.id}.log", job.timeout_s)

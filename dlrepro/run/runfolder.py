@@ -30,7 +30,7 @@ from pathlib import Path
 
 from harness import resultfile
 from harness.blocks import utc_now
-from harness.spec import CELL_DEFAULTS
+from harness.spec import CELL_DEFAULTS, CONVERGENCE_DEFAULTS
 
 from dlrepro.errors import UserError
 
@@ -342,16 +342,19 @@ def finished_on_disk(run_dir, entry, spec):
     if result is None or result["status"] not in DONE_STATUSES:
         return None
     if _canonical(_with_defaults(asked_spec(run_dir, entry["id"]))) != \
-            _canonical(spec):
+            _canonical(_with_defaults(spec)):
         return None
     return result
 
 
 def _with_defaults(spec):
     """A bench cell written before precision and compile were fields ran
-    the frameworks' defaults, which is what those fields now say."""
+    the frameworks' defaults, which is what those fields now say; a
+    convergence spec written before nodes was a field ran on one node."""
     if isinstance(spec, dict) and "batch_size" in spec:
         return dict(CELL_DEFAULTS, **spec)
+    if isinstance(spec, dict) and "workers" in spec:
+        return dict(CONVERGENCE_DEFAULTS, **spec)
     return spec
 
 

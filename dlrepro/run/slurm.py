@@ -324,16 +324,32 @@ def arrays(jobs):
     groups = {}
     for job in jobs:
         resources = []
+        nodes = job_nodes(job)
         cpus = job.placement.threads
         if cpus is None and job.kind == "converge" and \
                 job.placement.device == "cpu":
             cpus = job.spec["workers"]  # at least a core per worker
+        if nodes > 1:
+            # One task per node, each with its node's share.
+            resources += [f"--nodes={nodes}", "--ntasks-per-node=1"]
+            cpus = max(1, cpus // nodes) if cpus else None
         if cpus:
             resources.append(f"--cpus-per-task={cpus}")
         if job.placement.device == "gpu":
-            resources.append(f"--gpus={max(job.placement.gpus, 1)}")
+            gpus = max(job.placement.gpus, 1)
+            resources.append(f"--gpus-per-node={max(1, gpus // nodes)}"
+                             if nodes > 1 else f"--gpus={gpus}")
         groups.setdefault(tuple(resources), []).append(job)
     return [Array(group, resources) for resources, group in groups.items()]
+
+
+def job_nodes(job):
+    """How many nodes a job spans (a multi-node convergence run)."""
+    return int(job.spec.get("nodes", 1)) if job.kind == "converge" else 1
+
+
+def multinode(array):
+    return job_nodes(array.jobs[0]) > 1
 
 
 class SlurmExecutor:
@@ -399,11 +415,23 @@ class SlurmExecutor:
         args += list(o.sbatch)
         return args
 
-    def _script(self, run_dir, submission):
-        return (f"#!/bin/sh\n# dlrepro: one job of {submission.name} per "
-                f"array task\ncd {shlex.quote(str(ROOT))}\n"
-                f"exec {shlex.quote(sys.executable)} -m dlrepro.run.slurmtask "
-                f"{shlex.quote(str(run_dir))} {shlex.quote(str(submission))}\n")
+    def _script(self, run_dir, submission, array=None):
+        args = f"{shlex.quote(str(run_dir))} {shlex.quote(str(submission))}"
+        head = (f"#!/bin/sh\n# dlrepro: one job of {submission.name} per "
+                f"array task\ncd {shlex.quote(str(ROOT))}\n")
+        if array is None or not multinode(array):
+            return (head + f"exec {shlex.quote(sys.executable)} -m "
+                    f"dlrepro.run.slurmtask {args}\n")
+        # One step, one task per node (dlrepro.run.slurmnode); a node
+        # whose part fails ends the step on every node. The job's outcome
+        # is node 0's result (which folds in the other nodes'), so the
+        # script itself ends 0 and Slurm's state does not overrule it.
+        nodes = job_nodes(array.jobs[0])
+        return (head + f"srun --kill-on-bad-exit=1 --nodes={nodes} "
+                f"--ntasks={nodes} --ntasks-per-node=1 "
+                f"{shlex.quote(sys.executable)} -m dlrepro.run.slurmnode "
+                f"{args}\necho \"dlrepro: srun ended with status $?\"\n"
+                f"exit 0\n")
 
     def submit(self, jobs, runtime_name, run_dir, record):
         """Queue the jobs as arrays; every array is checked with
@@ -416,6 +444,11 @@ class SlurmExecutor:
         slurm["options"] = self.options._asdict()
         first = len(slurm["arrays"])
         planned = []
+        for job in jobs:
+            # A resubmitted multi-node job: its other nodes' results from
+            # the earlier try must not be folded into this one's.
+            for stale in (Path(run_dir) / "nodes").glob(f"{job.id}.node*"):
+                stale.unlink()
         for n, array in enumerate(arrays(jobs), first):
             submission = folder / f"submit-{n}.json"
             resultfile.write_atomic(str(submission), {
@@ -424,7 +457,7 @@ class SlurmExecutor:
                 "gpu_freq": self.options.gpu_freq,
                 "jobs": [_job_document(j) for j in array.jobs]})
             script = folder / f"submit-{n}.sh"
-            script.write_text(self._script(run_dir, submission))
+            script.write_text(self._script(run_dir, submission, array))
             throttle = (f"%{self.options.array_throttle}"
                         if self.options.array_throttle else "")
             argv = [sbatch, f"--array=0-{len(array.jobs) - 1}{throttle}"] + \

@@ -87,6 +87,25 @@ convergence runs. It provides:
                          harness.datasets.Loaded (modules that start worker
                          processes reload it there from plan["data"])
 
+Across nodes (a convergence spec's "nodes" > 1, docs/multinode.md):
+  MULTI_NODE             True when train() runs one node's part of a
+                         multi-node run, else a string: the reason it
+                         cannot (absent: "<name> data parallelism runs on
+                         one node only")
+  WORKERS_PER_NODE       optional: {device: (most workers per node, the
+                         reason for no more)}, e.g. one TensorFlow worker
+                         process per node on the CPU
+  TRANSPORT              {device: how the nodes' workers talk}, formatted
+                         with {interface}; recorded in the result's
+                         convergence.cluster.transport
+The harness decides from these attributes before train() imports the
+framework (multi_node_refusal). On a node, plan["nodes"], plan["node_rank"],
+plan["workers_per_node"] and plan["cluster"] (harness.spec.validate_cluster)
+say where it stands: it trains the workers of global ranks
+node_rank * workers_per_node + i, with plan["workers"] the total, so that
+the sharding of every global batch is that of one node with all workers;
+its curves are the global batch's losses, the same on every node.
+
 Every parallel module builds its model with its backend's `build_model`
 and runs the shared epoch loop of harness.frameworks.dataparallel, so
 sample order, batch splitting, timing and evaluation are the same in every
@@ -116,6 +135,32 @@ def load(name, part="backend"):
         raise HarnessError("unknown part {!r} of a framework; valid parts: "
                            "{}".format(part, ", ".join(PARTS)))
     return importlib.import_module("{}.{}.{}".format(__name__, name, part))
+
+
+def multi_node_refusal(module, nodes, workers_per_node, device):
+    """None when the parallel `module` can run this node's part of a run
+    over `nodes` nodes with `workers_per_node` workers each on `device`,
+    else the reason it cannot. Reads module attributes only."""
+    if nodes <= 1:
+        return None
+    support = getattr(module, "MULTI_NODE", None)
+    if support is not True:
+        return support or "{} data parallelism runs on one node only".format(
+            module.NAME)
+    limit = getattr(module, "WORKERS_PER_NODE", {}).get(device)
+    if limit is not None and workers_per_node > limit[0]:
+        return "{} workers per node asked for: {}".format(workers_per_node,
+                                                          limit[1])
+    return None
+
+
+def transport(module, device, interface):
+    """How the nodes' workers talk (the module's TRANSPORT), or None."""
+    text = getattr(module, "TRANSPORT", {}).get(device)
+    if text is None:
+        return None
+    return text.format(interface=interface or
+                       "the interface of the route to the coordinator")
 
 
 def offered(backend):

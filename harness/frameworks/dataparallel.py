@@ -12,14 +12,18 @@ batch's mean loss, as with one worker) the runs differ only by
 floating-point reduction order.
 """
 import argparse
+import collections
 import ctypes
 import json
 import math
 import os
 import random
+import re
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from .. import datasets, networks, resultfile
@@ -211,6 +215,90 @@ def launch(plan, log, command, run, prefix="dlrepro-workers-"):
         run(command, worker_env(plan))
         with open(out_path) as handle:
             return json.load(handle)
+
+
+# A glog/absl line's prefix: severity, date, time, thread, file:line].
+_LOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [^\]]+\] ")
+
+
+def run_child(command, env, what, on_start=None):
+    """Run a worker process with its stderr forwarded to ours; a failure
+    (status or signal: frameworks that abort on a lost peer) is a
+    RuntimeError naming `what` and the child's most telling line.
+    on_start(process), when given, sees the process once it runs."""
+    tail = collections.deque(maxlen=40)
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
+                               universal_newlines=True,
+                               start_new_session=True,
+                               preexec_fn=die_with_parent)
+    if on_start is not None:
+        on_start(process)
+    pump = threading.Thread(target=_pump, args=(process.stderr, tail))
+    pump.daemon = True
+    pump.start()
+    try:
+        status = process.wait()
+    except BaseException:
+        # SIGTERM from the host's timeout, or Ctrl-C: take the child down.
+        stop(process)
+        raise
+    pump.join(5)
+    if status != 0:
+        ended = "exited with status {}".format(status) if status > 0 else \
+            "was killed by signal {}".format(_signal_name(-status))
+        raise RuntimeError("{} {}: {}".format(what, ended, _telling(tail)))
+
+
+def _pump(stream, tail):
+    for line in iter(stream.readline, ""):
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        tail.append(line.rstrip())
+    stream.close()
+
+
+def _telling(lines):
+    """A fatal log line first, then the last error, then the last line."""
+    lines = [l.strip() for l in lines if l.strip()]
+    fatal = [l for l in lines if l.startswith("F") and _LOG_PREFIX.match(l)]
+    errors = [l for l in lines if "Error" in l or "error" in l or
+              "Failed" in l]
+    line = (fatal or errors[-1:] or lines[-1:] or ["no output"])[0]
+    return _LOG_PREFIX.sub("", line)
+
+
+def _signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
+def stop(process):
+    """SIGTERM to the process's group, SIGKILL after 10 s."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(10)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def port_taken(host, port):
+    """': port P of HOST is in use' when it cannot be bound now, else ''
+    (a framework that aborts on a taken port says nothing clearer)."""
+    import socket
+    probe = socket.socket()
+    try:
+        probe.bind((host, port))
+    except (OSError, socket.error):
+        return "port {} of {} is in use (address already in use)".format(
+            port, host)
+    finally:
+        probe.close()
+    return ""
 
 
 def write_curves(out_path, curves, trainer, plan):

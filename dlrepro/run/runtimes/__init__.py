@@ -6,6 +6,7 @@ RUNTIMES.
 """
 import abc
 import importlib
+import os
 from typing import Callable, NamedTuple, Optional
 
 from dlrepro.errors import UserError
@@ -79,6 +80,18 @@ def get(name, **options):
         raise UserError(f"unknown runtime {name!r}; valid runtimes: "
                         f"{', '.join(sorted(RUNTIMES))}")
     return importlib.import_module(module).Runtime(**options)
+
+
+def multinode(job):
+    """A job whose harness runs on one node of several: it needs the node's
+    network (not `--network none`) and Slurm's variables."""
+    return job.kind == "converge" and int(job.spec.get("nodes", 1)) > 1
+
+
+def slurm_environment():
+    """SLURM_* of this process, for a multi-node job's harness."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("SLURM")}
 
 
 def harness_args(job, results_dir):

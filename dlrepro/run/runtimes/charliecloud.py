@@ -49,6 +49,7 @@ from dlrepro.images import build as images, charliecloud as ch_images
 from dlrepro.images import podman as podman_images
 from dlrepro.run import oomkills
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
+from dlrepro.run.runtimes import multinode, slurm_environment
 from dlrepro.run.runtimes import docker
 
 HARNESS_IN_CONTAINER = docker.HARNESS_IN_CONTAINER
@@ -149,8 +150,15 @@ class Runtime(Base):
                 # the image folder is the converting user's.
                 (image / folder.lstrip("/")).mkdir(parents=True,
                                                    exist_ok=True)
-        argv = ["unshare", "--user", "--map-root-user", "--mount", "--net",
-                "sh", "-c", READ_ONLY_BINDS, "sh"]
+        if multinode(job):
+            # One node of several: stay in the node's network namespace
+            # (ch-run makes none), so the nodes reach each other.
+            argv = ["unshare", "--user", "--map-root-user", "--mount",
+                    "sh", "-c", READ_ONLY_BINDS.replace(
+                        "ip link set lo up; ", ""), "sh"]
+        else:
+            argv = ["unshare", "--user", "--map-root-user", "--mount",
+                    "--net", "sh", "-c", READ_ONLY_BINDS, "sh"]
         for source, point in binds:
             argv += [source, point]
         argv.append("--")
@@ -167,6 +175,9 @@ class Runtime(Base):
                  for name, value in sorted(ENVIRONMENT.items())]
         if placement.device == "gpu" and self.gpu_ids:
             argv.append(f"--set-env=CUDA_VISIBLE_DEVICES={self.gpu_ids}")
+        if multinode(job):
+            argv += [f"--set-env={key}={value}"
+                     for key, value in slurm_environment().items()]
         argv += [str(image), "--", PYTHON_IN_CONTAINER]
         argv += harness_args(job, RESULTS_IN_CONTAINER)
         # ch-run passes its environment into the container: only what it

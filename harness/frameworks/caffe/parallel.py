@@ -28,6 +28,9 @@ MECHANISM = {
     "gpu": "one worker: Caffe's SGDSolver.step(1); multi-GPU (caffe train "
            "--gpu with NCCL) is not driven by this harness",
 }
+MULTI_NODE = ("Caffe 1.0's data parallelism is one machine's GPUs (caffe "
+              "train --gpu 0,1,... synchronised by NCCL within the "
+              "process); it has no multi-node training")
 MULTI_WORKER_REFUSAL = {
     "cpu": "Caffe 1.0 has no CPU data parallelism: its multi-worker "
            "training is multi-GPU only (caffe train --gpu 0,1,... with "

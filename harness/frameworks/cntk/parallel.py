@@ -32,6 +32,17 @@ MECHANISM = {
     "gpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
            "SGD, not 1-bit), one MPI process per GPU (mpirun)",
 }
+# Across nodes every node runs its own harness (the Slurm side starts one per
+# node), but an MPI job is one launch: mpirun would have to start the other
+# nodes' ranks itself (over ssh, which the image has no daemon or keys for,
+# or through Slurm's srun, which is not in the image and needs the cluster's
+# Slurm configuration), or srun would have to start the ranks directly with
+# PMI, which Ubuntu 16.04's Open MPI 1.10.2 package is not known to be built
+# with (not checked: no image built here). docs/multinode.md.
+MULTI_NODE = ("CNTK's data parallelism is one MPI job started by mpirun "
+              "(Open MPI 1.10 in its image), which reaches other nodes only "
+              "over ssh or Slurm's srun, neither of which is in the CNTK "
+              "container; one harness per node cannot join one MPI job")
 _MODULE = "harness.frameworks.cntk.parallel"
 
 

@@ -131,21 +131,25 @@ def _narrow_affinity(threads):
     os.sched_setaffinity(0, allowed[:threads])
 
 
-def configure(threads, device, seed, cpu_devices=None):
+def configure(threads, device, seed, cpu_devices=None, distributed=None):
     """`cpu_devices`: how many CPU devices XLA makes (the data-parallel
-    module's workers); set before JAX's backends start."""
+    module's workers); set before JAX's backends start. `distributed`:
+    called with the jax module then too (jax.distributed.initialize must
+    come before the backends)."""
     if threads is not None and device == "cpu":
         _narrow_affinity(threads)
     jax = _jax()
     if cpu_devices is not None:
         jax.config.update("jax_num_cpu_devices", cpu_devices)
+    if device != "gpu":
+        jax.config.update("jax_platforms", "cpu")
+    if distributed is not None:
+        distributed(jax)
     if device == "gpu":
         if not _gpu_devices(jax):
             raise HarnessError("device gpu requested but JAX {} sees no GPU "
                                "(no CUDA plugin, or no driver)".format(
                                    jax.__version__))
-    else:
-        jax.config.update("jax_platforms", "cpu")
     _CONFIGURED["device"] = device
     _CONFIGURED["seed"] = seed
 

@@ -12,7 +12,23 @@ autodiff inserts for replicated parameters), so that every replica
 applies the update of the global batch's mean loss, as dataparallel
 describes. Batch-norm statistics are each replica's own (as in DDP without
 SyncBatchNorm); evaluation uses replica 0's.
+
+Across nodes (docs/multinode.md): one JAX process per node,
+jax.distributed.initialize(coordinator, num_processes, process_id) with
+the coordinator's service on node 0 at the cluster's base port, CPU
+collectives over gloo (jax_cpu_collectives_implementation). The mesh spans
+every process's devices in process order, so replica r is global rank r and
+takes its shard of the batch as on one node; every process puts the same
+global batch and keeps its own devices' parts. The cluster's timeout_s
+bounds the initialisation (the wait for the other processes) and the
+heartbeats. JAX aborts the process when its coordination fails (a lost
+peer, a timeout, a taken port), so on a node the training runs in a child
+process (`python -m harness.frameworks.jax.parallel --plan PLAN --out
+CURVES`) and the convergence process turns its end into the run's error. Each node evaluates with its first replica's batch-norm
+statistics (node 0's are replica 0's).
 """
+import sys
+
 from .. import arrays, dataparallel
 from ...errors import HarnessError, Unsupported
 from . import backend
@@ -25,7 +41,15 @@ MECHANISM = {
     "gpu": "jax.shard_map over N GPUs in one process, gradients "
            "psum-reduced (NCCL all-reduce)",
 }
+MULTI_NODE = True
+TRANSPORT = {
+    "cpu": "gloo over {interface} (jax_cpu_collectives_implementation); "
+           "jax.distributed coordinator (gRPC) on node 0",
+    "gpu": "NCCL over {interface}; jax.distributed coordinator (gRPC) on "
+           "node 0",
+}
 AXIS = "workers"
+_MODULE = "harness.frameworks.jax.parallel"
 
 
 def _shard_map(jax):
@@ -63,14 +87,20 @@ class _Trainer(dataparallel.Trainer):
     def __init__(self, plan, data):
         super(_Trainer, self).__init__(plan, backend)
         device = plan["device"]
+        self.multi = plan.get("nodes", 1) > 1
+        local = plan.get("workers_per_node", self.workers)
         backend.configure(plan["threads"], device, plan["seed"],
-                          cpu_devices=self.workers if device == "cpu"
+                          cpu_devices=local if device == "cpu" else None,
+                          distributed=_initializer(plan) if self.multi
                           else None)
         jax = backend._jax()
         np = backend._np()
         self.jax = jax
         from jax.sharding import Mesh, NamedSharding, PartitionSpec
-        devices = jax.devices("gpu" if device == "gpu" else "cpu")
+        # Every process's devices in process order (one process: its own):
+        # mesh position r is global rank r.
+        devices = sorted(jax.devices("gpu" if device == "gpu" else "cpu"),
+                         key=lambda d: (d.process_index, d.id))
         if len(devices) < self.workers:
             # On the CPU: JAX started before configure() could ask for the
             # host devices.
@@ -148,13 +178,21 @@ class _Trainer(dataparallel.Trainer):
         correct = (jnp.argmax(logits, axis=-1) == labels).sum()
         return per_sample_losses(logits, labels).sum(), correct
 
+    def _first_state(self):
+        """This process's first replica's statistics (replica 0's on one
+        node): a multi-process array is not fetched whole."""
+        np = backend._np()
+        if not self.multi:
+            return self.jax.tree_util.tree_map(
+                lambda leaf: leaf[0], self.jax.device_get(self.state))
+        return self.jax.tree_util.tree_map(
+            lambda leaf: np.asarray(leaf.addressable_shards[0].data)[0],
+            self.state)
+
     def evaluate(self):
         jax = self.jax
         # Replica 0's statistics; everything on the parameters' devices.
-        state = jax.device_put(
-            jax.tree_util.tree_map(lambda leaf: leaf[0],
-                                   jax.device_get(self.state)),
-            self.replicated)
+        state = jax.device_put(self._first_state(), self.replicated)
         total, correct, count = 0.0, 0, 0
         chunk = 1024
         for start in range(0, len(self.test_y), chunk):
@@ -171,5 +209,63 @@ class _Trainer(dataparallel.Trainer):
         return total / len(self.test_y), correct / float(count)
 
 
+def _initializer(plan):
+    """jax.distributed.initialize for this node, gloo for CPU collectives;
+    failures name the coordinator."""
+    cluster = plan["cluster"]
+    coordinator = "{}:{}".format(cluster["coordinator"], cluster["port"])
+    timeout = int(max(1, round(cluster["timeout_s"])))
+
+    def initialize(jax):
+        if plan["device"] == "cpu":
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        try:
+            jax.distributed.initialize(
+                coordinator_address=coordinator,
+                num_processes=cluster["nodes"],
+                process_id=cluster["node_rank"],
+                initialization_timeout=timeout,
+                heartbeat_timeout_seconds=timeout)
+        except Exception as exc:  # XlaRuntimeError and kin: one line
+            raise RuntimeError(
+                "JAX's rendezvous (jax.distributed coordinator at {}, {} "
+                "processes, {} s timeout) failed: {}".format(
+                    coordinator, cluster["nodes"], timeout,
+                    (str(exc).strip().splitlines() or [repr(exc)])[0]))
+    return initialize
+
+
 def train(plan, data, log):
-    return dataparallel.train_here(_Trainer(plan, data), plan, data)
+    if plan.get("nodes", 1) <= 1:
+        return dataparallel.train_here(_Trainer(plan, data), plan, data)
+    cluster = plan["cluster"]
+    what = "JAX's node {} (jax.distributed coordinator at {}:{}, {} " \
+        "processes, {:g} s rendezvous timeout)".format(
+            cluster["node_rank"], cluster["coordinator"], cluster["port"],
+            cluster["nodes"], cluster["timeout_s"])
+    if cluster["node_rank"] == 0:
+        taken = dataparallel.port_taken(cluster["coordinator"],
+                                        cluster["port"])
+        if taken:
+            raise RuntimeError("{}: {}".format(what, taken))
+
+    def run(command, env):
+        dataparallel.run_child(command, env, what)
+    return dataparallel.launch(plan, log, [sys.executable, "-m", _MODULE],
+                               run, prefix="dlrepro-jax-")
+
+
+def _worker(plan, out_path):
+    """One node's JAX process (under train() only)."""
+    data = dataparallel.load_data(plan["data"], plan["seed"])
+    trainer = _Trainer(plan, data)
+    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+    dataparallel.write_curves(out_path, curves, trainer, plan)
+
+
+def main(argv=None):
+    return dataparallel.worker_main(_MODULE, _worker, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -8,7 +8,26 @@ context from one draw. Every context's loss is per sample; backward sums
 the gradients of its part, the kvstore sums them over the contexts, and
 Trainer.step(global batch) divides by the global batch: the update that
 dataparallel describes.
+
+Across nodes (docs/multinode.md): kvstore 'dist_sync' (ps-lite). Node 0
+starts a scheduler and one server as child processes (`import mxnet` with
+DMLC_ROLE scheduler / server: they serve until the workers finish); every
+node runs one worker process with its workers_per_node contexts, which
+trains the node's contiguous part of each global batch (global ranks
+node_rank * workers_per_node + i). The server only sums (no optimizer on
+it: update_on_kvstore=False), every worker pulls the sum of all gradients
+and applies the update itself with Trainer.step(global batch): the global
+batch's mean gradient, as on one node. The epoch's losses are summed the
+same way (one push and pull per epoch). ps-lite waits for its peers without
+a limit, so the worker reports when its kvstore is up and the node gives up
+after the cluster's timeout_s if it does not; a peer lost later blocks the
+others until the job's time limit (ps-lite does not fail a blocked pull).
 """
+import os
+import subprocess
+import sys
+import time
+
 from .. import arrays, dataparallel
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
@@ -19,6 +38,17 @@ MECHANISM = {
            "kvstore 'local' (contexts share the cores)",
     "gpu": "Gluon, contexts mx.gpu(0..N-1), split_and_load, kvstore 'device'",
 }
+MULTI_NODE = True
+TRANSPORT = {
+    "cpu": "ps-lite (ZeroMQ over TCP) over {interface}: kvstore dist_sync, "
+           "scheduler and server on node 0",
+    "gpu": "ps-lite (ZeroMQ over TCP) over {interface}: kvstore dist_sync, "
+           "scheduler and server on node 0",
+}
+_MODULE = "harness.frameworks.mxnet.parallel"
+# The kvstore key of the epoch's losses (the Trainer's keys are the
+# parameters' indices).
+_LOSS_KEY = 999999
 
 
 class _Trainer(dataparallel.Trainer):
@@ -31,8 +61,11 @@ class _Trainer(dataparallel.Trainer):
         mx = backend._mx()
         self.mx = mx
         gpu = plan["device"] == "gpu"
+        self.nodes = plan.get("nodes", 1)
+        self.node_rank = plan.get("node_rank", 0)
+        local = plan.get("workers_per_node", self.workers)
         self.contexts = [mx.gpu(i) if gpu else mx.cpu(i)
-                         for i in range(self.workers)]
+                         for i in range(local)]
         (train_x, self.train_y), (test_x, self.test_y) = arrays.train_test(
             data, self.network)
         # Word ids travel as float32 (exact below 2**24), the type Gluon's
@@ -44,11 +77,19 @@ class _Trainer(dataparallel.Trainer):
                                                            self.contexts))
         self.parameters = backend.count_parameters(self.model)
         self.loss = backend.loss_block()
+        options = {}
+        if self.nodes > 1:
+            self.kvstore = mx.kv.create("dist_sync")
+            # The sum only, on the server; the update on every worker.
+            options = {"kvstore": self.kvstore, "update_on_kvstore": False}
+            _ready(plan)
+        else:
+            options = {"kvstore": "device" if gpu else "local"}
         self.trainer = mx.gluon.Trainer(
             self.model.collect_params(), "sgd",
             {"learning_rate": self.network.learning_rate,
-             "momentum": self.network.momentum},
-            kvstore="device" if gpu else "local")
+             "momentum": self.network.momentum}, **options)
+        self._losses_ready = False
 
     def _split(self, values):
         # split_and_load cuts axis 0 into equal contiguous parts in context
@@ -59,6 +100,8 @@ class _Trainer(dataparallel.Trainer):
 
     def step(self, batch):
         mx = self.mx
+        # This node's contiguous part: its contexts' shards, in rank order.
+        batch = dataparallel.shard(batch, self.node_rank, self.nodes)
         inputs = self._split(self.train_x[batch])
         labels = self._split(self.train_y[batch].astype("float32"))
         with mx.autograd.record():
@@ -72,6 +115,21 @@ class _Trainer(dataparallel.Trainer):
         mx.nd.waitall()
         return sum(float(l.sum().asscalar()) for l in losses) / \
             self.global_batch
+
+    def global_losses(self, losses):
+        if self.nodes <= 1:
+            return losses
+        # Each node's losses are its part's sum / global batch: the sum over
+        # the nodes is the global batch's loss.
+        mx = self.mx
+        values = mx.nd.array(losses, dtype="float64")
+        if not self._losses_ready:
+            self.kvstore.init(_LOSS_KEY, mx.nd.zeros(len(losses),
+                                                     dtype="float64"))
+            self._losses_ready = True
+        self.kvstore.push(_LOSS_KEY, values)
+        self.kvstore.pull(_LOSS_KEY, out=values)
+        return [float(v) for v in values.asnumpy()]
 
     def evaluate(self):
         mx = self.mx
@@ -106,4 +164,129 @@ def _pad(values, size):
 
 
 def train(plan, data, log):
-    return dataparallel.train_here(_Trainer(plan, data), plan, data)
+    if plan.get("nodes", 1) <= 1:
+        return dataparallel.train_here(_Trainer(plan, data), plan, data)
+    cluster = plan["cluster"]
+    what = ("MXNet's node {} (kvstore dist_sync, ps-lite scheduler at {}:{}, "
+            "{} workers, {:g} s rendezvous timeout)".format(
+                cluster["node_rank"], cluster["coordinator"], cluster["port"],
+                cluster["nodes"], cluster["timeout_s"]))
+    if cluster["node_rank"] == 0:
+        taken = dataparallel.port_taken(cluster["coordinator"],
+                                        cluster["port"])
+        if taken:
+            raise RuntimeError("{}: {}".format(what, taken))
+
+    def run(command, env):
+        _run_node(command, env, plan, what)
+    return dataparallel.launch(plan, log, [sys.executable, "-m", _MODULE],
+                               run, prefix="dlrepro-mxnet-")
+
+
+def _ps_env(env, cluster, role):
+    """ps-lite's variables for `role` on this node."""
+    env = dict(env)
+    env.update({
+        "DMLC_ROLE": role,
+        "DMLC_PS_ROOT_URI": cluster["coordinator"],
+        "DMLC_PS_ROOT_PORT": str(cluster["port"]),
+        "DMLC_NUM_SERVER": "1",
+        "DMLC_NUM_WORKER": str(cluster["nodes"]),
+        "DMLC_NODE_HOST": cluster["addresses"][cluster["node_rank"]],
+    })
+    if cluster["interface"]:
+        env["DMLC_INTERFACE"] = cluster["interface"]
+    return env
+
+
+def _run_node(command, env, plan, what):
+    """Node 0: scheduler and server; every node: its worker, given
+    timeout_s to bring its kvstore up (the rendezvous)."""
+    cluster = plan["cluster"]
+    services = []
+    try:
+        if cluster["node_rank"] == 0:
+            for role in ("scheduler", "server"):
+                services.append(subprocess.Popen(
+                    [sys.executable, "-c", "import mxnet"],
+                    env=_ps_env(env, cluster, role), start_new_session=True,
+                    preexec_fn=dataparallel.die_with_parent))
+        ready = _ready_path(command[-1])
+        worker_env = _ps_env(env, cluster, "worker")
+        worker_env["DLREPRO_MXNET_READY"] = ready
+        watch = _Watchdog(ready, cluster["timeout_s"])
+        try:
+            dataparallel.run_child(command, worker_env, what,
+                                   on_start=watch.start)
+        except RuntimeError:
+            if watch.expired:
+                raise RuntimeError("{}: the rendezvous did not complete "
+                                   "within {:g} s (a node that never "
+                                   "came?)".format(what, cluster["timeout_s"]))
+            raise
+        finally:
+            watch.stop()
+    finally:
+        for service in services:
+            dataparallel.stop(service)
+
+
+def _ready_path(out_path):
+    return out_path + ".ready"
+
+
+def _ready(plan):
+    """The worker's kvstore is up: every node has joined."""
+    path = os.environ.get("DLREPRO_MXNET_READY")
+    if path:
+        with open(path, "w") as handle:
+            handle.write("ready\n")
+
+
+class _Watchdog(object):
+    """Stops the worker's process group when its kvstore is not up after
+    `timeout_s` (ps-lite would wait forever)."""
+
+    def __init__(self, ready, timeout_s):
+        import threading
+        self.ready, self.timeout_s = ready, timeout_s
+        self.expired = False
+        self.process = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch)
+        self._thread.daemon = True
+
+    def start(self, process):
+        self.process = process
+        self._thread.start()
+
+    def stop(self):
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _watch(self):
+        deadline = time.time() + self.timeout_s
+        while not self._done.wait(0.2):
+            if os.path.exists(self.ready):
+                return
+            if time.time() > deadline:
+                self.expired = True
+                dataparallel.stop(self.process)
+                return
+
+
+def _worker(plan, out_path):
+    """One node's MXNet worker (under train() only)."""
+    data = dataparallel.load_data(plan["data"], plan["seed"])
+    trainer = _Trainer(plan, data)
+    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+    dataparallel.write_curves(out_path, curves, trainer, plan)
+
+
+def main(argv=None):
+    return dataparallel.worker_main(_MODULE, _worker, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,11 +9,23 @@ build_model from the same seed (DDP also broadcasts rank 0's weights),
 trains on its part of each global batch, and DDP averages the gradients
 over the workers during backward, i.e. over the global batch.
 
+Across nodes (docs/multinode.md) every node runs torchrun with --nnodes N
+--node_rank r --nproc_per_node M and a static rendezvous on the
+coordinator (--master_addr/--master_port: node 0's torchrun holds the
+TCPStore that every worker's process group meets in); gloo (NCCL on GPUs)
+connects over the cluster's interface. The cluster's timeout_s bounds the
+rendezvous (the store waits that long for the other nodes' agents) and
+every collective (init_process_group's timeout), so a node that never
+comes or dies ends the run with an error, not a hang. Each node's local
+rank 0 writes its node's curves (the global losses, the same everywhere).
+
 Run as:
     python -m harness.frameworks.pytorch.parallel --plan PLAN.json --out CURVES.json
 (under torchrun only).
 """
 import collections
+import datetime
+import math
 import os
 import subprocess
 import sys
@@ -31,6 +43,13 @@ MECHANISM = {
     "gpu": "DistributedDataParallel, NCCL, one process per GPU "
            "(torchrun --standalone)",
 }
+MULTI_NODE = True
+TRANSPORT = {
+    "cpu": "gloo (TCP) over {interface}; static rendezvous (torchrun's "
+           "TCPStore on the coordinator)",
+    "gpu": "NCCL over {interface} (sockets, or InfiniBand where NCCL finds "
+           "it); static rendezvous (torchrun's TCPStore on the coordinator)",
+}
 _MODULE = "harness.frameworks.pytorch.parallel"
 
 
@@ -47,24 +66,62 @@ def _pump(stream, sink, tail):
 
 
 def train(plan, data, log):
-    """Run the workers under torchrun and return rank 0's curves."""
-    command = [sys.executable, "-m", "torch.distributed.run",
-               "--standalone", "--local-addr", "127.0.0.1",
-               "--nnodes", "1",
-               "--nproc_per_node", str(plan["workers"]),
-               "-m", _MODULE]
-    return dataparallel.launch(plan, log, command, _torchrun,
+    """Run this node's workers under torchrun and return the curves of its
+    first worker (rank 0's on one node)."""
+    cluster = plan.get("cluster")
+    if plan.get("nodes", 1) > 1:
+        command, rendezvous = _multi_node(plan, cluster)
+    else:
+        command, rendezvous = [
+            sys.executable, "-m", "torch.distributed.run",
+            "--standalone", "--local-addr", "127.0.0.1",
+            "--nnodes", "1",
+            "--nproc_per_node", str(plan["workers"]),
+            "-m", _MODULE], None
+
+    def run(command, env):
+        _torchrun(command, env, cluster, plan["device"], rendezvous)
+    return dataparallel.launch(plan, log, command, run,
                                prefix="dlrepro-ddp-")
 
 
-def _torchrun(command, env):
+def _multi_node(plan, cluster):
+    """torchrun's command line for this node, and the rendezvous it names
+    in errors."""
+    rank = cluster["node_rank"]
+    rendezvous = ("static rendezvous at {}:{} (node {} of {}, {:g} s "
+                  "timeout)".format(cluster["coordinator"], cluster["port"],
+                                    rank, plan["nodes"], cluster["timeout_s"]))
+    command = [sys.executable, "-m", "torch.distributed.run",
+               "--nnodes", str(plan["nodes"]), "--node_rank", str(rank),
+               "--nproc_per_node", str(plan["workers_per_node"]),
+               "--master_addr", cluster["coordinator"],
+               "--master_port", str(cluster["port"]),
+               "--local-addr", cluster["addresses"][rank],
+               # The store's wait for the other nodes (static rendezvous
+               # reads `timeout`; default 600 s).
+               "--rdzv_conf", "timeout={}".format(
+                   int(math.ceil(cluster["timeout_s"]))),
+               "-m", _MODULE]
+    return command, rendezvous
+
+
+def _torchrun(command, env, cluster, device, rendezvous):
     env["PYTHONUNBUFFERED"] = "1"
+    if cluster is not None and cluster["interface"]:
+        # The interface that holds this node's address: gloo and NCCL
+        # otherwise pick one from the hostname, which may be another
+        # network's (or none, in a container).
+        env["GLOO_SOCKET_IFNAME"] = cluster["interface"]
+        if device == "gpu":
+            env.setdefault("NCCL_SOCKET_IFNAME", cluster["interface"])
     # torchrun would set 1 thread per worker and warn; the plan decides
     # (OMP_NUM_THREADS, dataparallel.worker_env).
     # One node, and containers run with `--network none`, where the
     # hostname resolves to nothing: rendezvous and gloo stay on loopback
     # (the store's default address is the hostname, and hangs there).
-    env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if cluster is None:
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     tail = collections.deque(maxlen=20)
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
@@ -90,8 +147,9 @@ def _torchrun(command, env):
             next((l for l in reversed(lines)
                   if "Error" in l or "error" in l), None) or \
             (lines[-1] if lines else "no output")
-        raise RuntimeError("torchrun exited with status {}: {}".format(
-            status, reason.strip()))
+        raise RuntimeError("torchrun{} exited with status {}: {}".format(
+            " ({})".format(rendezvous) if rendezvous else "", status,
+            reason.strip()))
 
 
 def _stop(process):
@@ -225,14 +283,22 @@ def _worker(plan, out_path):
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
-    torch.distributed.init_process_group("nccl" if gpu else "gloo")
+    cluster = plan.get("cluster")
+    options = {}
+    if cluster is not None:
+        # A peer that dies or never joins fails the collective in time.
+        options["timeout"] = datetime.timedelta(seconds=cluster["timeout_s"])
+    torch.distributed.init_process_group("nccl" if gpu else "gloo",
+                                         **options)
     try:
         rank = torch.distributed.get_rank()
         world = torch.distributed.get_world_size()
         data = dataparallel.load_data(plan["data"], plan["seed"])
         trainer = _Trainer(plan, data, rank, world, device)
         curves = dataparallel.run_epochs(trainer, plan, data.train.count)
-        if rank == 0:
+        # Each node's first worker: the losses are global, the same on
+        # every node, and every node writes its result.
+        if local_rank == 0:
             dataparallel.write_curves(out_path, curves, trainer, plan)
     finally:
         torch.distributed.destroy_process_group()

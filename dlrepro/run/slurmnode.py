@@ -1,0 +1,273 @@
+"""One node's part of a multi-node Slurm job (a convergence run whose spec
+says "nodes" > 1): the batch script runs one `srun --kill-on-bad-exit=1`
+step with one task per node, and each task runs
+
+    python -m dlrepro.run.slurmnode RUN_DIR SUBMISSION_JSON
+
+It builds its node's "cluster" object (docs/multinode.md "On Slurm"): the
+node rank from SLURM_NODEID, the hosts from `scontrol show hostnames`,
+their addresses by resolving them, the interface that holds this node's
+address, a base port derived from the Slurm job id (checked free on node 0,
+where the rendezvous listens), and which network the harness is on. Then it
+runs the harness the way a one-node task does (dlrepro.run.slurmtask:
+runtime.launch, LocalExecutor, collect, annotate), on the node's network
+instead of none; SLURM_* reach the harness in its environment.
+
+Node 0 writes the job's result, RUN_DIR/<job>.json; node r > 0 writes a
+side result, RUN_DIR/nodes/<job>.node<r>.json (its spec and log beside
+it). Node 0 then waits a little for the side results and folds their
+status into the job's: a node that failed (or wrote nothing) makes the job
+an error with that node's reason, keeping what node 0 measured. A node
+whose part did not end ok exits 1, so srun ends the step on every node
+rather than leaving peers waiting for it.
+"""
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from harness import resultfile
+
+from dlrepro import matrix as matrix_mod
+from dlrepro.errors import UserError
+from dlrepro.run import collect, pipeline, runfolder, runtimes, slurmtask
+from dlrepro.run.executor import LocalExecutor
+
+SIDE_DIR = "nodes"
+# Base ports: PORT_BASE + (job id mod PORT_SLOTS) * PORT_SPAN; a framework
+# may use port .. port + PORT_SPAN - 1.
+PORT_BASE = 29500
+PORT_SLOTS = 2000
+PORT_SPAN = 10
+# How long node 0 waits for the other nodes' results after its own part
+# ended (Slurm's KillWait, 30 s on the test cluster, bounds it after a
+# SIGTERM).
+FOLD_WAIT_S = 15
+# The harness's rendezvous/collective timeout: a share of the job's own.
+RENDEZVOUS_MAX_S = 300
+RENDEZVOUS_MIN_S = 20
+# Node 0's own failures that no other node caused: they stay the job's
+# reason.
+OWN_FAULTS = ("PortTaken", "SetupFailed")
+NETWORKS = {
+    "native": "host network of node {host} (native: the node's own "
+              "network namespace)",
+    "podman": "host network of node {host} (podman --network host)",
+    "charliecloud": "host network of node {host} (charliecloud: no "
+                    "network namespace of its own)",
+}
+
+
+def side_path(run_dir, job_id, rank):
+    return Path(run_dir) / SIDE_DIR / f"{job_id}.node{rank}.json"
+
+
+def port_of(job_id):
+    """The job's base port, from its Slurm job id."""
+    return PORT_BASE + (int(job_id) % PORT_SLOTS) * PORT_SPAN
+
+
+def hostnames(nodelist):
+    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, timeout=60)
+    if proc.returncode != 0 or not proc.stdout.split():
+        raise UserError(f"scontrol show hostnames {nodelist}: "
+                        f"{proc.stderr.strip() or 'no hosts'}")
+    return proc.stdout.split()
+
+
+def resolve(host):
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise UserError(f"node {host} has no address ({exc}); every node "
+                        f"must resolve every other node's name")
+
+
+def interface_of(address):
+    """The interface holding `address` (`ip -o -4 addr`), or None."""
+    try:
+        out = subprocess.run(["ip", "-o", "-4", "addr", "show"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].split("/")[0] == address:
+            return fields[1].split("@")[0]
+    return None
+
+
+def port_problem(port, address, host):
+    """Why the job's ports cannot be used on this node, or None."""
+    for candidate in range(port, port + PORT_SPAN):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("0.0.0.0", candidate))
+        except OSError as exc:
+            what = ("is taken by another process"
+                    if exc.errno == errno.EADDRINUSE else
+                    f"cannot be bound ({exc.strerror})")
+            return (f"port {candidate} on node {host} ({address}) {what}; "
+                    f"the job's rendezvous uses ports {port}-"
+                    f"{port + PORT_SPAN - 1}, derived from its Slurm job id")
+        finally:
+            sock.close()
+    return None
+
+
+def cluster_of(env, runtime_name, timeout_s):
+    """This node's cluster object (the harness spec's "cluster")."""
+    hosts = hostnames(env["SLURM_JOB_NODELIST"])
+    rank = int(env["SLURM_NODEID"])
+    addresses = [resolve(h) for h in hosts]
+    host = hosts[rank]
+    return {
+        "nodes": len(hosts), "node_rank": rank, "hosts": hosts,
+        "addresses": addresses, "coordinator": addresses[0],
+        "port": port_of(env["SLURM_JOB_ID"]),
+        "interface": interface_of(addresses[rank]),
+        "network": NETWORKS.get(runtime_name, "host network of node {host}"
+                                ).format(host=host),
+        "timeout_s": max(RENDEZVOUS_MIN_S,
+                         min(RENDEZVOUS_MAX_S, timeout_s // 3)),
+    }
+
+
+def node_entry(cluster, rank, result, path, run_dir):
+    """One node in the job's slurm block: where it was, how its part ended
+    and where its result is (relative to the run folder)."""
+    error = (result or {}).get("error") or {}
+    # The harness's record of its cluster (the slurm block may not be
+    # added yet when node 0 reads the file).
+    seen = (((result or {}).get("convergence") or {}).get("cluster") or
+            ((result or {}).get("slurm") or {}).get("cluster") or {})
+    return {"rank": rank, "host": cluster["hosts"][rank],
+            "address": cluster["addresses"][rank],
+            "interface": seen.get("interface"),
+            "status": result["status"] if result else None,
+            "reason": error.get("message") if result else
+            "wrote no result (its part never started, or was killed before "
+            "it could write)",
+            "result": str(Path(path).relative_to(run_dir))}
+
+
+def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
+    """Node 0: the other nodes' outcomes into the job's result (and its
+    slurm block's list of nodes). Returns the job's status."""
+    result, _problem = runfolder.read_result(path)
+    entries = [node_entry(cluster, 0, result, path, run_dir)]
+    if result is None:
+        entries[0]["interface"] = cluster["interface"]
+    deadline = time.monotonic() + wait_s
+    for rank in range(1, cluster["nodes"]):
+        side = side_path(run_dir, job.id, rank)
+        found, _ = runfolder.read_result(side)
+        while found is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            found, _ = runfolder.read_result(side)
+        entries.append(node_entry(cluster, rank, found, side, run_dir))
+    # Nodes that ended otherwise than node 0 did (all of them timing out
+    # at the job's timeout is the job's timeout, not a node's fault).
+    failed = [e for e in entries[1:] if e["status"] != "ok" and not (
+        result and e["status"] == result["status"] == "timeout")]
+    if result is None:
+        result = collect.synthesized(
+            job, "error", "NoResult",
+            f"node 0 ({cluster['hosts'][0]}) wrote no result")
+    own_type = (result.get("error") or {}).get("type")
+    if failed and result["status"] in ("ok", "error", "timeout") and \
+            own_type not in OWN_FAULTS:
+        first = failed[0]
+        message = (f"node {first['rank']} ({first['host']}) "
+                   f"{'ended ' + first['status'] if first['status'] else 'failed'}"
+                   f": {first['reason']}")
+        own_message = (result.get("error") or {}).get("message")
+        if result["status"] != "ok" and own_message:
+            message += f"; node 0 ({cluster['hosts'][0]}): {own_message}"
+        result["status"] = "error"
+        result["error"] = {"type": "NodeFailed", "message": message}
+    block = dict(result.get("slurm") or {})
+    block["nodes"] = entries
+    block["cluster"] = cluster
+    result["slurm"] = block
+    resultfile.write_atomic(str(path), result)
+    return result["status"]
+
+
+def main(argv):
+    run_dir, submission = Path(argv[0]), json.loads(Path(argv[1]).read_text())
+    env = os.environ
+    job = slurmtask.job_of(
+        submission["jobs"][int(env.get("SLURM_ARRAY_TASK_ID", "0"))])
+    rank = int(env.get("SLURM_NODEID", "0"))
+    if rank == 0:
+        node_job, folder = job, run_dir
+    else:
+        node_job = job._replace(id=f"{job.id}.node{rank}")
+        folder = run_dir / SIDE_DIR
+        folder.mkdir(exist_ok=True)
+    path = folder / f"{node_job.id}.json"
+    signal.signal(signal.SIGTERM, slurmtask._stop)
+    started = time.monotonic()
+    cluster = None
+    launched = False
+    try:
+        cluster = cluster_of(env, submission["runtime"], job.timeout_s)
+        print(f"dlrepro: node {rank} of {cluster['nodes']} "
+              f"({cluster['hosts'][rank]}, {cluster['addresses'][rank]}, "
+              f"{cluster['interface']}), rendezvous "
+              f"{cluster['coordinator']}:{cluster['port']}", flush=True)
+        problem = (port_problem(cluster["port"], cluster["addresses"][0],
+                                cluster["hosts"][0]) if rank == 0 else None)
+        matrix = matrix_mod.load()
+        runtime = runtimes.get(submission["runtime"], matrix=matrix,
+                               **submission["runtime_options"])
+        runtime.check()
+        target = node_job.placement.target
+        reason = runtime.prepare([target], log=print).get(target)
+        if problem:
+            resultfile.write_atomic(str(path), collect.synthesized(
+                node_job, "error", "PortTaken", problem))
+        elif reason:
+            resultfile.write_atomic(str(path), collect.synthesized(
+                node_job, "unsupported", "Unsupported", reason))
+        else:
+            launched = True
+            pipeline.launch_job(node_job, runtime, LocalExecutor(), folder,
+                                matrix, extra={"cluster": cluster})
+    except UserError as exc:
+        resultfile.write_atomic(str(path), collect.synthesized(
+            node_job, "error", "SetupFailed",
+            f"on node {env.get('SLURMD_NODENAME')}: {exc}"))
+    except slurmtask.Stopped:
+        print("dlrepro: Slurm stopped this node's part (SIGTERM)",
+              flush=True)
+    finally:
+        block = slurmtask.where()
+        block["node_rank"] = rank
+        if cluster is not None:
+            block["cluster"] = cluster
+        slurmtask.annotate(path, block, submission.get("gpu_freq"),
+                           time.monotonic() - started)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the fold is short
+    if rank == 0 and cluster is not None:
+        # Node 0 that never ran its part knows the job failed: no wait.
+        status = fold(path, job, cluster, run_dir,
+                      FOLD_WAIT_S if launched else 0)
+    else:
+        result, _ = runfolder.read_result(path)
+        status = result["status"] if result else None
+    print(f"dlrepro: node {rank}'s part ended: {status}", flush=True)
+    return 0 if status in ("ok", "unsupported") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,414 @@
+"""Multi-node data parallelism, the harness's side (issue 12): the spec's
+nodes field and cluster object, and real multi-node training on this machine:
+N "node" processes of `python -m harness converge` on 127.0.0.1 / lo, each
+with its own cluster object and result (docs/multinode.md)."""
+import json
+import math
+import os
+import socket
+import subprocess
+import time
+
+import jsonschema
+import pytest
+
+from _frameworks import framework_python  # noqa: F401 (a fixture)
+from dlrepro.converge import datasets as dd
+from dlrepro.converge import plan as conv_plan
+from harness import frameworks
+from harness import spec as hspec
+from harness.errors import HarnessError
+
+# The tolerance of tests/test_converge.py and its reasoning: 2 nodes x 1
+# worker see the batches of 1 node x 2 workers, gradients averaged over the
+# global batch, so the curves differ only by float32 reduction order.
+RELATIVE_TOLERANCE = 1e-3
+# The smallest real-data run tests/test_converge.py trains, one epoch.
+TRAIN, TEST, BATCH = 1024, 256, 64
+# Frameworks that train across nodes here (MULTI_NODE True): all but CNTK
+# and Caffe.
+MULTI_NODE = ("pytorch", "tensorflow", "jax", "mxnet")
+
+CONV = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
+        "device": "cpu", "workers": 2, "global_batch_size": 8,
+        "epochs": 1, "seed": 0, "threads": None, "runtime": "native",
+        "clock_policy": "observe", "target_loss": None,
+        "data": {"source": "synthetic"}}
+
+
+def cluster_object(nodes, rank, port, timeout_s=None):
+    """What the Slurm executor writes per node, on this machine's loopback."""
+    cluster = {"nodes": nodes, "node_rank": rank,
+               "hosts": ["node{}".format(r) for r in range(nodes)],
+               "addresses": ["127.0.0.1"] * nodes,
+               "coordinator": "127.0.0.1", "port": port, "interface": "lo",
+               "network": "loopback of the test machine (one host)"}
+    if timeout_s is not None:
+        cluster["timeout_s"] = timeout_s
+    return cluster
+
+
+# --- the spec ------------------------------------------------------------------
+
+def test_nodes_is_optional_and_splits_the_workers():
+    assert hspec.validate_convergence(CONV)["nodes"] == 1
+    assert hspec.validate_convergence(dict(CONV, nodes=2))["nodes"] == 2
+    with pytest.raises(HarnessError, match="^2 workers do not split evenly "
+                       "over 3 nodes; workers is the total, a multiple of "
+                       "nodes$"):
+        hspec.validate_convergence(dict(CONV, nodes=3, global_batch_size=6))
+    with pytest.raises(HarnessError, match="^nodes must be an integer >= 1"):
+        hspec.validate_convergence(dict(CONV, nodes=0))
+
+
+def test_the_cluster_object_is_checked():
+    two = hspec.validate_convergence(dict(CONV, nodes=2))
+    one = hspec.validate_convergence(CONV)
+    assert hspec.validate_cluster(None, one) is None
+    with pytest.raises(HarnessError, match="^a multi-node run needs its "
+                       "cluster \\(the Slurm executor writes it\\)$"):
+        hspec.validate_cluster(None, two)
+    good = cluster_object(2, 1, 29500)
+    assert hspec.validate_cluster(good, two)["timeout_s"] == 300
+    assert hspec.validate_cluster(dict(good, timeout_s=20), two)[
+        "timeout_s"] == 20
+    for bad, message in (
+            (dict(good, nodes=3), "cluster.nodes is 3, the convergence spec "
+                                  "asks for 2 nodes"),
+            (dict(good, node_rank=2), "cluster.node_rank must be below nodes"),
+            (dict(good, hosts=["a"]), "cluster.hosts must list 2 names"),
+            (dict(good, addresses=["127.0.0.1", "n2"]),
+             "cluster.addresses must be IPv4 addresses, got 'n2'"),
+            (dict(good, coordinator="10.0.0.9"),
+             "cluster.coordinator must be the address of rank 0"),
+            (dict(good, port=65530), "cluster.port must be an integer in "
+                                     "1..65526"),
+            (dict(good, interface=""), "cluster.interface must be"),
+            (dict(good, network=None), "cluster.network must say"),
+            (dict(good, timeout_s=0), "cluster.timeout_s must be a positive"),
+            (dict(good, extra=1), "cluster fields: missing none, unknown "
+                                  "\\['extra'\\]")):
+        with pytest.raises(HarnessError, match="^" + message):
+            hspec.validate_cluster(bad, two)
+
+
+
+# --- which frameworks run across nodes: decided before any framework loads -----
+
+def test_frameworks_declare_multi_node_support():
+    """The parallel modules import no framework: the host's Python reads
+    their contract (CNTK and Caffe without their images)."""
+    refusals = dict((name, frameworks.multi_node_refusal(
+        frameworks.load(name, "parallel"), 2, 1, "cpu"))
+        for name in frameworks.NAMES)
+    assert [n for n, r in sorted(refusals.items()) if r is None] == \
+        sorted(MULTI_NODE)
+    assert refusals["cntk"].startswith("CNTK's data parallelism is one MPI "
+                                       "job started by mpirun")
+    assert "ssh or Slurm's srun" in refusals["cntk"]
+    assert refusals["caffe"].startswith("Caffe 1.0's data parallelism is one "
+                                        "machine's GPUs")
+    for name in frameworks.NAMES:
+        module = frameworks.load(name, "parallel")
+        # One node is never refused on this ground.
+        assert frameworks.multi_node_refusal(module, 1, 2, "cpu") is None
+    tf = frameworks.load("tensorflow", "parallel")
+    assert frameworks.multi_node_refusal(tf, 2, 2, "cpu").startswith(
+        "2 workers per node asked for: TensorFlow's MultiWorkerMirrored"
+        "Strategy runs one replica per worker process on the CPU")
+    assert frameworks.transport(tf, "cpu", "eth0").startswith(
+        "gRPC over eth0")
+
+
+def test_a_refused_layout_ends_unsupported_with_the_reason(
+        root, mnist, tmp_path, framework_python, schema):
+    """2 nodes x 2 TensorFlow CPU workers: a result, status unsupported,
+    before TensorFlow starts a server."""
+    out = tmp_path / "node0.json"
+    conv = conv_spec("tensorflow", mnist, 4, 2)
+    status, err = finish(start_node(framework_python("tensorflow"), root,
+                                    conv, cluster_object(2, 0, free_port()),
+                                    out), 300)
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema)
+    assert result["status"] == "unsupported"
+    assert result["error"]["message"].startswith("2 workers per node asked "
+                                                 "for: TensorFlow's")
+    block = result["convergence"]
+    assert (block["nodes"], block["workers_per_node"]) == (2, 2)
+    assert block["cluster"]["node_rank"] == 0
+    assert block["cluster"]["transport"].startswith("gRPC over lo")
+
+
+# --- real training: N node processes on this machine ---------------------------
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    return folder, dd.generate("mnist", folder, TRAIN, TEST, seed=11)
+
+
+@pytest.fixture(scope="module")
+def schema(root):
+    return json.loads((root / "harness" / "result.schema.json").read_text())
+
+
+def free_port(span=hspec.CLUSTER_PORTS):
+    """A base port whose `span` ports are free now (the frameworks may use
+    port..port+span-1)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + span < 65536 and all(_free(base + i) for i in range(span)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def _free(port):
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def conv_spec(framework, mnist, workers, nodes, seed=5):
+    """Two threads on this machine in all: the 1-node run's workers share
+    them, each of 2 "nodes" (which share this machine) takes one."""
+    data_dir, checksums = mnist
+    spec = conv_plan.plan([framework], ["fcn-r"], [workers],
+                          global_batch=BATCH, epochs=1, seed=seed,
+                          threads=2 // nodes,
+                          data_dir=data_dir, checksums=checksums,
+                          runtime="native", timeout=900)[0].spec
+    return dict(spec, nodes=nodes)
+
+
+def start_node(python, root, conv, cluster, out):
+    """One node's `python -m harness converge`, as the Slurm executor
+    starts it on each node."""
+    spec_path = out.with_suffix(".spec.json")
+    spec_path.write_text(json.dumps({"convergence": conv, "container": None,
+                                     "cluster": cluster}))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    return subprocess.Popen([str(python), "-s", "-m", "harness", "converge",
+                             "--spec", str(spec_path), "--out", str(out)],
+                            cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
+
+
+def finish(process, limit):
+    try:
+        _, err = process.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        _, err = process.communicate()
+        raise AssertionError("a node ran past {} s: {}".format(limit, err))
+    return process.returncode, err
+
+
+def run_nodes(python, root, conv, tmp, nodes, timeout_s=120, limit=600):
+    """Results of all nodes (rank order) and the wall time."""
+    port = free_port()
+    outs = [tmp / "node{}.json".format(r) for r in range(nodes)]
+    start = time.monotonic()
+    processes = [start_node(python, root, conv,
+                            cluster_object(nodes, r, port, timeout_s), out)
+                 for r, out in enumerate(outs)]
+    ends = [finish(p, limit) for p in processes]
+    wall = time.monotonic() - start
+    for (status, err) in ends:
+        assert status == 0, err
+    return [json.loads(out.read_text()) for out in outs], wall
+
+
+def run_one_node(python, root, conv, tmp):
+    out = tmp / "single.json"
+    start = time.monotonic()
+    status, err = finish(start_node(python, root, conv, None, out), 600)
+    assert status == 0, err
+    return json.loads(out.read_text()), time.monotonic() - start
+
+
+def max_relative(a, b):
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+
+
+@pytest.fixture(scope="module", params=MULTI_NODE)
+def two_ways(request, root, mnist, tmp_path_factory, framework_python):
+    """1 node x 2 workers, and 2 nodes x 1 worker, of one framework."""
+    framework = request.param
+    python = framework_python(framework)
+    tmp = tmp_path_factory.mktemp(framework)
+    single, single_s = run_one_node(
+        python, root, conv_spec(framework, mnist, 2, 1), tmp)
+    nodes, nodes_s = run_nodes(python, root,
+                               conv_spec(framework, mnist, 2, 2), tmp, 2)
+    print("{}: 1 node x 2 workers {:.1f} s, 2 nodes x 1 worker {:.1f} s "
+          "(wall)".format(framework, single_s, nodes_s))
+    return framework, single, nodes
+
+
+def test_two_nodes_train_as_one_node_with_two_workers(two_ways, schema):
+    framework, single, nodes = two_ways
+    for result in [single] + nodes:
+        jsonschema.validate(result, schema)
+        assert result["status"] == "ok", result["error"]
+    base = single["convergence"]["curve"]["loss"]
+    assert len(base) == TRAIN // BATCH and all(math.isfinite(v) for v in base)
+    assert single["convergence"]["nodes"] == 1
+    assert single["convergence"]["cluster"] is None
+    for rank, result in enumerate(nodes):
+        block = result["convergence"]
+        assert (block["workers"], block["nodes"],
+                block["workers_per_node"]) == (2, 2, 1)
+        assert block["cluster"]["node_rank"] == rank
+        assert block["cluster"]["interface"] == "lo"
+        assert " lo" in block["cluster"]["transport"]
+        curve = block["curve"]["loss"]
+        assert len(curve) == len(base)
+        difference = max_relative(base, curve)
+        print("{} node {}: max relative loss difference {:.2e}, per "
+              "iteration {:.4f} s vs {:.4f} s (1 node)".format(
+                  framework, rank, difference, result["timing"]["mean_s"],
+                  single["timing"]["mean_s"]))
+        assert difference <= RELATIVE_TOLERANCE
+    # The test split is evaluated with the same weights on every node.
+    assert nodes[0]["convergence"]["final_test_accuracy"] == pytest.approx(
+        single["convergence"]["final_test_accuracy"], abs=0.02)
+
+
+@pytest.mark.parametrize("framework", [f for f in MULTI_NODE
+                                       if f != "tensorflow"])
+def test_two_nodes_of_two_workers_train_as_one_node_of_four(
+        framework, root, mnist, tmp_path, framework_python):
+    """Node r trains global ranks 2r and 2r+1: the batches of 1 node x 4."""
+    python = framework_python(framework)
+    single, single_s = run_one_node(
+        python, root, conv_spec(framework, mnist, 4, 1), tmp_path)
+    nodes, nodes_s = run_nodes(python, root,
+                               conv_spec(framework, mnist, 4, 2), tmp_path, 2)
+    base = single["convergence"]["curve"]["loss"]
+    for result in [single] + nodes:
+        assert result["status"] == "ok", result["error"]
+    assert nodes[1]["convergence"]["workers_per_node"] == 2
+    difference = max_relative(base, nodes[0]["convergence"]["curve"]["loss"])
+    print("{}: 2 nodes x 2 vs 1 node x 4: max relative loss difference "
+          "{:.2e}, wall {:.1f} s vs {:.1f} s".format(framework, difference,
+                                                     nodes_s, single_s))
+    assert difference <= RELATIVE_TOLERANCE
+
+@pytest.mark.parametrize("two_ways", ["pytorch"], indirect=True)
+def test_another_seed_moves_the_curve_beyond_the_tolerance(
+        two_ways, root, mnist, tmp_path, framework_python):
+    """The comparison above can fail: a real difference exceeds it."""
+    framework, single, _ = two_ways
+    other, _ = run_one_node(framework_python(framework), root,
+                            conv_spec(framework, mnist, 2, 1, seed=6),
+                            tmp_path)
+    assert max_relative(single["convergence"]["curve"]["loss"],
+                        other["convergence"]["curve"]["loss"]) > \
+        10 * RELATIVE_TOLERANCE
+
+
+# --- faults -------------------------------------------------------------------
+
+FAULT_TIMEOUT_S = 20
+
+
+@pytest.mark.parametrize("framework", MULTI_NODE)
+def test_a_peer_that_never_starts_ends_the_run(framework, root, mnist,
+                                               tmp_path, framework_python,
+                                               schema):
+    """Node 0 alone: its rendezvous waits cluster timeout_s, then the run
+    ends with an error naming it (not a hang)."""
+    out = tmp_path / "node0.json"
+    start = time.monotonic()
+    process = start_node(framework_python(framework), root,
+                         conv_spec(framework, mnist, 2, 2),
+                         cluster_object(2, 0, free_port(), FAULT_TIMEOUT_S),
+                         out)
+    status, err = finish(process, FAULT_TIMEOUT_S + 120)
+    took = time.monotonic() - start
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema)
+    print("{}: lone node 0 ended after {:.1f} s: {}".format(
+        framework, took, result["error"]["message"]))
+    assert result["status"] == "error"
+    assert "rendezvous" in result["error"]["message"]
+    assert took < FAULT_TIMEOUT_S + 90
+
+
+@pytest.mark.parametrize("framework", MULTI_NODE)
+def test_a_taken_coordinator_port_is_a_clear_error(framework, root, mnist,
+                                                   tmp_path, framework_python):
+    port = free_port()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen(1)
+        out = tmp_path / "node0.json"
+        process = start_node(framework_python(framework), root,
+                             conv_spec(framework, mnist, 2, 2),
+                             cluster_object(2, 0, port, FAULT_TIMEOUT_S), out)
+        status, err = finish(process, FAULT_TIMEOUT_S + 120)
+    assert status == 0, err
+    result = json.loads(out.read_text())
+    print("{}: taken port: {}".format(framework, result["error"]["message"]))
+    assert result["status"] == "error"
+    assert "{}".format(port) in result["error"]["message"]
+    assert "rendezvous" in result["error"]["message"]
+    assert "in use" in result["error"]["message"]
+
+
+def test_nodes_without_a_cluster_exit_2_in_one_line(root, mnist, tmp_path,
+                                                     framework_python):
+    out = tmp_path / "node0.json"
+    status, err = finish(start_node(framework_python("pytorch"), root,
+                                    conv_spec("pytorch", mnist, 2, 2), None,
+                                    out), 120)
+    assert status == 2
+    assert err.splitlines() == ["harness: error: a multi-node run needs its "
+                                "cluster (the Slurm executor writes it)"]
+    assert not out.exists()
+
+
+SLURM_CHECK = """
+import json, sys
+from harness.errors import HarnessError
+from harness.frameworks.tensorflow import parallel
+cluster = json.loads(sys.argv[1])
+try:
+    print(json.dumps(parallel.cluster_workers(cluster)))
+except HarnessError as exc:
+    print(json.dumps(str(exc)))
+"""
+
+
+@pytest.mark.parametrize("hosts, nodelist, rank, expected", [
+    (["n1", "n2"], "n[1-2]", 1, [["10.0.0.1:7000", "10.0.0.2:7000"], 1]),
+    # Slurm ranks n2 before n10, SlurmClusterResolver sorts n10 first.
+    (["n2", "n10"], "n[2,10]", 0, "Slurm's step (SlurmClusterResolver: "
+     "workers ['n10', 'n2'], this task 0) does not match the cluster object "
+     "(hosts ['n2', 'n10'], node_rank 0): one task per node, nodes in rank "
+     "order"),
+])
+def test_tensorflow_reads_slurms_step_through_its_resolver(
+        hosts, nodelist, rank, expected, root, framework_python):
+    """Under Slurm, TensorFlow's SlurmClusterResolver reads the step's
+    variables; its node names become the cluster object's addresses."""
+    cluster = dict(cluster_object(2, rank, 7000), hosts=hosts,
+                   addresses=["10.0.0.1", "10.0.0.2"], coordinator="10.0.0.1")
+    env = dict(os.environ, PYTHONPATH=str(root), SLURM_PROCID=str(rank),
+               SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NODELIST=nodelist,
+               SLURM_STEP_TASKS_PER_NODE="1(x2)")
+    proc = subprocess.run(
+        [str(framework_python("tensorflow")), "-s", "-c", SLURM_CHECK,
+         json.dumps(dict(cluster, timeout_s=20))],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        universal_newlines=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == expected

@@ -1,0 +1,285 @@
+"""Convergence across Slurm nodes against a REAL two-node cluster
+(.ci/slurm-nodes.sh: nodes n1 and n2, each slurmd in its own network
+namespace; clients reach it with SLURM_CONF=/etc/slurm-nodes/slurm.conf).
+`invoke converge --executor slurm --nodes 2` on the real command line, the
+native runtime with the PyTorch and TensorFlow venvs: 2 nodes x 1 worker
+trains the same loss curve as 1 node x 2 workers; faults are made for real
+(a node's harness killed, a node's part stopped before it starts, the
+rendezvous port taken on n1) and end with a status and a reason inside the
+job's limits.
+
+Without the cluster the tests skip, saying so, unless
+DLREPRO_REQUIRE_SLURM_NODES is set (CI sets it), in which case they fail.
+They need root (ip netns) like the cluster itself.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dlrepro.run import slurmnode
+from test_converge import RELATIVE_TOLERANCE, _max_relative
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+SLURM_CONF = "/etc/slurm-nodes/slurm.conf"
+NODES = ("n1", "n2")
+ADDRESSES = ("10.213.0.11", "10.213.0.12")
+# The smallest training that still gives a curve: 4 iterations an epoch.
+TINY = ["--network", "fcn-r", "--synthetic", "--train-samples", "256",
+        "--test-samples", "64", "--global-batch-size", "64",
+        "--runtime", "native"]
+
+
+def _env():
+    return dict(os.environ, SLURM_CONF=SLURM_CONF)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    reason = None
+    if shutil.which("sinfo") is None:
+        reason = "no Slurm client commands (sinfo) on PATH"
+    elif not Path(SLURM_CONF).exists():
+        reason = f"no {SLURM_CONF}"
+    else:
+        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"],
+                              text=True, capture_output=True, timeout=30,
+                              env=_env())
+        states = dict(line.split()[:2] for line in proc.stdout.splitlines()
+                      if len(line.split()) >= 2)
+        if proc.returncode != 0 or not all(
+                states.get(n, "").rstrip("*") in ("idle", "mixed",
+                                                  "allocated")
+                for n in NODES):
+            reason = (f"nodes n1 and n2 not up (sinfo: "
+                      f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
+    if reason is None:
+        return
+    reason += "; run .ci/slurm-nodes.sh"
+    if os.environ.get("DLREPRO_REQUIRE_SLURM_NODES"):
+        pytest.fail(f"DLREPRO_REQUIRE_SLURM_NODES is set but {reason}")
+    pytest.skip(reason)
+
+
+def _converge(out, *args, timeout=600):
+    return subprocess.run([INVOKE, "converge", "--out", str(out), *TINY,
+                           *args], cwd=ROOT, capture_output=True, text=True,
+                          env=_env(), timeout=timeout)
+
+
+def _start(out, *args):
+    return subprocess.Popen([INVOKE, "converge", "--out", str(out), *TINY,
+                             *args], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=_env())
+
+
+def _result(out, job_id):
+    run_dir, = [p for p in Path(out).iterdir()
+                if p.is_dir() and not p.is_symlink()]
+    return run_dir, json.loads((run_dir / f"{job_id}.json").read_text())
+
+
+def _node_pids(node, needle):
+    """Processes in a node's network namespace whose command line holds
+    `needle`."""
+    proc = subprocess.run(["ip", "netns", "pids", node], text=True,
+                          capture_output=True)
+    found = []
+    for pid in proc.stdout.split():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if needle in b" ".join(argv).decode(errors="replace"):
+            found.append(int(pid))
+    return found
+
+
+# --- what is refused before anything runs ---------------------------------------
+
+def test_nodes_need_slurm_and_not_docker(tmp_path):
+    out = _converge(tmp_path, "--framework", "pytorch", "--workers", "2",
+                    "--nodes", "2")
+    assert out.returncode == 2
+    assert out.stderr.strip() == ("error: --nodes 2 needs --executor slurm "
+                                  "(the local executor runs on this host "
+                                  "only); nothing was run")
+    argv = [INVOKE, "converge", "--out", str(tmp_path), "--framework",
+            "pytorch", "--network", "fcn-r", "--synthetic", "--workers", "2",
+            "--nodes", "2", "--executor", "slurm", "--runtime", "docker"]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
+                         env=_env())
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert out.stderr.startswith("error: --nodes 2 cannot use the docker "
+                                 "runtime: its containers live in the "
+                                 "Docker daemon's network namespace")
+    assert not list(tmp_path.iterdir())
+
+
+# --- the same curve on 2 nodes x 1 worker as on 1 node x 2 ----------------------
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_two_nodes_equal_one_node_two_workers(framework, tmp_path):
+    one = _converge(tmp_path / "one", "--framework", framework,
+                    "--workers", "2", "--epochs", "2")
+    assert one.returncode == 0, one.stdout + one.stderr
+    started = time.monotonic()
+    two = _converge(tmp_path / "two", "--framework", framework,
+                    "--workers", "2", "--nodes", "2", "--epochs", "2",
+                    "--executor", "slurm", "--timeout", "300")
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert time.monotonic() - started < 300
+    _, a = _result(tmp_path / "one", f"{framework}-fcn-r-w2")
+    run_dir, b = _result(tmp_path / "two", f"{framework}-fcn-r-w2-n2")
+    assert (a["status"], b["status"]) == ("ok", "ok"), b.get("error")
+    assert b["convergence"]["nodes"] == 2
+    assert b["convergence"]["workers_per_node"] == 1
+    loss_a = a["convergence"]["curve"]["loss"]
+    loss_b = b["convergence"]["curve"]["loss"]
+    assert len(loss_a) == len(loss_b) == 8
+    assert _max_relative(loss_a, loss_b) <= RELATIVE_TOLERANCE, \
+        (loss_a, loss_b)
+    # Both nodes, their addresses and interfaces, and the network used.
+    nodes = b["slurm"]["nodes"]
+    assert [(n["rank"], n["host"], n["address"], n["interface"], n["status"])
+            for n in nodes] == [(0, "n1", ADDRESSES[0], "eth0", "ok"),
+                                (1, "n2", ADDRESSES[1], "eth0", "ok")]
+    assert (run_dir / nodes[1]["result"]).exists()
+    cluster = b["convergence"]["cluster"]
+    assert cluster["hosts"] == list(NODES)
+    assert cluster["addresses"] == list(ADDRESSES)
+    assert cluster["interface"] == "eth0"
+    assert cluster["network"].startswith("host network of node n1")
+    assert cluster["transport"]
+    # 1x2 and 2x1 are different cells of one run folder's kind: --resume
+    # in the two-node folder keeps its job and runs nothing again.
+    again = _converge(tmp_path / "two", "--framework", framework,
+                      "--workers", "2", "--nodes", "2", "--epochs", "2",
+                      "--executor", "slurm", "--timeout", "300", "--resume")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "submitted" not in again.stdout
+
+
+# --- faults -------------------------------------------------------------------
+
+def test_a_node_killed_mid_run_ends_the_job_with_its_reason(tmp_path):
+    proc = _start(tmp_path, "--framework", "pytorch", "--workers", "2",
+                  "--nodes", "2", "--epochs", "200", "--executor", "slurm",
+                  "--timeout", "240")
+    started = time.monotonic()
+    try:
+        harness = []
+        while not harness and time.monotonic() - started < 120:
+            harness = _node_pids("n2", "harness converge")
+            time.sleep(0.2)
+        assert harness, "n2's harness never started"
+        # Some iterations on both nodes first: node 0's curve is kept.
+        time.sleep(12)
+        for pid in _node_pids("n2", "-m harness converge"):
+            os.kill(pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - started
+    assert took < 240, output
+    run_dir, result = _result(tmp_path, "pytorch-fcn-r-w2-n2")
+    assert result["status"] == "error", output
+    assert result["error"]["type"] == "NodeFailed"
+    assert result["error"]["message"].startswith("node 1 (n2) ended error"), \
+        result["error"]
+    # Node 0's own result is the job's (its block, its log, the nodes):
+    # what the harness keeps of a training that ended early. (The workers
+    # hand their curves to the harness only at the end, on one node as on
+    # several, so a run cut short has an empty curve: docs/multinode.md.)
+    assert "curve" in result["convergence"]
+    assert (run_dir / "pytorch-fcn-r-w2-n2.log").read_text()
+    assert result["slurm"]["nodes"][0]["status"] == "error"
+    nodes = result["slurm"]["nodes"]
+    assert nodes[1]["status"] == "error"
+    assert "pytorch-fcn-r-w2-n2: error" in output
+
+
+def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
+    proc = _start(tmp_path, "--framework", "pytorch", "--workers", "2",
+                  "--nodes", "2", "--epochs", "2", "--executor", "slurm",
+                  "--timeout", "60")
+    started = time.monotonic()
+    stopped = []
+    try:
+        # n2's part is stopped as soon as it shows: its harness never
+        # joins the rendezvous.
+        while not stopped and time.monotonic() - started < 120:
+            for pid in _node_pids("n2", "dlrepro.run.slurmnode"):
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+            time.sleep(0.02)
+        assert stopped, "n2's part never showed"
+        output, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    took = time.monotonic() - started
+    # The job's own timeout (60 s) plus Slurm's kill wait, not its --time.
+    assert took < 180, output
+    run_dir, result = _result(tmp_path, "pytorch-fcn-r-w2-n2")
+    assert result["status"] == "error", output
+    message = result["error"]["message"]
+    assert message.startswith("node 1 (n2) failed: wrote no result"), message
+    # Node 0's own reason names the rendezvous (or the peer) it waited for.
+    assert "node 0 (n1)" in message
+    nodes = result["slurm"]["nodes"]
+    assert nodes[1]["status"] is None
+    assert not _node_pids("n2", "dlrepro.run.slurmnode")
+
+
+def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
+    # The job's id follows a throwaway job's (the executor's `sbatch
+    # --test-only` takes one id first): the ports those next ids derive
+    # are taken on n1 before the run.
+    probe = subprocess.run(["sbatch", "--parsable", "--wrap", "true",
+                            "--output", "/dev/null"], capture_output=True,
+                           text=True, env=_env(), check=True)
+    last = int(probe.stdout.strip().split(";")[0])
+    taken = [slurmnode.port_of(last + k) + 3 for k in (1, 2, 3)]
+    holder = subprocess.Popen(
+        ["ip", "netns", "exec", "n1", sys.executable, "-c",
+         "import socket, sys, time\n"
+         "held = []\n"
+         "for port in sys.argv[1:]:\n"
+         "    s = socket.socket(); s.bind(('0.0.0.0', int(port)))\n"
+         "    s.listen(); held.append(s)\n"
+         "print('held', flush=True); time.sleep(600)",
+         *map(str, taken)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        out = _converge(tmp_path, "--framework", "pytorch", "--workers",
+                        "2", "--nodes", "2", "--epochs", "2",
+                        "--executor", "slurm", "--timeout", "120",
+                        timeout=300)
+    finally:
+        holder.kill()
+        holder.wait()
+    run_dir, result = _result(tmp_path, "pytorch-fcn-r-w2-n2")
+    assert result["status"] == "error", out.stdout
+    assert result["error"]["type"] == "PortTaken"
+    port = result["slurm"]["cluster"]["port"]
+    assert port + 3 in taken
+    assert result["error"]["message"].startswith(
+        f"port {port + 3} on node n1 (10.213.0.11) is taken by another "
+        f"process; the job's rendezvous uses ports {port}-{port + 9}")
+    assert result["slurm"]["nodes"][0]["status"] == "error"
+    assert "pytorch-fcn-r-w2-n2: error" in out.stdout
