@@ -155,8 +155,10 @@ def _block(conv, data, per_epoch, total_threads, plan, usable):
         "nodes": conv["nodes"],
         "workers_per_node": plan["workers_per_node"],
         "mechanism": None,
+        # Workers on one node share its cores (on several, each node's).
         "parallel_note": CPU_NOTE.format(usable)
-        if conv["device"] == "cpu" and conv["workers"] > 1 else None,
+        if conv["device"] == "cpu" and plan["workers_per_node"] > 1
+        else None,
         "data": data.info, "normalisation": _normalisation(data.dataset.kind),
         "iterations_per_epoch": per_epoch,
         "threads_total": total_threads,

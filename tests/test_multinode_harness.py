@@ -364,6 +364,33 @@ def test_a_taken_coordinator_port_is_a_clear_error(framework, root, mnist,
     assert "in use" in result["error"]["message"]
 
 
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
+                                           framework_python, schema):
+    """Node 1 SIGKILLed while both train: node 0's collective fails (the
+    connection closes) and its part ends `error` within seconds. JAX and
+    MXNet block instead until the job's time limit (docs/multinode.md)."""
+    python = framework_python(framework)
+    conv = dict(conv_spec(framework, mnist, 2, 2), epochs=40)
+    port = free_port()
+    outs = [tmp_path / "node{}.json".format(r) for r in range(2)]
+    nodes = [start_node(python, root, conv,
+                        cluster_object(2, r, port, FAULT_TIMEOUT_S), out)
+             for r, out in enumerate(outs)]
+    time.sleep(20)  # start-up and rendezvous; 40 epochs run far longer
+    nodes[1].kill()
+    killed = time.monotonic()
+    status, err = finish(nodes[0], FAULT_TIMEOUT_S + 60)
+    took = time.monotonic() - killed
+    finish(nodes[1], 30)
+    assert status == 0, err
+    result = json.loads(outs[0].read_text())
+    jsonschema.validate(result, schema)
+    print("{}: node 0 ended {:.1f} s after node 1's SIGKILL: {}".format(
+        framework, took, result["error"]["message"].splitlines()[0]))
+    assert result["status"] == "error"
+    assert took < FAULT_TIMEOUT_S + 30
+
 def test_nodes_without_a_cluster_exit_2_in_one_line(root, mnist, tmp_path,
                                                      framework_python):
     out = tmp_path / "node0.json"

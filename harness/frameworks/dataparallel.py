@@ -226,7 +226,7 @@ def run_child(command, env, what, on_start=None):
     (status or signal: frameworks that abort on a lost peer) is a
     RuntimeError naming `what` and the child's most telling line.
     on_start(process), when given, sees the process once it runs."""
-    tail = collections.deque(maxlen=40)
+    tail = collections.deque(maxlen=200)
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
                                start_new_session=True,
@@ -246,7 +246,7 @@ def run_child(command, env, what, on_start=None):
     if status != 0:
         ended = "exited with status {}".format(status) if status > 0 else \
             "was killed by signal {}".format(_signal_name(-status))
-        raise RuntimeError("{} {}: {}".format(what, ended, _telling(tail)))
+        raise RuntimeError("{} {}: {}".format(what, ended, telling(tail)))
 
 
 def _pump(stream, tail):
@@ -257,13 +257,23 @@ def _pump(stream, tail):
     stream.close()
 
 
-def _telling(lines):
-    """A fatal log line first, then the last error, then the last line."""
+# "RuntimeError: ...", "torch.distributed.DistStoreError: ...".
+# An exception with a message: torchrun's closing ChildFailedError has none
+# (the worker's own error came before it).
+_EXCEPTION = re.compile(r"\b[A-Z]\w*(Error|Exception)\b: *\S")
+
+
+def telling(lines):
+    """The line of a failed worker's log that says most: a fatal log line,
+    else the last exception, else the last line naming an error (not a
+    link to a page about errors), else the last line."""
     lines = [l.strip() for l in lines if l.strip()]
     fatal = [l for l in lines if l.startswith("F") and _LOG_PREFIX.match(l)]
-    errors = [l for l in lines if "Error" in l or "error" in l or
-              "Failed" in l]
-    line = (fatal or errors[-1:] or lines[-1:] or ["no output"])[0]
+    raised = [l for l in lines if _EXCEPTION.search(l)]
+    errors = [l for l in lines if ("Error" in l or "error" in l or
+                                   "Failed" in l) and "http" not in l]
+    line = (fatal or raised[-1:] or errors[-1:] or lines[-1:] or
+            ["no output"])[0]
     return _LOG_PREFIX.sub("", line)
 
 

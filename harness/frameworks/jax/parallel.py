@@ -224,6 +224,13 @@ def _initializer(plan):
                 coordinator_address=coordinator,
                 num_processes=cluster["nodes"],
                 process_id=cluster["node_rank"],
+                # Given, so that JAX's Slurm detection (SLURM_* are in the
+                # environment) does not narrow a node to the GPU of
+                # SLURM_LOCALID: this node's workers are its devices.
+                local_device_ids=list(range(plan["workers_per_node"])),
+                # The cluster's address, not JAX's default [::], which
+                # needs IPv6.
+                coordinator_bind_address=coordinator,
                 initialization_timeout=timeout,
                 heartbeat_timeout_seconds=timeout)
         except Exception as exc:  # XlaRuntimeError and kin: one line

@@ -122,7 +122,9 @@ def _torchrun(command, env, cluster, device, rendezvous):
     # (the store's default address is the hostname, and hangs there).
     if cluster is None:
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    tail = collections.deque(maxlen=20)
+    # torchrun's own report of a failed worker runs to dozens of lines
+    # after the worker's error.
+    tail = collections.deque(maxlen=200)
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
                                start_new_session=True,
@@ -143,10 +145,7 @@ def _torchrun(command, env, cluster, device, rendezvous):
         # A worker's device OOM is named first, so that the run's status
         # (harness.lifecycle) can tell it from a crash.
         reason = next((l for l in lines if device_out_of_memory(l)),
-                      None) or \
-            next((l for l in reversed(lines)
-                  if "Error" in l or "error" in l), None) or \
-            (lines[-1] if lines else "no output")
+                      None) or dataparallel.telling(lines)
         raise RuntimeError("torchrun{} exited with status {}: {}".format(
             " ({})".format(rendezvous) if rendezvous else "", status,
             reason.strip()))

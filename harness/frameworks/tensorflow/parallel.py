@@ -77,6 +77,7 @@ class _Trainer(dataparallel.Trainer):
         tf = backend._tf()
         self.tf = tf
         nodes = plan.get("nodes", 1)
+        self.cluster = plan.get("cluster") if nodes > 1 else None
         devices = _devices(tf, plan["device"], self.workers, nodes)
         backend.configure(plan["threads"], plan["device"], plan["seed"])
         # Before the first op: the multi-worker strategy starts the runtime.
@@ -148,7 +149,18 @@ class _Trainer(dataparallel.Trainer):
             part(xs))
         labels = self.strategy.experimental_distribute_values_from_function(
             part(ys))
-        loss = self._step(inputs, labels)
+        try:
+            loss = self._step(inputs, labels)
+        except tf.errors.UnavailableError as exc:
+            if self.cluster is None:
+                raise
+            # Its text is "Graph execution error:" and a node name.
+            raise RuntimeError(
+                "a TensorFlow collective across nodes failed: a peer is "
+                "unavailable (lost or unreachable; coordination service at "
+                "{}:{}): {}".format(self.cluster["coordinator"],
+                                    self.cluster["port"],
+                                    type(exc).__name__))
         self._sync()
         return float(loss.numpy())
 
