@@ -198,16 +198,27 @@ def states(array_ids):
     knows: sacct where accounting is on, else `scontrol show job`. An
     array sacct does not know yet (slurmctld hands new jobs to slurmdbd a
     moment after sbatch returns) is asked of scontrol, so that a task just
-    submitted is never taken for one gone."""
+    submitted is never taken for one gone; so is a task sacct says has
+    ended, in case slurmctld is still completing it."""
     if not array_ids:
         return {}
     found = _sacct(array_ids)
     if found is None:
         found = {}
     known = {array_id for array_id, _ in found}
+    ended = {array_id for (array_id, _), task in found.items()
+             if task.state not in ACTIVE}
     for array_id in array_ids:
         if array_id not in known:
             found.update(_scontrol(array_id))
+        elif array_id in ended and shutil.which("scontrol"):
+            # sacct records a task's end as soon as slurmctld signals it;
+            # slurmctld keeps it COMPLETING until its processes are gone
+            # (the harness writing what it measured, within KillWait).
+            # Until then the task is not over.
+            for key, task in _scontrol(array_id).items():
+                if key in found and task.state in ACTIVE:
+                    found[key] = task
     return found
 
 
