@@ -9,7 +9,9 @@ real harness.throughput, one second per iteration: for timeouts and SIGTERM), st
 itself, as the OOM killer would), invalid (writes a file that breaks the
 schema), torn-clocks (ok, but leaves a torn GPU clock-state file),
 ok-kill-parent (ok, then SIGKILL the sweep), fill-disk (fills the results'
-filesystem, exits 1 without a result).
+filesystem, exits 1 without a result), hog (allocates memory until the
+kernel kills it, as a cell bigger than its memory limit does; gives up with
+exit 4 at 4 GiB, so that a machine without a limit is not starved).
 """
 import json
 import os
@@ -75,6 +77,13 @@ def main(mode, spec_path, out):
         frameworks.load = lambda name, part="backend": Backend(script)
         throughput.run_cell(spec, out, clock=script.clock)
         return 0
+    if mode == "hog":
+        held = []
+        for _ in range(4 * 1024 // 16):
+            held.append(b"\1" * (16 << 20))  # 16 MiB, every page touched
+            time.sleep(0.01)
+        sys.stderr.write("hog: 4 GiB and still alive: no memory limit\n")
+        return 4
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(3600)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro.run import runfolder
+from dlrepro.errors import UserError
+from dlrepro.run import runfolder, slurm
 from dockerenv import (BASE_OVERRIDES, PREFIX,  # noqa: F401 (fixtures)
                        cpu_images, docker_client, test_base)
 
@@ -43,10 +44,39 @@ def _cluster_or_skip():
                               capture_output=True, timeout=30)
         states = proc.stdout.split()
         if proc.returncode != 0 or not any(
-                s.rstrip("*") in ("idle", "mixed", "allocated")
+                s.rstrip("*") in ("idle", "mixed", "allocated",
+                                  "completing")
                 for s in states):
             reason = (f"no Slurm node up (sinfo: "
                       f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
+    if reason is None:
+        return
+    reason += "; run .ci/slurm.sh"
+    if os.environ.get("DLREPRO_REQUIRE_SLURM"):
+        pytest.fail(f"DLREPRO_REQUIRE_SLURM is set but {reason}")
+    pytest.skip(reason)
+
+
+def _accounting_or_skip():
+    """The test cluster's accounting (slurmdbd: sacct, accounts and QOS
+    enforced) and its preempting partition `high`, as .ci/slurm.sh sets
+    them up; a cluster without them skips (fails in CI)."""
+    config = subprocess.run(["scontrol", "show", "config"], text=True,
+                            capture_output=True, timeout=30).stdout
+    said = dict(line.split("=", 1) for line in
+                (" ".join(l.split()) for l in config.splitlines())
+                if " = " in line)
+    said = {k.strip(): v.strip() for k, v in said.items()}
+    partitions = subprocess.run(["sinfo", "-h", "-o", "%R"], text=True,
+                                capture_output=True, timeout=30).stdout
+    reason = None
+    if said.get("AccountingStorageType") != "accounting_storage/slurmdbd":
+        reason = "no Slurm accounting (AccountingStorageType " \
+                 f"{said.get('AccountingStorageType')})"
+    elif "qos" not in said.get("AccountingStorageEnforce", ""):
+        reason = "Slurm does not enforce accounts and QOS"
+    elif "high" not in partitions.split():
+        reason = "no preempting partition `high`"
     if reason is None:
         return
     reason += "; run .ci/slurm.sh"
@@ -283,6 +313,9 @@ def test_scancel_of_a_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     assert task in cancelled["error"]["message"]
     assert cancelled["timing"]["completed_iterations"] >= 1
     assert result(out, "fcn5")["status"] == "ok"
+    if record(out)["jobs"][1]["slurm"].get("source") == "sacct":
+        # sacct says by whom; scontrol only CANCELLED.
+        assert "CANCELLED by " in cancelled["error"]["message"]
     # --resume runs only the cancelled cell again, as a new array.
     resumed = invoke(*fake(out, "fcn5", "fcn8", iterations=60,
                            extra=["--resume"]))
@@ -450,8 +483,14 @@ def _one_line_error(proc):
     (["--constraint", "nosuchfeature"], "Slurm rejects the job"),
     # extra sbatch arguments from a config file reach sbatch
     (["--slurm-config", "{config}"], "unrecognized option"),
+    # refused by the accounting's associations (AccountingStorageEnforce)
+    (["--account", "nosuch"], "{refusal} Invalid account"),
+    (["--qos", "nosuch"], "{refusal} Invalid qos"),
 ])
 def test_what_slurm_rejects(tmp_path, extra, says):
+    if "--account" in extra or "--qos" in extra:
+        _accounting_or_skip()
+    says = says.format(refusal="Slurm rejects the job: allocation failure:")
     config = tmp_path.parent / f"{tmp_path.name}.toml"
     config.write_text('sbatch = ["--no-such-sbatch-option"]\n')
     before = _queued()
@@ -499,3 +538,87 @@ def test_bad_slurm_flags(tmp_path, extra, says):
             str(tmp_path)] + extra
     assert says in _one_line_error(invoke(*args))
     assert not any(tmp_path.iterdir())
+
+
+# --- with accounting: sacct, preemption, memory -------------------------------
+
+def test_states_come_from_sacct(tmp_path, monkeypatch):
+    """With accounting on, the executor's states() asks sacct: a finished
+    task's state comes back with sacct alone on PATH (no scontrol to fall
+    back on), and Slurm recorded the account and QOS the run asked for."""
+    _accounting_or_skip()
+    out = tmp_path / "r"
+    done = invoke(*fake(out, "fcn5", extra=["--account", "dlrepro",
+                                             "--qos", "normal"]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    rec = record(out)
+    assert {"--account=dlrepro", "--qos=normal"} <= set(
+        rec["slurm"]["arrays"][0]["sbatch"])
+    [entry] = rec["jobs"]
+    assert entry["status"] == "ok", entry["message"]
+    array = entry["slurm"]["array_job_id"]
+    sacct = shutil.which("sacct")
+    only = tmp_path / "bin"
+    only.mkdir()
+    (only / "sacct").symlink_to(sacct)
+    monkeypatch.setenv("PATH", str(only))
+
+    def from_sacct():
+        try:
+            return slurm.states([array]).get((array, 0))
+        except UserError:  # sacct does not know it yet, and no scontrol
+            return None
+    # slurmdbd records a job a few seconds after slurmctld has it.
+    task = wait_for(from_sacct, 60)
+    assert task.state == "COMPLETED" and task.source == "sacct"
+    assert task.node == socket.gethostname().split(".")[0]
+    said = subprocess.run([sacct, "-n", "-P", "-X", "-j", f"{array}_0", "-o",
+                           "Account,QOS"], capture_output=True, text=True)
+    assert said.stdout.split() == ["dlrepro|normal"], said
+
+
+def test_a_preempted_task_ends_its_cell_keeping_what_was_measured(tmp_path):
+    """A job in partition `high` that needs the node's CPUs preempts the
+    sweep's task in `debug` (PreemptMode=CANCEL): SIGTERM, the harness
+    writes what it measured, the cell ends Preempted."""
+    _accounting_or_skip()
+    out = tmp_path / "r"
+    proc = start(*fake(out, "fcn8", iterations=60), modes="fcn8=slow")
+    task = wait_for(lambda: running(out, "fcn8"))
+    time.sleep(10)  # some iterations measured (1 s each, after start-up)
+    cpus, _ = slurm.largest_node("high")
+    urgent = tmp_path / "urgent.sh"
+    urgent.write_text("#!/bin/sh\nsleep 1\n")
+    urgent_id = subprocess.run(
+        ["sbatch", "--parsable", "--partition=high",
+         f"--cpus-per-task={cpus}", "--mem=100M", f"--chdir={tmp_path}",
+         f"--output={tmp_path}/urgent.out", str(urgent)],
+        check=True, capture_output=True, text=True).stdout.strip()
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    # The urgent job ran (and is over: the next test gets the node).
+    wait_for(lambda: task_state(urgent_id) == "COMPLETED", 120)
+    preempted = result(out, "fcn8")
+    assert preempted["status"] == "error", preempted["error"]
+    assert preempted["error"]["type"] == "Preempted", preempted["error"]
+    assert "PREEMPTED" in preempted["error"]["message"]
+    assert task in preempted["error"]["message"]
+    assert preempted["timing"]["completed_iterations"] >= 1
+    assert record(out)["jobs"][0]["slurm"]["state"] == "PREEMPTED"
+
+
+def test_a_cell_over_its_mem_is_oom(tmp_path):
+    """A cell that cannot fit its --mem: task/cgroup holds the task to it,
+    the kernel kills the harness, Slurm says OUT_OF_MEMORY; the cell is
+    `oom` (not retried by --resume) and says both."""
+    _accounting_or_skip()
+    out = tmp_path / "r"
+    done = invoke(*fake(out, "fcn8", extra=["--mem", "400M"]),
+                  modes="fcn8=hog")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--mem=400M" in record(out)["slurm"]["arrays"][0]["sbatch"]
+    got = result(out, "fcn8")
+    assert got["status"] == "oom", got["error"]
+    assert got["error"]["type"] == "OutOfMemory"
+    assert "OUT_OF_MEMORY" in got["error"]["message"]
+    assert record(out)["jobs"][0]["slurm"]["state"] == "OUT_OF_MEMORY"

@@ -6,10 +6,11 @@ one submission file per array (the jobs and the runtime, for the node
 side: dlrepro.run.slurmtask), checks every array with `sbatch --test-only`
 (a partition or account Slurm rejects fails before anything is queued),
 then queues them. Waiting polls Slurm (sacct, or `scontrol show job` where
-accounting is off) and ends each job when its task ends: the result file
-the task wrote on the shared filesystem, or, for a task Slurm cancelled,
-timed out, preempted or lost with its node, a result whose status and
-reason come from Slurm, keeping whatever the harness measured first.
+accounting is off or sacct does not know a new array yet) and ends each
+job when its task ends: the result file the task wrote on the shared
+filesystem, or, for a task Slurm cancelled, timed out, preempted, killed
+over its memory or lost with its node, a result whose status and reason
+come from Slurm, keeping whatever the harness measured first.
 
 Only the submitting process writes run.json (tasks write their own result
 files), so a run can be left queued (--no-wait, or a killed submitter) and
@@ -188,18 +189,35 @@ class TaskState(NamedTuple):
     node: Optional[str] = None
     exit_code: Optional[str] = None
     detail: Optional[str] = None    # Slurm's state as written ("CANCELLED by 0")
+    source: Optional[str] = None    # who said so: "sacct" or "scontrol"
 
 
 def states(array_ids):
     """{(array job id, task index): TaskState} for the tasks Slurm still
-    knows: sacct where accounting is on, else `scontrol show job`."""
+    knows: sacct where accounting is on, else `scontrol show job`. An
+    array sacct does not know yet (slurmctld hands new jobs to slurmdbd a
+    moment after sbatch returns) is asked of scontrol, so that a task just
+    submitted is never taken for one gone; so is a task sacct says has
+    ended, in case slurmctld is still completing it."""
     if not array_ids:
         return {}
     found = _sacct(array_ids)
     if found is None:
         found = {}
-        for array_id in array_ids:
+    known = {array_id for array_id, _ in found}
+    ended = {array_id for (array_id, _), task in found.items()
+             if task.state not in ACTIVE}
+    for array_id in array_ids:
+        if array_id not in known:
             found.update(_scontrol(array_id))
+        elif array_id in ended and shutil.which("scontrol"):
+            # sacct records a task's end as soon as slurmctld signals it;
+            # slurmctld keeps it COMPLETING until its processes are gone
+            # (the harness writing what it measured, within KillWait).
+            # Until then the task is not over.
+            for key, task in _scontrol(array_id).items():
+                if key in found and task.state in ACTIVE:
+                    found[key] = task
     return found
 
 
@@ -217,8 +235,10 @@ def _sacct(array_ids):
         if len(fields) < 5 or "_" not in fields[0]:
             continue
         array_id, tasks = fields[0].split("_", 1)
-        state = TaskState(fields[1].split()[0], fields[2] or None,
-                          fields[3] or None, fields[4] or None, fields[1])
+        # sacct's NodeList of a task not started yet: "None assigned".
+        node = None if fields[3] in ("", "None assigned") else fields[3]
+        state = TaskState(fields[1].split()[0], fields[2] or None, node,
+                          fields[4] or None, fields[1], "sacct")
         for index in task_ids(tasks):
             found[(array_id, index)] = state
     return found
@@ -238,7 +258,8 @@ def _scontrol(array_id):
         state = TaskState(fields.get("JobState", "UNKNOWN"),
                           fields.get("Reason"),
                           None if node in (None, "(null)") else node,
-                          fields.get("ExitCode"), fields.get("JobState"))
+                          fields.get("ExitCode"), fields.get("JobState"),
+                          "scontrol")
         for index in task_ids(fields["ArrayTaskId"]):
             found[(array_id, index)] = state
     return found
@@ -580,7 +601,8 @@ class SlurmExecutor:
                                                            task.node):
                         changed = True
                     block.update(state=task.state, reason=task.reason,
-                                 node=task.node or block["node"])
+                                 node=task.node or block["node"],
+                                 source=task.source)
                 if state == "RUNNING" and job_id not in seen_running:
                     seen_running.add(job_id)
                     entry["status"] = "running"
@@ -645,19 +667,29 @@ def finish(job, run_dir, task, block):
         time.sleep(1)
         result, problem = runfolder.read_result(path)
     state = task.state if task else None
-    if result is not None and result["status"] in runfolder.DONE_STATUSES:
-        return result
-    if result is not None and state in (None, "COMPLETED"):
-        return result  # the task ran to its end: its own error or timeout
-    status, error_type, what = ENDINGS.get(
-        state, ("error", "NoResult", "the task is gone from Slurm"))
     detail = [f"Slurm state {task.detail or state}" if task else
               "no longer known to Slurm"]
     if task and task.reason and task.reason not in ("None", "(null)"):
         detail.append(f"reason {task.reason}")
     if task and task.node:
         detail.append(f"node {task.node}")
-    message = (f"{what} ({', '.join(detail)}; task {block['job_id']})")
+    said = f"{', '.join(detail)}; task {block['job_id']}"
+    if result is not None and result["status"] == "oom" and \
+            state == "OUT_OF_MEMORY":
+        # The task saw its harness OOM-killed; Slurm says why: the task
+        # went over its memory (--mem, or the partition's default).
+        result["error"]["message"] += f"; Slurm: the task went over its " \
+                                      f"memory limit ({said})"
+        result.setdefault("slurm", dict(block))
+        resultfile.write_atomic(str(path), result)
+        return result
+    if result is not None and result["status"] in runfolder.DONE_STATUSES:
+        return result
+    if result is not None and state in (None, "COMPLETED"):
+        return result  # the task ran to its end: its own error or timeout
+    status, error_type, what = ENDINGS.get(
+        state, ("error", "NoResult", "the task is gone from Slurm"))
+    message = f"{what} ({said})"
     if result is None:
         if path.exists():
             kept = path.with_suffix(".invalid.json")
