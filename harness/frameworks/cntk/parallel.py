@@ -146,7 +146,10 @@ def _worker(plan, out_path):
     data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
     try:
-        curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+        curves = dataparallel.run_epochs(
+            trainer, plan, data.train.count,
+            progress=dataparallel.worker_progress(out_path, plan,
+                                                  trainer.rank == 0))
         if trainer.rank == 0:
             dataparallel.write_curves(out_path, curves, trainer, plan)
     finally:

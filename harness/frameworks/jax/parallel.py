@@ -266,7 +266,9 @@ def _worker(plan, out_path):
     """One node's JAX process (under train() only)."""
     data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
-    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+    curves = dataparallel.run_epochs(
+        trainer, plan, data.train.count,
+        progress=dataparallel.worker_progress(out_path, plan))
     dataparallel.write_curves(out_path, curves, trainer, plan)
 
 
