@@ -220,6 +220,14 @@ def _initializer(plan):
         if plan["device"] == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         try:
+            # Its preemption notifier takes SIGTERM over: the node's
+            # process would then train on when stopped (or orphaned: its
+            # parent's death is a SIGTERM) instead of writing the curves
+            # so far and ending (dataparallel.worker_main).
+            jax.config.update("jax_enable_preemption_service", False)
+        except (AttributeError, KeyError, ValueError):
+            pass
+        try:
             jax.distributed.initialize(
                 coordinator_address=coordinator,
                 num_processes=cluster["nodes"],
