@@ -399,6 +399,15 @@ def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
         framework, took, result["error"]["message"].splitlines()[0]))
     assert result["status"] == "error"
     assert took < FAULT_TIMEOUT_S + 30
+    # What node 0 measured until then stays (TensorFlow's curves live in
+    # the convergence process: the failed step's exception carries them).
+    block = result["convergence"]
+    print("{}: kept {} epochs, {} iterations".format(
+        framework, len(block["per_epoch"]), block["completed_iterations"]))
+    assert block["partial"] is True
+    assert block["completed_iterations"] > 0
+    assert len(block["curve"]["loss"]) == \
+        len(block["per_epoch"]) * (TRAIN // BATCH)
 
 def _node_curves(log, limit_s=120):
     """A node's curves file as its workers write it (the launch line of
