@@ -422,14 +422,15 @@ def _node_curves(log, limit_s=120):
     raise AssertionError("no launch line: " + log.read_text())
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "jax"])
+@pytest.mark.parametrize("framework", ["pytorch", "jax", "mxnet"])
 def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
         framework, root, mnist, tmp_path, framework_python, schema):
     """Node 1 SIGKILLed as soon as node 0's workers have written epoch 1:
     node 0's result keeps epoch 1's curve (its workers wrote it as it
     grew), status error. PyTorch's node 0 fails by itself (gloo: the peer
-    reset the connection); JAX's blocks on the lost peer, so node 0 is
-    then stopped with SIGTERM, as srun stops a step whose node failed."""
+    reset the connection); JAX's and MXNet's block on the lost peer, so
+    node 0 is then stopped with SIGTERM, as srun stops a step whose node
+    failed."""
     python = framework_python(framework)
     conv = dict(conv_spec(framework, mnist, 2, 2), epochs=4)
     per_epoch = TRAIN // BATCH
