@@ -130,7 +130,11 @@ class Progress(object):
         self.failed = False
 
     def due(self, now):
-        return self.mid_epoch and now - self.last >= self.every_s
+        if not self.mid_epoch:
+            return False
+        if self.last is None:
+            self.last = now
+        return now - self.last >= self.every_s
 
     def write(self, snapshot, now=None):
         if now is not None:
