@@ -572,12 +572,15 @@ def _launched_curves(log_path, limit_s=300):
     raise AssertionError("no launch line: " + log_path.read_text())
 
 
+@pytest.mark.parametrize("framework, loss_of", [("pytorch", "part"),
+                                                ("cntk", "global")])
 def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
-        root, tmp_path, framework_python, schema):
-    """One node, 2 PyTorch workers under torchrun, SIGTERM (the host's
-    timeout, Slurm's cancel) once epoch 1 is done: the result keeps epoch
-    1's curve, the iterations measured since, and says it is partial."""
-    spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=32, epochs=3,
+        framework, loss_of, root, tmp_path, framework_python, schema):
+    """One node, 2 workers under a launcher (PyTorch: torchrun; CNTK:
+    mpirun, in its image), SIGTERM (the host's timeout, Slurm's cancel)
+    once epoch 1 is done: the result keeps epoch 1's curve, the iterations
+    measured since, and says it is partial."""
+    spec = _plan([framework], ["fcn-r"], [2], global_batch=32, epochs=3,
                  threads=2, synthetic=True, train_samples=2048,
                  test_samples=64)[0]
     spec_path = tmp_path / "spec.json"
@@ -585,7 +588,7 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
     log_path, out = tmp_path / "log", tmp_path / "out.json"
     with open(log_path, "w") as log:
         harness = subprocess.Popen(
-            [str(framework_python("pytorch")), "-s", "-m", "harness",
+            [str(framework_python(framework)), "-s", "-m", "harness",
              "converge", "--spec", str(spec_path), "--out", str(out)],
             cwd=root, stdout=log, stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONPATH=str(root)))
@@ -620,21 +623,21 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
         == done * per_epoch
     assert all(math.isfinite(v) for v in block["curve"]["loss"])
     assert block["final_train_loss"] == block["per_epoch"][-1]["train_loss"]
-    # The epoch in progress: rank 0 wrote it when torchrun passed the
-    # SIGTERM on. Global losses are reduced at the epoch's end: rank 0's
-    # part's losses.
+    # The epoch in progress: rank 0 wrote it when the launcher passed the
+    # SIGTERM on. PyTorch reduces the global losses at the epoch's end:
+    # rank 0's part's losses; CNTK's are global at every step.
     current = block["in_progress"]
     assert current and current["epoch"] == done + 1, current
-    assert current["loss_of"] == "part"
+    assert current["loss_of"] == loss_of
     assert 0 < len(current["loss"]) == len(current["seconds"]) < per_epoch
     measured = done * per_epoch + len(current["seconds"])
     assert block["completed_iterations"] == measured
     assert result["timing"]["completed_iterations"] == measured - 1
     assert len(result["timing"]["per_iteration_s"]) == measured - 1
     assert any("cut short" in w for w in result["warnings"])
-    print("terminated after epoch 1: {} epochs, {} iterations measured, "
+    print("{} terminated after epoch 1: {} epochs, {} iterations measured, "
           "epoch in progress: {}".format(
-              done, measured, len(current["seconds"])))
+              framework, done, measured, len(current["seconds"])))
 
 
 def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):

@@ -47,8 +47,15 @@ _MODULE = "harness.frameworks.cntk.parallel"
 
 
 def _mpirun(command, env):
-    status = subprocess.call(command, env=env,
-                             preexec_fn=dataparallel.die_with_parent)
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               preexec_fn=dataparallel.die_with_parent)
+    try:
+        status = process.wait()
+    except BaseException:
+        # SIGTERM from the host's timeout, or Ctrl-C: SIGTERM to mpirun and
+        # its ranks (they write the curves so far), SIGKILL after 10 s.
+        dataparallel.stop(process)
+        raise
     if status != 0:
         raise RuntimeError("mpirun exited with status {} (see the log)"
                            .format(status))
