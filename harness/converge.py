@@ -19,6 +19,9 @@ result; node 0's is the run's.
 Bad input (a spec that is not valid, data that is missing or does not
 verify) raises HarnessError before anything is written; everything after
 that ends in a result file with a status (harness.lifecycle), as cells do.
+A training cut short (a lost peer, a failed launcher, SIGTERM) keeps the
+curves measured until then (the exception's `partial_curves`:
+dataparallel.run_epochs, launch) with `convergence.partial` true.
 """
 import sys
 
