@@ -110,8 +110,8 @@ PROGRESS_EVERY_S = 5.0
 
 
 class Progress(object):
-    """The curves as they grow, for a run cut short (docs/multinode.md,
-    "nothing measured is lost").
+    """The curves as they grow, for a run cut short (docs/convergence.md,
+    "A run cut short keeps what it measured").
 
     run_epochs() calls write() at every epoch's end (after evaluation,
     before the next epoch's clock starts) and, where `mid_epoch`, between
