@@ -19,6 +19,9 @@ result; node 0's is the run's.
 Bad input (a spec that is not valid, data that is missing or does not
 verify) raises HarnessError before anything is written; everything after
 that ends in a result file with a status (harness.lifecycle), as cells do.
+A training cut short (a lost peer, a failed launcher, SIGTERM) keeps the
+curves measured until then (the exception's `partial_curves`:
+dataparallel.run_epochs, launch) with `convergence.partial` true.
 """
 import sys
 
@@ -83,7 +86,7 @@ def run_convergence(spec, out_path, log=_log):
     block = _block(conv, data, per_epoch, total_threads, plan, usable)
     block["cluster"] = _cluster_block(module, conv, cluster)
     result["convergence"] = block
-    trained = []
+    trained, cut = [], []
 
     def body():
         env["gpus"] = gpus.open()
@@ -102,7 +105,15 @@ def run_convergence(spec, out_path, log=_log):
             conv["device"], data.info["label"], conv["epochs"], per_epoch,
             "" if cluster is None else ", node {} of {} ({} workers "
             "here)".format(cluster["node_rank"], conv["nodes"], per_node)))
-        curves = module.train(plan, data, log)
+        try:
+            curves = module.train(plan, data, log)
+        except BaseException as exc:
+            # A launcher that failed, a lost peer, SIGTERM: the curves
+            # measured so far (dataparallel.run_epochs, launch).
+            partial = getattr(exc, "partial_curves", None)
+            if isinstance(partial, dict):
+                cut.append(partial)
+            raise
         trained.append(curves)
         _record_framework(result, curves, conv, plan, network)
         lifecycle.set_outcome(result, curves.get("diverged_at"))
@@ -113,6 +124,8 @@ def run_convergence(spec, out_path, log=_log):
     def finish(result):
         if trained:
             _fill(result, trained[0], conv)
+        elif cut:
+            _fill(result, cut[0], conv)
 
     return lifecycle.run(result, out_path, body, is_out_of_memory,
                          gpus.close, finish)
@@ -166,6 +179,10 @@ def _block(conv, data, per_epoch, total_threads, plan, usable):
         "curve": {"loss": [], "seconds": []},
         "per_epoch": [],
         "diverged_at": None,
+        # Set from the curves: whether the training was cut short.
+        "partial": None,
+        "completed_iterations": 0,
+        "in_progress": None,
     }
     block.update(figures.run_figures([], None, conv["target_loss"]))
     return block
@@ -222,12 +239,22 @@ def _record_framework(result, curves, conv, plan, network):
 
 
 def _fill(result, curves, conv):
-    """Timing, loss and convergence blocks from the curves."""
+    """Timing, loss and convergence blocks from the curves: the finished
+    ones, or those of a training cut short (curves["finished"] False:
+    dataparallel.snapshot), whose curve holds the completed epochs, whose
+    `in_progress` the epoch cut short and whose timing every iteration
+    measured."""
     seconds, losses = curves["iteration_s"], curves["iteration_loss"]
     block = result["convergence"]
     block["curve"] = {"loss": losses, "seconds": seconds}
     block["per_epoch"] = curves["epochs"]
     block["diverged_at"] = curves.get("diverged_at")
+    current = curves.get("in_progress")
+    block["partial"] = curves.get("finished") is False
+    block["in_progress"] = current
+    if current:
+        seconds = seconds + current["seconds"]
+    block["completed_iterations"] = len(seconds)
     timed = seconds[1:]
     result["timing"] = timing_block(_Series(seconds, losses), result["cell"])
     result["loss"] = loss_block(_Series(seconds, losses))
@@ -241,8 +268,15 @@ def _fill(result, curves, conv):
         result["warnings"].append(block["parallel_note"])
     block.update(figures.run_figures(curves["epochs"], mean,
                                      conv["target_loss"]))
-    # The cell promised the planned iteration count; a diverged run stops
-    # early and says how far it got in timing.completed_iterations.
+    if block["partial"]:
+        result["warnings"].append(
+            "training was cut short after {} of {} iterations ({} complete "
+            "epochs): the curves hold what was measured until then".format(
+                block["completed_iterations"],
+                block["iterations_per_epoch"] * block["epochs"],
+                len(curves["epochs"])))
+    # The cell promised the planned iteration count; a diverged or cut-short
+    # run stops early and says how far it got in completed_iterations.
 
 
 class _Series(object):

@@ -116,6 +116,105 @@ def test_workers_see_the_global_batches_of_one_worker():
         assert sum((common.shard(batch, r, 4) for r in range(4)), []) == batch
 
 
+class _Clock(object):
+    """A clock that advances only when told: each step takes 1 s, each
+    write of the curves 0.5 s, evaluation 2 s."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+class _PartTrainer(common.Trainer):
+    """Steps return this worker's part's loss (reduced at the epoch's end,
+    as PyTorch does); the step `fail_at` (0-based over the run) raises."""
+
+    def __init__(self, clock, fail_at=None):
+        self.clock, self.fail_at, self.steps = clock, fail_at, 0
+
+    def step(self, batch):
+        if self.steps == self.fail_at:
+            raise RuntimeError("Connection reset by peer")
+        self.steps += 1
+        self.clock.now += 1.0
+        return float(self.steps)
+
+    def global_losses(self, losses):
+        return [v / 10 for v in losses]
+
+    def part_losses(self, losses):
+        return list(losses), "part"
+
+    def evaluate(self):
+        self.clock.now += 2.0
+        return 1.0, 0.5
+
+
+class _SlowProgress(common.Progress):
+    """Records its snapshots; each write takes 0.5 s of the clock."""
+
+    def __init__(self, clock, every_s):
+        super(_SlowProgress, self).__init__("unused", every_s=every_s)
+        self.clock, self.written = clock, []
+
+    def write(self, snapshot, now=None):
+        if now is not None:
+            self.last = now
+        self.clock.now += 0.5
+        self.written.append(json.loads(json.dumps(snapshot)))
+
+
+PLAN = {"workers": 2, "global_batch_size": 2, "epochs": 3, "seed": 1}
+
+
+def test_curves_are_written_as_they_grow_outside_the_timed_iterations():
+    """Every epoch's end and, within an epoch, every `every_s`: the writes
+    take clock time but no iteration's time holds any of it."""
+    clock = _Clock()
+    progress = _SlowProgress(clock, every_s=2.5)
+    curves = common.run_epochs(_PartTrainer(clock), PLAN, 8, clock=clock,
+                               progress=progress)
+    assert curves["iteration_s"] == [1.0] * 12
+    assert [e["train_s"] for e in curves["epochs"]] == [4.0, 4.0, 4.0]
+    ends = [w for w in progress.written if w["in_progress"] is None]
+    assert [len(w["epochs"]) for w in ends] == [1, 2, 3]
+    within = [w["in_progress"] for w in progress.written if w["in_progress"]]
+    assert within[0] == {"epoch": 1, "seconds": [1.0, 1.0, 1.0],
+                         "loss": [1.0, 2.0, 3.0], "loss_of": "part"}
+    assert all(w["loss_of"] == "part" for w in within)
+    assert all(not w["finished"] for w in progress.written)
+
+
+def test_an_exception_carries_the_curves_measured_so_far():
+    """A lost peer in epoch 2: epoch 1 whole, epoch 2's first iteration
+    with its part's loss; the progress file gets the same snapshot."""
+    clock = _Clock()
+    progress = _SlowProgress(clock, every_s=1000)
+    with pytest.raises(RuntimeError) as raised:
+        common.run_epochs(_PartTrainer(clock, fail_at=5), PLAN, 8,
+                          clock=clock, progress=progress)
+    partial = raised.value.partial_curves
+    assert partial["finished"] is False
+    assert partial["iteration_loss"] == [0.1, 0.2, 0.3, 0.4]
+    assert partial["iteration_s"] == [1.0] * 4
+    assert [e["epoch"] for e in partial["epochs"]] == [1]
+    assert partial["in_progress"] == {"epoch": 2, "seconds": [1.0],
+                                      "loss": [5.0], "loss_of": "part"}
+    assert progress.written[-1] == partial
+    # Steps that return the global loss already: "global".
+    with pytest.raises(RuntimeError) as raised:
+        common.run_epochs(_GlobalTrainer(_Clock(), fail_at=6), PLAN, 8,
+                          clock=_Clock())
+    assert raised.value.partial_curves["in_progress"]["loss_of"] == "global"
+
+
+class _GlobalTrainer(_PartTrainer):
+    global_losses = common.Trainer.global_losses
+    part_losses = common.Trainer.part_losses
+
+
 def test_spec_errors_are_clear():
     spec = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
             "device": "cpu", "workers": 4, "global_batch_size": 2,
@@ -443,12 +542,102 @@ def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
     result = results["pytorch-fcn-r-w2"]
     jsonschema.validate(result, schema)
     assert result["status"] == "timeout"
+    print("timed out: {} iterations measured, {} epochs, partial {}".format(
+        result["convergence"]["completed_iterations"],
+        len(result["convergence"]["per_epoch"]),
+        result["convergence"]["partial"]))
+    # What the workers measured before the timeout is kept (the workers
+    # write their curves as they grow; docs/multinode.md).
+    assert result["convergence"]["partial"] is True
+    assert result["convergence"]["completed_iterations"] > 0
+    assert result["timing"]["per_iteration_s"]
     # No worker outlives the run: nothing runs with the run's plan file.
     log = (run_dir / "pytorch-fcn-r-w2.log").read_text()
     plan = log.split("--plan ", 1)[1].split()[0]
     leftovers = subprocess.run(["pgrep", "-f", plan], capture_output=True,
                                text=True)
     assert leftovers.stdout.strip() == ""
+
+
+def _launched_curves(log_path, limit_s=300):
+    """The workers' curves file (`--out CURVES` of the launch line in the
+    harness's log), once the log names it."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        text = log_path.read_text()
+        if "launching: " in text and " --out " in text:
+            return Path(text.split("launching: ", 1)[1].split(
+                " --out ", 1)[1].split()[0])
+        time.sleep(0.1)
+    raise AssertionError("no launch line: " + log_path.read_text())
+
+
+@pytest.mark.parametrize("framework, loss_of", [("pytorch", "part"),
+                                                ("cntk", "global")])
+def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
+        framework, loss_of, root, tmp_path, framework_python, schema):
+    """One node, 2 workers under a launcher (PyTorch: torchrun; CNTK:
+    mpirun, in its image), SIGTERM (the host's timeout, Slurm's cancel)
+    once epoch 1 is done: the result keeps epoch 1's curve, the iterations
+    measured since, and says it is partial."""
+    spec = _plan([framework], ["fcn-r"], [2], global_batch=32, epochs=3,
+                 threads=2, synthetic=True, train_samples=2048,
+                 test_samples=64)[0]
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
+    log_path, out = tmp_path / "log", tmp_path / "out.json"
+    with open(log_path, "w") as log:
+        harness = subprocess.Popen(
+            [str(framework_python(framework)), "-s", "-m", "harness",
+             "converge", "--spec", str(spec_path), "--out", str(out)],
+            cwd=root, stdout=log, stderr=subprocess.STDOUT,
+            env=dict(os.environ, PYTHONPATH=str(root)))
+    try:
+        curves = _launched_curves(log_path)
+        seen = None
+        for _ in range(3000):
+            seen = common.read_partial(curves)
+            if seen and seen["epochs"]:
+                break
+            assert harness.poll() is None, log_path.read_text()
+            time.sleep(0.1)
+        assert seen and len(seen["epochs"]) == 1, seen
+        time.sleep(1.5)  # some iterations of epoch 2 (64 take ~10 s here)
+        harness.send_signal(signal.SIGTERM)
+        status = harness.wait(60)
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+            harness.wait()
+    assert status == 143, log_path.read_text()
+    result = json.loads(out.read_text())
+    jsonschema.validate(result, schema)
+    assert result["status"] == "error"
+    assert result["error"]["type"] == "Terminated"
+    block = result["convergence"]
+    per_epoch = 2048 // 32
+    assert block["partial"] is True
+    assert [e["epoch"] for e in block["per_epoch"]][:1] == [1]
+    done = len(block["per_epoch"])
+    assert len(block["curve"]["loss"]) == len(block["curve"]["seconds"]) \
+        == done * per_epoch
+    assert all(math.isfinite(v) for v in block["curve"]["loss"])
+    assert block["final_train_loss"] == block["per_epoch"][-1]["train_loss"]
+    # The epoch in progress: rank 0 wrote it when the launcher passed the
+    # SIGTERM on. PyTorch reduces the global losses at the epoch's end:
+    # rank 0's part's losses; CNTK's are global at every step.
+    current = block["in_progress"]
+    assert current and current["epoch"] == done + 1, current
+    assert current["loss_of"] == loss_of
+    assert 0 < len(current["loss"]) == len(current["seconds"]) < per_epoch
+    measured = done * per_epoch + len(current["seconds"])
+    assert block["completed_iterations"] == measured
+    assert result["timing"]["completed_iterations"] == measured - 1
+    assert len(result["timing"]["per_iteration_s"]) == measured - 1
+    assert any("cut short" in w for w in result["warnings"])
+    print("{} terminated after epoch 1: {} epochs, {} iterations measured, "
+          "epoch in progress: {}".format(
+              framework, done, measured, len(current["seconds"])))
 
 
 def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):

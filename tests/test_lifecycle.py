@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from harness import converge, frameworks, resultfile, throughput
-from harness.errors import device_out_of_memory
+from harness.errors import Terminated, device_out_of_memory
 from tests.fake_backend import Backend, Script
 
 # What each framework says when the GPU runs out.
@@ -119,7 +119,7 @@ class FailingParallel(object):
         raise self.exc
 
 
-def _converge(monkeypatch, tmp_path, exc):
+def _converge(monkeypatch, tmp_path, exc, epochs=1):
     parts = {"parallel": FailingParallel(exc),
              "backend": frameworks.load("pytorch")}
     monkeypatch.setattr(frameworks, "load",
@@ -130,7 +130,8 @@ def _converge(monkeypatch, tmp_path, exc):
         monkeypatch.delenv(name, raising=False)
     spec = {"convergence": {
         "framework": "pytorch", "profile": "cpu", "network": "fcn-r",
-        "device": "cpu", "workers": 1, "global_batch_size": 8, "epochs": 1,
+        "device": "cpu", "workers": 1, "global_batch_size": 8,
+        "epochs": epochs,
         "seed": 0, "threads": 1, "runtime": "native",
         "clock_policy": "observe", "target_loss": None,
         "data": {"source": "synthetic", "train_samples": 32,
@@ -158,6 +159,50 @@ def test_crash_in_a_convergence_run_is_an_error(monkeypatch, tmp_path, capsys):
     assert r["status"] == "error"
     assert r["error"] == {"type": "ValueError", "message": "bad gradient"}
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_training_cut_short_keeps_its_curves(monkeypatch, tmp_path):
+    """The exception (a lost peer, SIGTERM) carries the curves measured so
+    far (dataparallel.run_epochs / launch): the result keeps them, says
+    they are partial, and stays `error` with the reason. Epochs of 4
+    iterations (32 samples, global batch 8): epoch 1 done, 2 of epoch 2."""
+    epoch = {"epoch": 1, "iterations": 4, "train_loss": 2.0,
+             "test_loss": 1.9, "test_accuracy": 0.25, "train_s": 0.4,
+             "eval_s": 0.1}
+    exc = Terminated("terminated by signal 15")
+    exc.partial_curves = {
+        "iteration_loss": [2.3, 2.1, 1.9, 1.7],
+        "iteration_s": [0.5, 0.1, 0.1, 0.1], "epochs": [epoch],
+        "diverged_at": None, "finished": False,
+        "in_progress": {"epoch": 2, "seconds": [0.1, 0.12],
+                        "loss": [1.8, 1.6], "loss_of": "part"}}
+    r = _converge(monkeypatch, tmp_path, exc, epochs=2)
+    assert r["status"] == "error"
+    assert r["error"] == {"type": "Terminated",
+                          "message": "terminated by signal 15"}
+    block = r["convergence"]
+    assert block["partial"] is True
+    assert block["curve"] == {"loss": [2.3, 2.1, 1.9, 1.7],
+                              "seconds": [0.5, 0.1, 0.1, 0.1]}
+    assert block["per_epoch"] == [epoch]
+    assert block["final_train_loss"] == 2.0
+    assert block["in_progress"]["loss_of"] == "part"
+    assert block["completed_iterations"] == 6
+    assert r["timing"]["per_iteration_s"] == [0.1, 0.1, 0.1, 0.1, 0.12]
+    assert r["timing"]["completed_iterations"] == 5
+    assert r["loss"]["per_iteration"] == [2.1, 1.9, 1.7]
+    assert "training was cut short after 6 of 8 iterations (1 complete " \
+        "epochs): the curves hold what was measured until then" in \
+        r["warnings"]
+
+
+def test_a_training_that_never_started_has_no_partial_curve(monkeypatch,
+                                                            tmp_path):
+    r = _converge(monkeypatch, tmp_path, ValueError("no rendezvous"))
+    block = r["convergence"]
+    assert (block["partial"], block["completed_iterations"],
+            block["in_progress"], block["curve"]["loss"]) == (None, 0, None,
+                                                              [])
 
 
 def test_the_shared_rule_names_a_device():

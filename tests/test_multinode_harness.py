@@ -5,6 +5,7 @@ with its own cluster object and result (docs/multinode.md)."""
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -18,6 +19,7 @@ from dlrepro.converge import plan as conv_plan
 from harness import frameworks
 from harness import spec as hspec
 from harness.errors import HarnessError
+from harness.frameworks import dataparallel
 
 # The tolerance of tests/test_converge.py and its reasoning: 2 nodes x 1
 # worker see the batches of 1 node x 2 workers, gradients averaged over the
@@ -187,17 +189,24 @@ def conv_spec(framework, mnist, workers, nodes, seed=5):
     return dict(spec, nodes=nodes)
 
 
-def start_node(python, root, conv, cluster, out):
+def start_node(python, root, conv, cluster, out, log=None):
     """One node's `python -m harness converge`, as the Slurm executor
-    starts it on each node."""
+    starts it on each node; its output piped, or to the file `log`."""
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps({"convergence": conv, "container": None,
                                      "cluster": cluster}))
     env = dict(os.environ, PYTHONPATH=str(root))
-    return subprocess.Popen([str(python), "-s", "-m", "harness", "converge",
-                             "--spec", str(spec_path), "--out", str(out)],
-                            cwd=root, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, universal_newlines=True)
+    sink = subprocess.PIPE if log is None else open(str(log), "w")
+    try:
+        return subprocess.Popen([str(python), "-s", "-m", "harness",
+                                 "converge", "--spec", str(spec_path),
+                                 "--out", str(out)],
+                                cwd=root, env=env, stdout=sink,
+                                stderr=subprocess.STDOUT if log else sink,
+                                universal_newlines=True)
+    finally:
+        if log is not None:
+            sink.close()
 
 
 def finish(process, limit):
@@ -390,6 +399,104 @@ def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
         framework, took, result["error"]["message"].splitlines()[0]))
     assert result["status"] == "error"
     assert took < FAULT_TIMEOUT_S + 30
+    # What node 0 measured until then stays (TensorFlow's curves live in
+    # the convergence process: the failed step's exception carries them).
+    block = result["convergence"]
+    print("{}: kept {} epochs, {} iterations".format(
+        framework, len(block["per_epoch"]), block["completed_iterations"]))
+    assert block["partial"] is True
+    assert block["completed_iterations"] > 0
+    assert len(block["curve"]["loss"]) == \
+        len(block["per_epoch"]) * (TRAIN // BATCH)
+
+def _node_curves(log, limit_s=120):
+    """A node's curves file as its workers write it (the launch line of
+    its log names it)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        text = log.read_text()
+        if "launching: " in text and " --out " in text:
+            return text.split("launching: ", 1)[1].split(
+                " --out ", 1)[1].split()[0]
+        time.sleep(0.1)
+    raise AssertionError("no launch line: " + log.read_text())
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "jax", "mxnet"])
+def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
+        framework, root, mnist, tmp_path, framework_python, schema):
+    """Node 1 SIGKILLed as soon as node 0's workers have written epoch 1:
+    node 0's result keeps epoch 1's curve (its workers wrote it as it
+    grew), status error. PyTorch's node 0 fails by itself (gloo: the peer
+    reset the connection); JAX's and MXNet's block on the lost peer, so
+    node 0 is then stopped with SIGTERM, as srun stops a step whose node
+    failed."""
+    python = framework_python(framework)
+    conv = dict(conv_spec(framework, mnist, 2, 2), epochs=4)
+    per_epoch = TRAIN // BATCH
+    port = free_port()
+    outs = [tmp_path / "node{}.json".format(r) for r in range(2)]
+    logs = [tmp_path / "node{}.log".format(r) for r in range(2)]
+    nodes = [start_node(python, root, conv,
+                        cluster_object(2, r, port, FAULT_TIMEOUT_S), out, log)
+             for r, (out, log) in enumerate(zip(outs, logs))]
+    try:
+        curves = _node_curves(logs[0])
+        seen = None
+        for _ in range(1200):
+            seen = dataparallel.read_partial(curves)
+            if seen and seen["epochs"]:
+                break
+            assert nodes[0].poll() is None, logs[0].read_text()
+            time.sleep(0.05)
+        assert seen and seen["epochs"], logs[0].read_text()
+        # The node is lost: its harness and the framework's processes.
+        children = subprocess.run(["pgrep", "-P", str(nodes[1].pid)],
+                                  stdout=subprocess.PIPE,
+                                  universal_newlines=True).stdout.split()
+        nodes[1].kill()
+        for pid in children:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        killed = time.monotonic()
+        if framework != "pytorch":
+            try:
+                nodes[0].wait(5)
+            except subprocess.TimeoutExpired:
+                nodes[0].send_signal(signal.SIGTERM)
+        status, _ = finish(nodes[0], FAULT_TIMEOUT_S + 60)
+        took = time.monotonic() - killed
+        finish(nodes[1], 30)
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+    assert status in (0, 143), logs[0].read_text()
+    result = json.loads(outs[0].read_text())
+    jsonschema.validate(result, schema)
+    block = result["convergence"]
+    message = result["error"]["message"]
+    print("{}: node 0 ended {:.1f} s after node 1's SIGKILL: {}; kept {} "
+          "epochs, {} iterations".format(framework, took, message,
+                                         len(block["per_epoch"]),
+                                         block["completed_iterations"]))
+    assert result["status"] == "error"
+    if framework == "pytorch":
+        # gloo names the peer that went away.
+        assert "Connection reset by peer" in message or "Connection closed" \
+            in message, message
+    assert block["partial"] is True
+    epochs = len(block["per_epoch"])
+    assert 1 <= epochs < 4
+    assert block["per_epoch"][0]["epoch"] == 1
+    assert len(block["curve"]["loss"]) == epochs * per_epoch
+    assert all(math.isfinite(v) for v in block["curve"]["loss"])
+    assert block["completed_iterations"] >= epochs * per_epoch
+    assert result["timing"]["per_iteration_s"]
+
 
 def test_nodes_without_a_cluster_exit_2_in_one_line(root, mnist, tmp_path,
                                                      framework_python):
@@ -406,6 +513,7 @@ def test_nodes_without_a_cluster_exit_2_in_one_line(root, mnist, tmp_path,
 SLURM_CHECK = """
 import json, sys
 from harness.errors import HarnessError
+from harness.frameworks import dataparallel
 from harness.frameworks.tensorflow import parallel
 cluster = json.loads(sys.argv[1])
 try:

@@ -196,11 +196,26 @@ def test_a_node_killed_mid_run_ends_the_job_with_its_reason(tmp_path):
     assert result["error"]["type"] == "NodeFailed"
     assert result["error"]["message"].startswith("node 1 (n2) ended error"), \
         result["error"]
-    # Node 0's own result is the job's (its block, its log, the nodes):
-    # what the harness keeps of a training that ended early. (The workers
-    # hand their curves to the harness only at the end, on one node as on
-    # several, so a run cut short has an empty curve: docs/multinode.md.)
-    assert "curve" in result["convergence"]
+    # Node 0's own result is the job's (its block, its log, the nodes),
+    # with what node 0's workers measured before the loss: they write
+    # their curves as they grow (docs/multinode.md), 12 s of training
+    # at 4 iterations an epoch is several epochs.
+    block = result["convergence"]
+    print("node 0 kept {} epochs, {} iterations measured, in progress: "
+          "{}".format(len(block["per_epoch"]), block["completed_iterations"],
+                      block["in_progress"]))
+    assert block["partial"] is True
+    epochs = len(block["per_epoch"])
+    assert 1 <= epochs < 200
+    assert [e["epoch"] for e in block["per_epoch"]] == list(
+        range(1, epochs + 1))
+    assert len(block["curve"]["loss"]) == len(block["curve"]["seconds"]) \
+        == 4 * epochs
+    assert all(v is not None for v in block["curve"]["loss"])
+    assert block["completed_iterations"] >= 4 * epochs
+    assert len(result["timing"]["per_iteration_s"]) == \
+        block["completed_iterations"] - 1
+    assert block["final_train_loss"] == block["per_epoch"][-1]["train_loss"]
     assert (run_dir / "pytorch-fcn-r-w2-n2.log").read_text()
     assert result["slurm"]["nodes"][0]["status"] == "error"
     nodes = result["slurm"]["nodes"]

@@ -47,8 +47,15 @@ _MODULE = "harness.frameworks.cntk.parallel"
 
 
 def _mpirun(command, env):
-    status = subprocess.call(command, env=env,
-                             preexec_fn=dataparallel.die_with_parent)
+    process = subprocess.Popen(command, env=env, start_new_session=True,
+                               preexec_fn=dataparallel.die_with_parent)
+    try:
+        status = process.wait()
+    except BaseException:
+        # SIGTERM from the host's timeout, or Ctrl-C: SIGTERM to mpirun and
+        # its ranks (they write the curves so far), SIGKILL after 10 s.
+        dataparallel.stop(process)
+        raise
     if status != 0:
         raise RuntimeError("mpirun exited with status {} (see the log)"
                            .format(status))
@@ -146,7 +153,10 @@ def _worker(plan, out_path):
     data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
     try:
-        curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+        curves = dataparallel.run_epochs(
+            trainer, plan, data.train.count,
+            progress=dataparallel.worker_progress(out_path, plan,
+                                                  trainer.rank == 0))
         if trainer.rank == 0:
             dataparallel.write_curves(out_path, curves, trainer, plan)
     finally:

@@ -220,6 +220,14 @@ def _initializer(plan):
         if plan["device"] == "cpu":
             jax.config.update("jax_cpu_collectives_implementation", "gloo")
         try:
+            # Its preemption notifier takes SIGTERM over: the node's
+            # process would then train on when stopped (or orphaned: its
+            # parent's death is a SIGTERM) instead of writing the curves
+            # so far and ending (dataparallel.worker_main).
+            jax.config.update("jax_enable_preemption_service", False)
+        except (AttributeError, KeyError, ValueError):
+            pass
+        try:
             jax.distributed.initialize(
                 coordinator_address=coordinator,
                 num_processes=cluster["nodes"],
@@ -266,7 +274,9 @@ def _worker(plan, out_path):
     """One node's JAX process (under train() only)."""
     data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
-    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+    curves = dataparallel.run_epochs(
+        trainer, plan, data.train.count,
+        progress=dataparallel.worker_progress(out_path, plan))
     dataparallel.write_curves(out_path, curves, trainer, plan)
 
 

@@ -116,6 +116,13 @@ class _Trainer(dataparallel.Trainer):
         return sum(float(l.sum().asscalar()) for l in losses) / \
             self.global_batch
 
+    def part_losses(self, losses):
+        if self.nodes <= 1:
+            return list(losses), "global"
+        # This node's part's sum / global batch: its part's mean is that
+        # times the nodes (equal parts).
+        return [v * self.nodes for v in losses], "part"
+
     def global_losses(self, losses):
         if self.nodes <= 1:
             return losses
@@ -280,7 +287,9 @@ def _worker(plan, out_path):
     """One node's MXNet worker (under train() only)."""
     data = dataparallel.load_data(plan["data"], plan["seed"])
     trainer = _Trainer(plan, data)
-    curves = dataparallel.run_epochs(trainer, plan, data.train.count)
+    curves = dataparallel.run_epochs(
+        trainer, plan, data.train.count,
+        progress=dataparallel.worker_progress(out_path, plan))
     dataparallel.write_curves(out_path, curves, trainer, plan)
 
 

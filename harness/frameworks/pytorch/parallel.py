@@ -249,6 +249,10 @@ class _Trainer(dataparallel.Trainer):
         self.dist.all_reduce(values)
         return [v / self.world for v in values.tolist()]
 
+    def part_losses(self, losses):
+        # Reduced over the workers at the epoch's end only.
+        return list(losses), "part"
+
     def evaluate(self):
         torch = self.torch
         result = torch.zeros(2, dtype=torch.float64, device=self.device)
@@ -294,9 +298,13 @@ def _worker(plan, out_path):
         world = torch.distributed.get_world_size()
         data = dataparallel.load_data(plan["data"], plan["seed"])
         trainer = _Trainer(plan, data, rank, world, device)
-        curves = dataparallel.run_epochs(trainer, plan, data.train.count)
         # Each node's first worker: the losses are global, the same on
-        # every node, and every node writes its result.
+        # every node, and every node writes its result; it writes the curves
+        # as they grow too (those of a run cut short).
+        curves = dataparallel.run_epochs(
+            trainer, plan, data.train.count,
+            progress=dataparallel.worker_progress(out_path, plan,
+                                                  local_rank == 0))
         if local_rank == 0:
             dataparallel.write_curves(out_path, curves, trainer, plan)
     finally:
