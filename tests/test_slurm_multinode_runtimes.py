@@ -17,6 +17,7 @@ in which case they fail. They need root, like the cluster.
 """
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -30,12 +31,12 @@ from runtimeenv import (FRAMEWORK, INVOKE, binary_or_skip, cli_env,
                         converted, docker_image)  # noqa: F401 (a fixture)
 from test_converge import RELATIVE_TOLERANCE, _max_relative
 from test_slurm_multinode import (ADDRESSES, NODES, SLURM_CONF,  # noqa: F401
-                                  cluster)  # (an autouse fixture)
+                                  _node_pids, cluster)  # (autouse fixture)
 
 # The smallest training test_slurm_multinode.py uses: 4 iterations an epoch.
 TINY = ["--framework", FRAMEWORK, "--network", "fcn-r", "--synthetic",
         "--train-samples", "256", "--test-samples", "64",
-        "--global-batch-size", "64", "--workers", "2", "--epochs", "2"]
+        "--global-batch-size", "64", "--workers", "2"]
 NETWORKS = {"podman": "podman --network host",
             "charliecloud": "charliecloud: no network namespace of its own"}
 
@@ -52,12 +53,31 @@ def runtime(request):
     return request.param
 
 
+def _argv(out, runtime, args):
+    return INVOKE + ["converge", "--out", str(out), *TINY, "--runtime",
+                     runtime, *args]
+
+
 def _converge(root, out, runtime, *args, timeout=600):
-    return subprocess.run(INVOKE + ["converge", "--out", str(out), *TINY,
-                                    "--runtime", runtime, *args],
-                          cwd=root, capture_output=True, text=True,
+    return subprocess.run(_argv(out, runtime, args), cwd=root,
+                          capture_output=True, text=True,
                           env=cli_env(SLURM_CONF=SLURM_CONF),
                           timeout=timeout)
+
+
+def _container_harness(node):
+    """The harness inside a container on `node` (not the podman client,
+    whose command line holds the harness's too)."""
+    found = []
+    for pid in _node_pids(node, "harness converge"):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:4] == [docker_runtime.PYTHON_IN_CONTAINER.encode(), b"-s",
+                        b"-m", b"harness"]:
+            found.append(pid)
+    return found
 
 
 def _run_dir(out):
@@ -76,12 +96,12 @@ def _podman_containers(word):
 def test_two_nodes_equal_one_node_two_workers_in_containers(runtime, root,
                                                             tmp_path):
     started = time.monotonic()
-    one = _converge(root, tmp_path / "one", runtime)
+    one = _converge(root, tmp_path / "one", runtime, "--epochs", "2")
     assert one.returncode == 0, one.stdout + one.stderr
     one_s = time.monotonic() - started
     started = time.monotonic()
-    two = _converge(root, tmp_path / "two", runtime, "--nodes", "2",
-                    "--executor", "slurm", "--timeout", "300")
+    two = _converge(root, tmp_path / "two", runtime, "--epochs", "2",
+                    "--nodes", "2", "--executor", "slurm", "--timeout", "300")
     two_s = time.monotonic() - started
     assert two.returncode == 0, two.stdout + two.stderr
     print(f"{runtime}: 1 node x 2 {one_s:.1f} s, 2 nodes x 1 {two_s:.1f} s")
@@ -129,6 +149,59 @@ def test_two_nodes_equal_one_node_two_workers_in_containers(runtime, root,
     if runtime == "podman":
         # Both nodes' containers are gone (named after the run folder).
         assert not _podman_containers(run_dir.name)
+
+
+def test_a_node_killed_in_its_container_ends_the_job_and_leaves_none(
+        root, tmp_path):
+    """Podman: node 1's harness SIGKILLed inside its container. Its part
+    ends error, srun ends node 0's part (whose container podman stops:
+    conmon is not a child of the Slurm step), the job ends NodeFailed with
+    node 1's reason within seconds, and no container is left on either
+    node. (Charliecloud's processes are the step's own, as natively:
+    measured by hand, docs/multinode.md.)"""
+    binary_or_skip("podman")
+    docker_image()
+    proc = subprocess.Popen(
+        _argv(tmp_path, "podman", ["--epochs", "200", "--nodes", "2",
+                                   "--executor", "slurm", "--timeout",
+                                   "240"]),
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=cli_env(SLURM_CONF=SLURM_CONF))
+    started = time.monotonic()
+    try:
+        harness = []
+        while not harness and time.monotonic() - started < 120 and \
+                proc.poll() is None:
+            harness = _container_harness("n2")
+            time.sleep(0.2)
+        assert harness, "n2's harness never started: " + (
+            proc.stdout.read() if proc.poll() is not None else "")
+        # Some iterations on both nodes first (ps-lite is up).
+        time.sleep(8)
+        for pid in harness:
+            os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        output, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"podman: ended {time.monotonic() - killed:.1f} s after the kill")
+    assert time.monotonic() - killed < 60, output
+    run_dir = _run_dir(tmp_path)
+    result = json.loads((run_dir / f"{FRAMEWORK}-fcn-r-w2-n2.json"
+                         ).read_text())
+    assert result["status"] == "error", output
+    assert result["error"]["type"] == "NodeFailed"
+    assert result["error"]["message"].startswith(
+        "node 1 (n2) ended error: the harness was killed by SIGKILL"), \
+        result["error"]
+    assert "the container exited with status 137" in \
+        result["error"]["message"]
+    assert [n["status"] for n in result["slurm"]["nodes"]] == ["error",
+                                                               "error"]
+    assert not _podman_containers(run_dir.name)
+    assert not _node_pids("n1", "harness converge")
+    assert not _node_pids("n2", "harness converge")
 
 
 def test_side_nodes_containers_are_apart_between_runs(tmp_path):
