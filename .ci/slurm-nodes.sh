@@ -129,8 +129,19 @@ ready() {
     done
 }
 
+# Each slurmd sees the host's cgroup mounts (a cluster started by an older
+# version of this script, under `ip netns exec`, does not: it is restarted).
+sees_cgroups() {
+    local node pid
+    grep -q " /sys/fs/cgroup" /proc/self/mountinfo || return 0
+    for node in $NODES; do
+        pid=$(cat "$(slurmd_pid "$node")" 2>/dev/null) || return 1
+        grep -q " /sys/fs/cgroup" "/proc/$pid/mountinfo" 2>/dev/null || return 1
+    done
+}
+
 if command -v sinfo >/dev/null && cmp -s "$wanted" "$SLURM_CONF" \
-        && [ -s "$CTLD_PID" ] && ready; then
+        && [ -s "$CTLD_PID" ] && ready && sees_cgroups; then
     echo "slurm-nodes.sh: nodes n1 n2 are up ($(sinfo -h -N -o '%N=%T' | tr '\n' ' '))"
     exit 0
 fi
@@ -185,7 +196,12 @@ done
 $sudo slurmctld -f "$SLURM_CONF"
 for node in $NODES; do
     $sudo mkdir -p "/var/spool/slurmd-dlrnodes-$node"
-    $sudo ip netns exec "$node" unshare --uts sh -c \
+    # nsenter --net, not `ip netns exec`: that also gives the process a
+    # mount namespace with a fresh /sys (the namespace's sysfs), which
+    # hides /sys/fs/cgroup, and rootful podman under slurmd then fails
+    # "runc create failed: no cgroup mount found in mountinfo". A real
+    # node has its cgroups; so do these (tests/test_slurm_multinode_runtimes.py).
+    $sudo nsenter --net="/run/netns/$node" unshare --uts sh -c \
         "hostname $node && exec slurmd -f $SLURM_CONF -N $node"
 done
 for _ in $(seq 1 120); do

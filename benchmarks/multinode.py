@@ -1,12 +1,16 @@
 """1 node x 2 workers beside 2 nodes x 1 worker, per framework, in one run.
 
     SLURM_CONF=/etc/slurm-nodes/slurm.conf .venv/bin/python benchmarks/multinode.py \
-        [--framework pytorch --framework tensorflow] [--epochs 2] [--out DIR]
+        [--framework pytorch --framework tensorflow] [--epochs 2] [--out DIR] \
+        [--runtime native|podman|charliecloud]
 
 For each framework: `invoke converge --workers 2` on this host (the local
 executor) and `invoke converge --workers 2 --nodes 2 --executor slurm` on
-the two-node cluster (.ci/slurm-nodes.sh; docs/multinode.md), the native
-runtime, the same tiny synthetic fcn-r training at the same global batch.
+the two-node cluster (.ci/slurm-nodes.sh; docs/multinode.md), the same
+runtime for both (native unless --runtime; a container runtime reads the
+image settings from the environment, e.g. DLREPRO_IMAGE_PREFIX,
+DLREPRO_BASE_OVERRIDES, DLREPRO_CH_IMAGES as the tests set them), the same
+tiny synthetic fcn-r training at the same global batch.
 Prints, side by side: the largest relative loss-curve difference between
 the two, the wall time of each job (as the pipeline measured it: the
 whole harness, start-up included; for the Slurm job, inside its task),
@@ -30,11 +34,11 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 DEFAULT_CONF = "/etc/slurm-nodes/slurm.conf"
 
 
-def converge(out, framework, epochs, extra):
+def converge(out, framework, epochs, extra, runtime="native"):
     argv = [INVOKE, "converge", "--framework", framework, "--network",
             "fcn-r", "--synthetic", "--train-samples", "1024",
             "--test-samples", "256", "--global-batch-size", "64",
-            "--epochs", str(epochs), "--runtime", "native", "--workers", "2",
+            "--epochs", str(epochs), "--runtime", runtime, "--workers", "2",
             "--timeout", "600", "--out", str(out)] + extra
     started = time.monotonic()
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
@@ -64,18 +68,20 @@ def main(argv=None):
     parser.add_argument("--framework", action="append")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--runtime", default="native")
     args = parser.parse_args(argv)
     os.environ.setdefault("SLURM_CONF", DEFAULT_CONF)
     frameworks = args.framework or ["pytorch", "tensorflow"]
     out = Path(args.out or tempfile.mkdtemp(prefix="dlrepro-multinode-"))
     rows = []
     for framework in frameworks:
-        one = converge(out / f"{framework}-1x2", framework, args.epochs, [])
+        one = converge(out / f"{framework}-1x2", framework, args.epochs, [],
+                       args.runtime)
         two = converge(out / f"{framework}-2x1", framework, args.epochs,
-                       ["--nodes", "2", "--executor", "slurm"])
+                       ["--nodes", "2", "--executor", "slurm"], args.runtime)
         rows.append((framework, one, two))
     print(f"fcn-r, synthetic MNIST shape, 1024 samples, global batch 64, "
-          f"{args.epochs} epochs, native runtime; "
+          f"{args.epochs} epochs, {args.runtime} runtime; "
           f"SLURM_CONF={os.environ['SLURM_CONF']}")
     head = (f"{'framework':<11}{'layout':<16}{'iters':>6}{'max rel diff':>14}"
             f"{'job wall s':>12}{'training s':>12}{'s/iter':>10}"

@@ -10,18 +10,24 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 
 import pytest
 
-from dlrepro import matrix
+from dlrepro import ROOT, matrix
 from dlrepro.run import pipeline, runfolder
 from dlrepro.bench import plan
-from dlrepro.images import build as images
+from dlrepro.images import build as images, charliecloud as ch_images
 
-from dockerenv import PREFIX, engine_or_skip, base_or_skip
+from dockerenv import BASE_OVERRIDES, PREFIX, engine_or_skip, base_or_skip
 
 FRAMEWORK = "mxnet"
+# Charliecloud's conversions of the test image: converted once per image ID
+# and kept between test sessions (a conversion takes about a minute); apart
+# from a user's build/charliecloud.
+IMAGES = ROOT / "build" / "charliecloud-test"
+INVOKE = [sys.executable, "-m", "invoke"]
 
 
 def binary_or_skip(name):
@@ -38,6 +44,34 @@ def docker_image():
     return images.ensure(FRAMEWORK, "cpu", matrix.load(),
                          base_image=base_or_skip(client), client=client,
                          name_prefix=PREFIX, log=lambda _m: None)
+
+
+def cli_env(**overrides):
+    """The environment of an `invoke` command line that uses the test
+    images (Docker's, Podman's copy, Charliecloud's conversion)."""
+    env = dict(os.environ, DLREPRO_IMAGE_PREFIX=PREFIX,
+               DLREPRO_BASE_OVERRIDES=BASE_OVERRIDES,
+               DLREPRO_CH_IMAGES=str(IMAGES))
+    env.update(overrides)
+    return env
+
+
+@pytest.fixture(scope="module")
+def converted(root):
+    """`invoke ch-convert` of the Docker tests' MXNet image (a no-op when
+    that image ID is converted already): its record. Shared by every
+    Charliecloud test module, so there is one conversion per image."""
+    binary_or_skip("ch-run")
+    binary_or_skip("ch-convert")
+    image = docker_image()
+    proc = subprocess.run(INVOKE + ["ch-convert", "--framework", FRAMEWORK],
+                          cwd=root, env=cli_env(), capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split()[-1] == str(ch_images.image_path(image, IMAGES))
+    record = ch_images.converted(image, IMAGES)
+    assert record is not None and record["source"] == "docker"
+    return record
 
 
 def make_cell(runtime, network="fcn-r", batch=16, iterations=3, threads=1,

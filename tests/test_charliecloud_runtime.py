@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 
 from dlrepro import ROOT, matrix
 from dlrepro.errors import UserError
-from dlrepro.images import charliecloud as ch_images, podman as podman_images
+from dlrepro.images import podman as podman_images
 from dlrepro.run import pipeline, runfolder
 from dlrepro.run.runtimes import charliecloud as ch_runtime
 from dlrepro.run.runtimes import docker as docker_runtime, get
@@ -27,39 +26,11 @@ from harness import resultfile
 from harness.provenance import harness_digest
 
 from dockerenv import BASE_OVERRIDES, PREFIX
-from runtimeenv import (FRAMEWORK, binary_or_skip, docker_image, make_cell,
-                        make_job, run_pipeline, shape, start)
+from runtimeenv import (FRAMEWORK, IMAGES, INVOKE, cli_env, converted,  # noqa: F401 (a fixture)
+                        make_cell, make_job, run_pipeline, shape, start)
 
 SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 TARGET = (FRAMEWORK, "cpu")
-# Converted once per image ID and kept between test sessions (a conversion
-# takes about a minute); apart from a user's build/charliecloud.
-IMAGES = ROOT / "build" / "charliecloud-test"
-INVOKE = [sys.executable, "-m", "invoke"]
-
-
-def cli_env(**overrides):
-    env = dict(os.environ, DLREPRO_IMAGE_PREFIX=PREFIX,
-               DLREPRO_BASE_OVERRIDES=BASE_OVERRIDES,
-               DLREPRO_CH_IMAGES=str(IMAGES))
-    env.update(overrides)
-    return env
-
-
-@pytest.fixture(scope="module")
-def converted(root):
-    """`invoke ch-convert` of the Docker tests' MXNet image: its record."""
-    binary_or_skip("ch-run")
-    binary_or_skip("ch-convert")
-    image = docker_image()
-    proc = subprocess.run(INVOKE + ["ch-convert", "--framework", FRAMEWORK],
-                          cwd=root, env=cli_env(), capture_output=True,
-                          text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.split()[-1] == str(ch_images.image_path(image, IMAGES))
-    record = ch_images.converted(image, IMAGES)
-    assert record is not None and record["source"] == "docker"
-    return record
 
 
 @pytest.fixture
