@@ -291,6 +291,11 @@ def _walk(resolved):
                     yield child
 
 
+def layer_kinds(network):
+    """The kinds of layer `network` holds, residual blocks' included."""
+    return set(type(r.layer) for r in _walk(resolve(network)))
+
+
 def _layer_parameters(r):
     layer, kind = r.layer, type(r.layer)
     if kind is Dense:

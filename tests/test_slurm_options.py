@@ -203,3 +203,39 @@ def test_node_zero_folds_the_other_nodes_into_the_jobs_result(tmp_path):
     result = _fold(tmp_path / "d", ("error", "PortTaken", "port 29500"),
                    None)
     assert result["error"]["type"] == "PortTaken"
+
+
+# --- the nodes of a multi-node job hold one model ------------------------------
+
+def _node_result(network, test_losses):
+    return {"cell": {"network": network},
+            "convergence": {"per_epoch": [
+                {"epoch": i + 1, "test_loss": loss}
+                for i, loss in enumerate(test_losses)]}}
+
+
+def test_nodes_whose_models_agree_pass():
+    from dlrepro.run import slurmnode
+    results = [_node_result("fcn-r", [2.30, 1.90]),
+               _node_result("fcn-r", [2.30 * (1 + 1e-7), 1.90])]
+    assert slurmnode.replica_disagreement(results) is None
+
+
+def test_a_node_whose_model_went_astray_is_named():
+    # What a Podman two-node MXNet run once did: node 0 ended `ok` with a
+    # curve far from node 1's (test loss 7.3 against 2.6).
+    from dlrepro.run import slurmnode
+    results = [_node_result("alexnet-r", [2.6, 7.3]),
+               _node_result("alexnet-r", [2.6, 2.6]), None]
+    reason = slurmnode.replica_disagreement(results)
+    assert reason is not None and "node 0 and node 1" in reason
+    assert "epoch 2" in reason and "7.3 vs 2.6" in reason
+
+
+def test_batch_norm_networks_are_not_compared():
+    # Their running statistics stay per worker: nodes' models differ there
+    # by design.
+    from dlrepro.run import slurmnode
+    results = [_node_result("resnet-56", [2.6, 7.3]),
+               _node_result("resnet-56", [2.6, 2.6])]
+    assert slurmnode.replica_disagreement(results) is None

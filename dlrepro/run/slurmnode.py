@@ -31,7 +31,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness import resultfile
+from harness import networks, resultfile
+from harness.errors import HarnessError
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
@@ -51,6 +52,10 @@ FOLD_WAIT_S = 15
 # The harness's rendezvous/collective timeout: a share of the job's own.
 RENDEZVOUS_MAX_S = 300
 RENDEZVOUS_MIN_S = 20
+# Nodes' test losses after an epoch agree to this (relative) when their
+# models are the same one: measured below 1e-6 across the frameworks here
+# (the same evaluation on identical weights; only reduction order differs).
+REPLICA_TOLERANCE = 1e-4
 # Node 0's own failures that no other node caused: they stay the job's
 # reason.
 OWN_FAULTS = ("PortTaken", "SetupFailed")
@@ -159,11 +164,47 @@ def node_entry(cluster, rank, result, path, run_dir):
             "result": str(Path(path).relative_to(run_dir))}
 
 
+def replica_disagreement(results, tolerance=REPLICA_TOLERANCE):
+    """Why the nodes' models differ, or None. Data parallelism keeps one
+    model on every node, so every node's evaluation of it after an epoch
+    must agree to floating-point noise; a node whose updates went astray
+    (a lost or stale gradient exchange) would otherwise end `ok` with
+    node 0's wrong curve. `results`: node 0's first, None for a node
+    without a result."""
+    if results[0] is None or _keeps_state_per_worker(results[0]):
+        return None
+    epochs = [((r or {}).get("convergence") or {}).get("per_epoch") or []
+              for r in results]
+    for rank, others in enumerate(epochs[1:], 1):
+        for ours, theirs in zip(epochs[0], others):
+            a, b = ours.get("test_loss"), theirs.get("test_loss")
+            if a is None or b is None:
+                continue
+            if abs(a - b) > tolerance * max(abs(a), abs(b), 1e-12):
+                return (f"node 0 and node {rank} hold different models after "
+                        f"epoch {ours.get('epoch')}: test loss {a:.6g} vs "
+                        f"{b:.6g} (relative tolerance {tolerance:g}); data "
+                        f"parallelism keeps one model on every node, so this "
+                        f"run's curve cannot be trusted")
+    return None
+
+
+def _keeps_state_per_worker(result):
+    """Batch norm's running statistics stay per worker (docs/convergence.md),
+    so nodes' models legitimately differ there and are not compared."""
+    name = (result.get("cell") or {}).get("network")
+    try:
+        return networks.BatchNorm in networks.layer_kinds(networks.get(name))
+    except HarnessError:  # an unknown network: nothing to compare by
+        return True
+
+
 def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     """Node 0: the other nodes' outcomes into the job's result (and its
     slurm block's list of nodes). Returns the job's status."""
     result, _problem = runfolder.read_result(path)
     entries = [node_entry(cluster, 0, result, path, run_dir)]
+    results = [result]
     if result is None:
         entries[0]["interface"] = cluster["interface"]
     deadline = time.monotonic() + wait_s
@@ -174,6 +215,7 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
             time.sleep(0.5)
             found, _ = runfolder.read_result(side)
         entries.append(node_entry(cluster, rank, found, side, run_dir))
+        results.append(found)
     # Nodes that ended otherwise than node 0 did (all of them timing out
     # at the job's timeout is the job's timeout, not a node's fault).
     failed = [e for e in entries[1:] if e["status"] != "ok" and not (
@@ -194,6 +236,11 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
             message += f"; node 0 ({cluster['hosts'][0]}): {own_message}"
         result["status"] = "error"
         result["error"] = {"type": "NodeFailed", "message": message}
+    disagreement = replica_disagreement(results)
+    if disagreement and result["status"] == "ok":
+        result["status"] = "error"
+        result["error"] = {"type": "ReplicasDiverged",
+                           "message": disagreement}
     block = dict(result.get("slurm") or {})
     block["nodes"] = entries
     block["cluster"] = cluster
