@@ -387,7 +387,13 @@ def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
                         cluster_object(2, r, port, FAULT_TIMEOUT_S), out)
              for r, out in enumerate(outs)]
     time.sleep(20)  # start-up and rendezvous; 40 epochs run far longer
+    lost = _descendants(nodes[1].pid)  # the whole node goes
     nodes[1].kill()
+    for pid in lost:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     killed = time.monotonic()
     status, err = finish(nodes[0], FAULT_TIMEOUT_S + 60)
     took = time.monotonic() - killed
@@ -422,6 +428,33 @@ def _node_curves(log, limit_s=120):
     raise AssertionError("no launch line: " + log.read_text())
 
 
+def _descendants(pid):
+    """Every process below `pid`, children first."""
+    found, level = [], [pid]
+    while level:
+        below = []
+        for parent in level:
+            below += [int(p) for p in subprocess.run(
+                ["pgrep", "-P", str(parent)], stdout=subprocess.PIPE,
+                universal_newlines=True).stdout.split()]
+        found += below
+        level = below
+    return found
+
+
+def _kill_launched(logs):
+    """SIGKILL what the nodes' launchers started (found by the temporary
+    folder their launch lines name): a launcher runs in its own session,
+    and torchrun orphaned by a SIGKILLed harness was seen to outlive its
+    parent-death SIGTERM, which would slow every later test."""
+    for log in logs:
+        text = log.read_text() if log.exists() else ""
+        if "launching: " in text and " --plan " in text:
+            plan = text.split("launching: ", 1)[1].split(
+                " --plan ", 1)[1].split()[0]
+            subprocess.run(["pkill", "-9", "-f", os.path.dirname(plan)])
+
+
 @pytest.mark.parametrize("framework", ["pytorch", "jax", "mxnet"])
 def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
         framework, root, mnist, tmp_path, framework_python, schema):
@@ -450,22 +483,23 @@ def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
             assert nodes[0].poll() is None, logs[0].read_text()
             time.sleep(0.05)
         assert seen and seen["epochs"], logs[0].read_text()
-        # The node is lost: its harness and the framework's processes.
-        children = subprocess.run(["pgrep", "-P", str(nodes[1].pid)],
-                                  stdout=subprocess.PIPE,
-                                  universal_newlines=True).stdout.split()
+        # The node is lost: its harness and every process under it (the
+        # launcher's workers too, which a launcher's death alone leaves
+        # training on as orphans).
+        lost = _descendants(nodes[1].pid)
         nodes[1].kill()
-        for pid in children:
+        for pid in lost:
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         killed = time.monotonic()
-        if framework != "pytorch":
-            try:
-                nodes[0].wait(5)
-            except subprocess.TimeoutExpired:
-                nodes[0].send_signal(signal.SIGTERM)
+        by_itself = True
+        try:
+            nodes[0].wait(10 if framework == "pytorch" else 5)
+        except subprocess.TimeoutExpired:
+            by_itself = False
+            nodes[0].send_signal(signal.SIGTERM)
         status, _ = finish(nodes[0], FAULT_TIMEOUT_S + 60)
         took = time.monotonic() - killed
         finish(nodes[1], 30)
@@ -474,17 +508,21 @@ def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
             if node.poll() is None:
                 node.kill()
                 node.wait()
+        _kill_launched(logs)
     assert status in (0, 143), logs[0].read_text()
     result = json.loads(outs[0].read_text())
     jsonschema.validate(result, schema)
     block = result["convergence"]
     message = result["error"]["message"]
-    print("{}: node 0 ended {:.1f} s after node 1's SIGKILL: {}; kept {} "
-          "epochs, {} iterations".format(framework, took, message,
+    print("{}: node 0 ended {:.1f} s after node 1's SIGKILL ({}): {}; kept "
+          "{} epochs, {} iterations".format(
+              framework, took, "by itself" if by_itself else "SIGTERMed",
+              message,
                                          len(block["per_epoch"]),
                                          block["completed_iterations"]))
     assert result["status"] == "error"
     if framework == "pytorch":
+        assert by_itself, message
         # gloo names the peer that went away.
         assert "Connection reset by peer" in message or "Connection closed" \
             in message, message

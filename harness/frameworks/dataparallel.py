@@ -417,11 +417,20 @@ def _signal_name(number):
         return str(number)
 
 
+# How long stopped workers get to save what they measured before SIGKILL:
+# well inside the grace the harness itself gets from whatever stops it
+# (a container runtime's stop, 10 s; Slurm's KillWait, 30 s here), so that
+# the harness still writes its partial result after a worker that cannot
+# take the signal (one blocked in a collective on a lost peer) is killed.
+# A responsive worker saves in milliseconds.
+CHILD_STOP_GRACE_S = 4
+
+
 def stop(process):
-    """SIGTERM to the process's group, SIGKILL after 10 s."""
+    """SIGTERM to the process's group, SIGKILL after CHILD_STOP_GRACE_S."""
     try:
         os.killpg(process.pid, signal.SIGTERM)
-        process.wait(10)
+        process.wait(CHILD_STOP_GRACE_S)
     except (OSError, subprocess.TimeoutExpired):
         try:
             os.killpg(process.pid, signal.SIGKILL)

@@ -53,7 +53,7 @@ def _mpirun(command, env):
         status = process.wait()
     except BaseException:
         # SIGTERM from the host's timeout, or Ctrl-C: SIGTERM to mpirun and
-        # its ranks (they write the curves so far), SIGKILL after 10 s.
+        # its ranks (they write the curves so far), then SIGKILL.
         dataparallel.stop(process)
         raise
     if status != 0:

@@ -137,7 +137,7 @@ def _torchrun(command, env, cluster, device, rendezvous):
         status = process.wait()
     except BaseException:
         # SIGTERM from the host's timeout, or Ctrl-C: take the workers down.
-        _stop(process)
+        dataparallel.stop(process)
         raise
     pump.join(5)
     if status != 0:
@@ -149,18 +149,6 @@ def _torchrun(command, env, cluster, device, rendezvous):
         raise RuntimeError("torchrun{} exited with status {}: {}".format(
             " ({})".format(rendezvous) if rendezvous else "", status,
             reason.strip()))
-
-
-def _stop(process):
-    import signal
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(10)
-    except (OSError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 # --- a worker under torchrun ------------------------------------------------------
