@@ -522,7 +522,7 @@ def test_ctrl_c_stops_the_container_and_says_how_to_resume(cntk_image, root,
             assert time.monotonic() < deadline
             time.sleep(0.2)
         run_dir = (tmp_path / "latest").resolve()
-        name = wait_for_running(f"dlrepro-{run_dir.name}-")
+        name = wait_for_running(docker_runtime.container_name(run_dir, ""))
         time.sleep(3)  # the harness is under way
         os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=120)
