@@ -387,13 +387,7 @@ def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
                         cluster_object(2, r, port, FAULT_TIMEOUT_S), out)
              for r, out in enumerate(outs)]
     time.sleep(20)  # start-up and rendezvous; 40 epochs run far longer
-    lost = _descendants(nodes[1].pid)  # the whole node goes
-    nodes[1].kill()
-    for pid in lost:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    lose_node(nodes[1])
     killed = time.monotonic()
     status, err = finish(nodes[0], FAULT_TIMEOUT_S + 60)
     took = time.monotonic() - killed
@@ -426,6 +420,19 @@ def _node_curves(log, limit_s=120):
                 " --out ", 1)[1].split()[0]
         time.sleep(0.1)
     raise AssertionError("no launch line: " + log.read_text())
+
+
+def lose_node(process):
+    """SIGKILL a node: its harness and every process under it (the
+    launcher's workers too, which a launcher's death alone leaves training
+    on as orphans)."""
+    lost = _descendants(process.pid)
+    process.kill()
+    for pid in lost:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _descendants(pid):
@@ -483,16 +490,7 @@ def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
             assert nodes[0].poll() is None, logs[0].read_text()
             time.sleep(0.05)
         assert seen and seen["epochs"], logs[0].read_text()
-        # The node is lost: its harness and every process under it (the
-        # launcher's workers too, which a launcher's death alone leaves
-        # training on as orphans).
-        lost = _descendants(nodes[1].pid)
-        nodes[1].kill()
-        for pid in lost:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        lose_node(nodes[1])
         killed = time.monotonic()
         by_itself = True
         try:
