@@ -468,6 +468,17 @@ def worker_progress(out_path, plan, writes=True):
                     mid_epoch=plan.get("node_rank", 0) == 0)
 
 
+def train_worker(make_trainer, plan, out_path):
+    """A launched worker that writes its node's curves: make_trainer(plan,
+    data) trained on the plan's data, the curves written as they grow and
+    when done."""
+    data = load_data(plan["data"], plan["seed"])
+    trainer = make_trainer(plan, data)
+    curves = run_epochs(trainer, plan, data.train.count,
+                        progress=worker_progress(out_path, plan))
+    write_curves(out_path, curves, trainer, plan)
+
+
 def _terminated(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated("terminated by signal {}".format(signum))

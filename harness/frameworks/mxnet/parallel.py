@@ -285,12 +285,7 @@ class _Watchdog(object):
 
 def _worker(plan, out_path):
     """One node's MXNet worker (under train() only)."""
-    data = dataparallel.load_data(plan["data"], plan["seed"])
-    trainer = _Trainer(plan, data)
-    curves = dataparallel.run_epochs(
-        trainer, plan, data.train.count,
-        progress=dataparallel.worker_progress(out_path, plan))
-    dataparallel.write_curves(out_path, curves, trainer, plan)
+    dataparallel.train_worker(_Trainer, plan, out_path)
 
 
 def main(argv=None):
