@@ -48,3 +48,9 @@ class Job(NamedTuple):
     @property
     def spec_key(self):
         return KINDS[self.kind][1]
+
+    @property
+    def nodes(self):
+        """How many nodes the job spans (a multi-node convergence run)."""
+        return int(self.spec.get("nodes", 1)) if self.kind == "converge" \
+            else 1

@@ -345,7 +345,7 @@ def arrays(jobs):
     groups = {}
     for job in jobs:
         resources = []
-        nodes = job_nodes(job)
+        nodes = job.nodes
         cpus = job.placement.threads
         if cpus is None and job.kind == "converge" and \
                 job.placement.device == "cpu":
@@ -364,13 +364,8 @@ def arrays(jobs):
     return [Array(group, resources) for resources, group in groups.items()]
 
 
-def job_nodes(job):
-    """How many nodes a job spans (a multi-node convergence run)."""
-    return int(job.spec.get("nodes", 1)) if job.kind == "converge" else 1
-
-
 def multinode(array):
-    return job_nodes(array.jobs[0]) > 1
+    return array.jobs[0].nodes > 1
 
 
 class SlurmExecutor:
@@ -447,7 +442,7 @@ class SlurmExecutor:
         # whose part fails ends the step on every node. The job's outcome
         # is node 0's result (which folds in the other nodes'), so the
         # script itself ends 0 and Slurm's state does not overrule it.
-        nodes = job_nodes(array.jobs[0])
+        nodes = array.jobs[0].nodes
         return (head + f"srun --kill-on-bad-exit=1 --nodes={nodes} "
                 f"--ntasks={nodes} --ntasks-per-node=1 "
                 f"{shlex.quote(sys.executable)} -m dlrepro.run.slurmnode "

@@ -85,7 +85,7 @@ def get(name, **options):
 def multinode(job):
     """A job whose harness runs on one node of several: it needs the node's
     network (not `--network none`) and Slurm's variables."""
-    return job.kind == "converge" and int(job.spec.get("nodes", 1)) > 1
+    return job.nodes > 1
 
 
 def slurm_environment():
