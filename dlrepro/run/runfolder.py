@@ -54,9 +54,19 @@ def new_run_id(name):
     return f"{stamp}-{name}-{secrets.token_hex(2)}"
 
 
+def results_root(out):
+    """`out` as a Path; an empty --out would silently mean the working
+    directory, where run folders and `latest` links then get mixed up with
+    whatever else is there."""
+    if not str(out).strip():
+        raise UserError("--out is empty: give a results folder (default: "
+                        "results)")
+    return Path(out)
+
+
 def ensure_writable(out):
     """Create the results root or fail with a one-line reason."""
-    out = Path(out)
+    out = results_root(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{os.getpid()}"
@@ -86,34 +96,50 @@ def point_latest(out, run_dir, kind="bench"):
     os.replace(tmp, link)
 
 
+def names_a_path(run):
+    """Whether a --run value is a folder's path rather than a run's name:
+    it has a path separator, or is `.` or `..`."""
+    return os.sep in run or bool(os.altsep and os.altsep in run) or \
+        run in (".", "..")
+
+
 def resolve_run(out, run="latest", kind="bench"):
-    """The folder of run `run` (an id, `latest`, or a path) under `out`."""
-    candidate = Path(run)
-    if candidate.is_dir() and (candidate / "run.json").exists():
-        return candidate.resolve()
+    """The real folder of run `run`. A path (names_a_path: `./ID`,
+    `results/latest`, an absolute path) is taken as it is and must be a
+    run folder; any other value (`latest`, `latest-converge`, a run id) is
+    looked up under `out` only, whatever the working directory holds."""
+    out = results_root(out)
+    if names_a_path(run):
+        if not (Path(run) / "run.json").exists():
+            raise UserError(f"{run} is not a run folder (it has no run.json)")
+        return Path(run).resolve()
     if run == "latest":
         run = LATEST[kind]
-    path = Path(out) / run
+    path = out / run
     if not (path / "run.json").exists():
         if run in LATEST.values():
             command = "converge" if kind == "converge" else "bench"
             raise UserError(f"no {kind} run under {out} yet; run `invoke "
                             f"{command}` first")
-        raise UserError(f"no run {run!r} under {out}")
+        hint = (f"; for the run folder {run} here, give --run ./{run}"
+                if (Path(run) / "run.json").exists() else "")
+        raise UserError(f"no run {run!r} under {out}{hint}")
     return path.resolve()
 
 
 def run_folders(out, runs=("latest",), every=False):
-    """The run folders named by `runs` (ids, folders, `latest`), or with
-    `every` all run folders under `out`, oldest first."""
+    """The real run folders named by `runs` (ids, paths, `latest`), each
+    once in the order first named however it was named, or with `every`
+    all run folders under `out`, oldest first."""
     if every:
-        found = sorted(p for p in Path(out).iterdir()
+        out = results_root(out)
+        found = sorted(p for p in out.iterdir()
                        if not p.is_symlink() and (p / "run.json").exists()) \
-            if Path(out).is_dir() else []
+            if out.is_dir() else []
         if not found:
             raise UserError(f"no runs under {out}")
         return found
-    return [resolve_run(out, run) for run in runs]
+    return list(dict.fromkeys(resolve_run(out, run) for run in runs))
 
 
 @contextmanager
