@@ -30,7 +30,8 @@ from pathlib import Path
 
 from harness import resultfile
 from harness.blocks import utc_now
-from harness.spec import CELL_DEFAULTS, CONVERGENCE_DEFAULTS
+from harness.spec import (CELL_DEFAULTS, CONVERGENCE_DEFAULTS,
+                          convergence_cell)
 
 from dlrepro.errors import UserError
 
@@ -367,17 +368,81 @@ def finished_on_disk(run_dir, entry, spec):
     result, _ = read_result(Path(run_dir) / entry["file"])
     if result is None or result["status"] not in DONE_STATUSES:
         return None
-    if _canonical(_with_defaults(asked_spec(run_dir, entry["id"]))) != \
-            _canonical(_with_defaults(spec)):
+    if not_its_own(entry, result, spec):
+        return None
+    asked = asked_spec(run_dir, entry["id"])
+    if asked is None and _is_cell(spec):
+        # The spec file is gone; the result's own cell, just checked,
+        # says what was measured.
+        return result
+    if _canonical(_with_defaults(asked)) != _canonical(_with_defaults(spec)):
         return None
     return result
+
+
+def not_its_own(entry, result, spec):
+    """Why `result`, read from the file run.json names for job `entry`, is
+    not that job's own result, or None. A job's result is `<id>.json`, so
+    a file belongs to one job only (--repeat's processes share a cell),
+    and its `cell` must be the job's: a file copied from another cell or
+    edited is not reported, or kept by --resume, as this job."""
+    name = f"{entry['id']}.json"
+    if entry["file"] != name:
+        return f"run.json names {entry['file']} as its result, not {name}"
+    if result is None:
+        return None
+    return foreign_cell(result, spec, name)
+
+
+def foreign_cell(result, spec, name):
+    """How the result in file `name` differs from the cell of a job run
+    with `spec`, or None when it does not."""
+    cell = _with_defaults(result["cell"])
+    for key, expected in expected_cell(spec).items():
+        if _canonical(cell.get(key)) != _canonical(expected):
+            return (f"{name} is the result of another cell ({key} "
+                    f"{cell.get(key)}, not {expected})")
+    return None
+
+
+def expected_cell(spec):
+    """What a result's `cell` holds for a job of `spec`: a bench job's
+    spec is its cell; a convergence job's cell is derived from its spec
+    (harness.spec.convergence_cell) less what the data and the run's
+    length decide (dataset label, iterations, warm-up)."""
+    if _is_cell(spec):
+        return _with_defaults(spec)
+    try:
+        cell = convergence_cell(_with_defaults(spec), None, 2)
+    except (KeyError, TypeError, ZeroDivisionError):
+        return {}
+    return {k: v for k, v in cell.items()
+            if k not in ("dataset", "iterations", "warmup")}
+
+
+def set_aside_if_foreign(run_dir, job_id, spec):
+    """Rename a valid result at `<id>.json` that is another cell's to
+    `<id>.invalid.json`, kept for a person to look at, before the job runs
+    again; a line saying so, or None."""
+    path = Path(run_dir) / f"{job_id}.json"
+    result, _ = read_result(path)
+    problem = result and foreign_cell(result, spec, path.name)
+    if not problem:
+        return None
+    kept = path.with_suffix(".invalid.json")
+    os.replace(path, kept)
+    return f"{problem}: set aside as {kept.name}, to be measured again"
+
+
+def _is_cell(spec):
+    return isinstance(spec, dict) and "batch_size" in spec
 
 
 def _with_defaults(spec):
     """A bench cell written before precision and compile were fields ran
     the frameworks' defaults, which is what those fields now say; a
     convergence spec written before nodes was a field ran on one node."""
-    if isinstance(spec, dict) and "batch_size" in spec:
+    if _is_cell(spec):
         return dict(CELL_DEFAULTS, **spec)
     if isinstance(spec, dict) and "workers" in spec:
         return dict(CONVERGENCE_DEFAULTS, **spec)
@@ -390,10 +455,11 @@ def _canonical(value):
 
 def load_run(run_dir):
     """(record, [(entry, result or None)]) in job order. A job whose result
-    file is damaged keeps result None and says why in its entry's message;
-    the others are read as usual. An entry run.json left pending or running
-    takes the status of a valid result on disk, and a run that says
-    `running` while no process holds it is shown `interrupted`."""
+    file is damaged, or is not its own (not_its_own), keeps result None and
+    says why in its entry's message; the others are read as usual. An
+    entry run.json left pending or running takes the status of a valid
+    result on disk, and a run that says `running` while no process holds
+    it is shown `interrupted`."""
     record = read_run(run_dir)
     if record["status"] == "running" and not held(run_dir):
         # Its process died without closing it (a kill, a full disk).
@@ -401,10 +467,13 @@ def load_run(run_dir):
     pairs = []
     for entry in record["jobs"]:
         result, problem = read_result(Path(run_dir) / entry["file"])
+        mismatch = not_its_own(entry, result, entry["spec"])
+        if mismatch:
+            result, problem = None, mismatch
         entry = dict(entry)
         if result is not None and entry["status"] in ("pending", "running"):
             entry["status"] = result["status"]
-        elif problem and entry["status"] != "pending":
+        elif problem and (entry["status"] != "pending" or mismatch):
             entry["status"] = "error"
             entry["message"] = problem
         pairs.append((entry, result))
