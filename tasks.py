@@ -261,8 +261,10 @@ def _command():
 
 
 @task(iterable=["run"],
-      help={"run": "run id, `latest` (default) or a run folder; with --html "
-                   "repeatable (bench and convergence runs on one page)",
+      help={"run": "run id or `latest` (default), under --out, or a run "
+                   "folder's path (with a /: ./ID); with --html repeatable "
+                   "(bench and convergence runs on one page; a run named "
+                   "twice counts once)",
             "out": "results root (default: results)",
             "json": "print the rows as JSON instead of a table",
             "html": "write the HTML report (figures, tables, provenance) to "
@@ -274,7 +276,7 @@ def report(c, run=None, out="results", json=False, html=None):
     import json as json_mod
     from dlrepro.bench import report as report_mod
     from dlrepro.run import runfolder
-    run_dirs = [runfolder.resolve_run(out, r) for r in run or ["latest"]]
+    run_dirs = runfolder.run_folders(out, run or ["latest"])
     if html:
         from dlrepro.present import page
         print(page.write(html, run_dirs))
@@ -298,8 +300,9 @@ def report(c, run=None, out="results", json=False, html=None):
             print(line)
 
 
-@task(help={"run": "the run to look at: id, `latest` (default) or a folder",
-            "against": "a base run (id or folder) to compare with, cell by "
+@task(help={"run": "the run to look at: id or `latest` (default), under "
+                   "--out, or a run folder's path (with a /: ./ID)",
+            "against": "a base run (id or path) to compare with, cell by "
                        "cell, instead of the 2016 figures",
             "out": "results root (default: results)",
             "fail_slower": "with --against: exit 3 when a cell is "
@@ -331,7 +334,9 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
 
 
 @task(iterable=["run"],
-      help={"run": "run id or folder (repeatable; default: latest)",
+      help={"run": "run id or `latest` (default), under --out, or a run "
+                   "folder's path (with a /: ./ID); repeatable, a run "
+                   "named twice counts once",
             "all": "every run under --out",
             "out": "results root (default: results)",
             "csv": "write the rows to this CSV file",
@@ -387,7 +392,8 @@ def overhead(c, rounds=10, block=5, threads=None):
 @task(help={"state": "a clock-state file the harness wrote "
                      "(<cell>.clock-state.json next to the cell's result)",
             "run": "restore every outstanding clock-state file of this run: "
-                   "an id, a folder, or latest (the default)",
+                   "an id or latest (the default) under --out, or a run "
+                   "folder's path (with a /)",
             "out": "results root for --run (default: results)"})
 @user_errors
 def gpu_restore(c, state=None, run=None, out="results"):
@@ -491,7 +497,7 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
               f"{spec['data']['name']}")
     if dry_run:
         return
-    out = out or runner.DEFAULT_OUT
+    out = runner.DEFAULT_OUT if out is None else out
     if resume:
         runner.check_resumable(out)
     plan.check_data(jobs)

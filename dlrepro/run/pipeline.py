@@ -121,7 +121,7 @@ def _open_record(run, run_dir, runtime, events, executor="local"):
         # to wait for them instead of running their jobs a second time.
         raise UserError("the latest run used --executor slurm; resume it "
                         "with --executor slurm")
-    done = merge(record, run.jobs, run_dir)
+    done = merge(record, run.jobs, run_dir, events.log)
     record["resumed_at"].append(utc_now())
     record["executor"] = executor
     events.log(f"resuming {run_dir}: {len(done)} of {len(run.jobs)} jobs "
@@ -129,10 +129,11 @@ def _open_record(run, run_dir, runtime, events, executor="local"):
     return record, done
 
 
-def merge(record, jobs, run_dir):
+def merge(record, jobs, run_dir, log=lambda line: None):
     """Add the jobs to a resumed record. Returns {id: entry} of those
     already done with the same spec: a valid final result on disk counts,
-    whatever run.json says."""
+    whatever run.json says. Another cell's result in a job's file is set
+    aside (and logged) before the job runs again."""
     by_id = {e["id"]: e for e in record["jobs"]}
     done = {}
     for job in jobs:
@@ -148,6 +149,9 @@ def merge(record, jobs, run_dir):
             done[job.id] = entry
         else:
             entry.update(runfolder.new_entry(job))
+            line = runfolder.set_aside_if_foreign(run_dir, job.id, job.spec)
+            if line:
+                log(line)
     return done
 
 

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from harness import resultfile
 from harness.blocks import utc_now
-from harness.spec import CELL_DEFAULTS, CONVERGENCE_DEFAULTS
+from harness.spec import (CELL_DEFAULTS, CONVERGENCE_DEFAULTS,
+                          convergence_cell)
 
 from dlrepro.errors import UserError
 
@@ -54,9 +55,19 @@ def new_run_id(name):
     return f"{stamp}-{name}-{secrets.token_hex(2)}"
 
 
+def results_root(out):
+    """`out` as a Path; an empty --out would silently mean the working
+    directory, where run folders and `latest` links then get mixed up with
+    whatever else is there."""
+    if not str(out).strip():
+        raise UserError("--out is empty: give a results folder (default: "
+                        "results)")
+    return Path(out)
+
+
 def ensure_writable(out):
     """Create the results root or fail with a one-line reason."""
-    out = Path(out)
+    out = results_root(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".write-test-{os.getpid()}"
@@ -86,34 +97,50 @@ def point_latest(out, run_dir, kind="bench"):
     os.replace(tmp, link)
 
 
+def names_a_path(run):
+    """Whether a --run value is a folder's path rather than a run's name:
+    it has a path separator, or is `.` or `..`."""
+    return os.sep in run or bool(os.altsep and os.altsep in run) or \
+        run in (".", "..")
+
+
 def resolve_run(out, run="latest", kind="bench"):
-    """The folder of run `run` (an id, `latest`, or a path) under `out`."""
-    candidate = Path(run)
-    if candidate.is_dir() and (candidate / "run.json").exists():
-        return candidate.resolve()
+    """The real folder of run `run`. A path (names_a_path: `./ID`,
+    `results/latest`, an absolute path) is taken as it is and must be a
+    run folder; any other value (`latest`, `latest-converge`, a run id) is
+    looked up under `out` only, whatever the working directory holds."""
+    out = results_root(out)
+    if names_a_path(run):
+        if not (Path(run) / "run.json").exists():
+            raise UserError(f"{run} is not a run folder (it has no run.json)")
+        return Path(run).resolve()
     if run == "latest":
         run = LATEST[kind]
-    path = Path(out) / run
+    path = out / run
     if not (path / "run.json").exists():
         if run in LATEST.values():
             command = "converge" if kind == "converge" else "bench"
             raise UserError(f"no {kind} run under {out} yet; run `invoke "
                             f"{command}` first")
-        raise UserError(f"no run {run!r} under {out}")
+        hint = (f"; for the run folder {run} here, give --run ./{run}"
+                if (Path(run) / "run.json").exists() else "")
+        raise UserError(f"no run {run!r} under {out}{hint}")
     return path.resolve()
 
 
 def run_folders(out, runs=("latest",), every=False):
-    """The run folders named by `runs` (ids, folders, `latest`), or with
-    `every` all run folders under `out`, oldest first."""
+    """The real run folders named by `runs` (ids, paths, `latest`), each
+    once in the order first named however it was named, or with `every`
+    all run folders under `out`, oldest first."""
     if every:
-        found = sorted(p for p in Path(out).iterdir()
+        out = results_root(out)
+        found = sorted(p for p in out.iterdir()
                        if not p.is_symlink() and (p / "run.json").exists()) \
-            if Path(out).is_dir() else []
+            if out.is_dir() else []
         if not found:
             raise UserError(f"no runs under {out}")
         return found
-    return [resolve_run(out, run) for run in runs]
+    return list(dict.fromkeys(resolve_run(out, run) for run in runs))
 
 
 @contextmanager
@@ -341,17 +368,81 @@ def finished_on_disk(run_dir, entry, spec):
     result, _ = read_result(Path(run_dir) / entry["file"])
     if result is None or result["status"] not in DONE_STATUSES:
         return None
-    if _canonical(_with_defaults(asked_spec(run_dir, entry["id"]))) != \
-            _canonical(_with_defaults(spec)):
+    if not_its_own(entry, result, spec):
+        return None
+    asked = asked_spec(run_dir, entry["id"])
+    if asked is None and _is_cell(spec):
+        # The spec file is gone; the result's own cell, just checked,
+        # says what was measured.
+        return result
+    if _canonical(_with_defaults(asked)) != _canonical(_with_defaults(spec)):
         return None
     return result
+
+
+def not_its_own(entry, result, spec):
+    """Why `result`, read from the file run.json names for job `entry`, is
+    not that job's own result, or None. A job's result is `<id>.json`, so
+    a file belongs to one job only (--repeat's processes share a cell),
+    and its `cell` must be the job's: a file copied from another cell or
+    edited is not reported, or kept by --resume, as this job."""
+    name = f"{entry['id']}.json"
+    if entry["file"] != name:
+        return f"run.json names {entry['file']} as its result, not {name}"
+    if result is None:
+        return None
+    return foreign_cell(result, spec, name)
+
+
+def foreign_cell(result, spec, name):
+    """How the result in file `name` differs from the cell of a job run
+    with `spec`, or None when it does not."""
+    cell = _with_defaults(result["cell"])
+    for key, expected in expected_cell(spec).items():
+        if _canonical(cell.get(key)) != _canonical(expected):
+            return (f"{name} is the result of another cell ({key} "
+                    f"{cell.get(key)}, not {expected})")
+    return None
+
+
+def expected_cell(spec):
+    """What a result's `cell` holds for a job of `spec`: a bench job's
+    spec is its cell; a convergence job's cell is derived from its spec
+    (harness.spec.convergence_cell) less what the data and the run's
+    length decide (dataset label, iterations, warm-up)."""
+    if _is_cell(spec):
+        return _with_defaults(spec)
+    try:
+        cell = convergence_cell(_with_defaults(spec), None, 2)
+    except (KeyError, TypeError, ZeroDivisionError):
+        return {}
+    return {k: v for k, v in cell.items()
+            if k not in ("dataset", "iterations", "warmup")}
+
+
+def set_aside_if_foreign(run_dir, job_id, spec):
+    """Rename a valid result at `<id>.json` that is another cell's to
+    `<id>.invalid.json`, kept for a person to look at, before the job runs
+    again; a line saying so, or None."""
+    path = Path(run_dir) / f"{job_id}.json"
+    result, _ = read_result(path)
+    problem = result and foreign_cell(result, spec, path.name)
+    if not problem:
+        return None
+    kept = path.with_suffix(".invalid.json")
+    os.replace(path, kept)
+    return f"{problem}: set aside as {kept.name}, to be measured again"
+
+
+def _is_cell(spec):
+    return isinstance(spec, dict) and "batch_size" in spec
 
 
 def _with_defaults(spec):
     """A bench cell written before precision and compile were fields ran
     the frameworks' defaults, which is what those fields now say; a
     convergence spec written before nodes was a field ran on one node."""
-    if isinstance(spec, dict) and "batch_size" in spec:
+    if _is_cell(spec):
         return dict(CELL_DEFAULTS, **spec)
     if isinstance(spec, dict) and "workers" in spec:
         return dict(CONVERGENCE_DEFAULTS, **spec)
@@ -364,10 +455,11 @@ def _canonical(value):
 
 def load_run(run_dir):
     """(record, [(entry, result or None)]) in job order. A job whose result
-    file is damaged keeps result None and says why in its entry's message;
-    the others are read as usual. An entry run.json left pending or running
-    takes the status of a valid result on disk, and a run that says
-    `running` while no process holds it is shown `interrupted`."""
+    file is damaged, or is not its own (not_its_own), keeps result None and
+    says why in its entry's message; the others are read as usual. An
+    entry run.json left pending or running takes the status of a valid
+    result on disk, and a run that says `running` while no process holds
+    it is shown `interrupted`."""
     record = read_run(run_dir)
     if record["status"] == "running" and not held(run_dir):
         # Its process died without closing it (a kill, a full disk).
@@ -375,10 +467,13 @@ def load_run(run_dir):
     pairs = []
     for entry in record["jobs"]:
         result, problem = read_result(Path(run_dir) / entry["file"])
+        mismatch = not_its_own(entry, result, entry["spec"])
+        if mismatch:
+            result, problem = None, mismatch
         entry = dict(entry)
         if result is not None and entry["status"] in ("pending", "running"):
             entry["status"] = result["status"]
-        elif problem and entry["status"] != "pending":
+        elif problem and (entry["status"] != "pending" or mismatch):
             entry["status"] = "error"
             entry["message"] = problem
         pairs.append((entry, result))
