@@ -194,6 +194,8 @@ def locate(name, data_dir):
     `name` under `data_dir`, or a HarnessError naming what to place where."""
     dataset = get(name)
     folder = os.path.join(data_dir, dataset.name)
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise HarnessError("data folder {} is not a folder".format(data_dir))
     if not os.path.isdir(data_dir):
         raise HarnessError("data folder {} does not exist; run `invoke data "
                            "--dataset {} --data-dir {}` or place: {}".format(
