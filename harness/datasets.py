@@ -206,9 +206,11 @@ def locate(name, data_dir):
                  for spec in layout.files]
         if all(os.path.isfile(path) for _, path in paths):
             return layout, paths
-    missing = [path for spec, path in
-               ((s, os.path.join(folder, s.name))
-                for s in dataset.layouts[0].files) if not os.path.isfile(path)]
+    missing = [path + (" (not a regular file)" if os.path.exists(path)
+                       else "")
+               for path in (os.path.join(folder, s.name)
+                            for s in dataset.layouts[0].files)
+               if not os.path.isfile(path)]
     raise HarnessError("{} files missing: {}; run `invoke data --dataset {} "
                        "--data-dir {}` or place: {}".format(
                            name, ", ".join(missing), name, data_dir,

@@ -302,3 +302,13 @@ def test_a_data_folder_that_is_a_file_is_not_a_folder(tmp_path):
     message = one_line_error(proc)
     assert message.startswith(f"error: data folder {data} is not a folder")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_data_file_that_is_a_folder_is_not_called_missing(tmp_path):
+    data = tmp_path / "data"
+    first = data / "mnist" / "train-images-idx3-ubyte.gz"
+    first.mkdir(parents=True)
+    proc = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
+                  "--workers", "1", "--runtime", "native", "--data-dir",
+                  str(data), "--out", str(tmp_path / "out"))
+    assert f"{first} (not a regular file)" in one_line_error(proc)
