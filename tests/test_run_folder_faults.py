@@ -72,10 +72,6 @@ def run_folders_under(out):
                   if p.is_dir() and not p.is_symlink())
 
 
-def damage(path, text):
-    path.write_text(text)
-
-
 def deeply_nested(depth=100000):
     return "[" * depth + "]" * depth
 
@@ -214,7 +210,7 @@ def test_a_damaged_run_json_is_one_line_everywhere(tmp_path, change):
     """Fault: RecursionError, TypeError and AttributeError tracebacks."""
     out = tmp_path / "out"
     run_json = finished_run(out) / "run.json"
-    damage(run_json, change(json.loads(run_json.read_text())))
+    run_json.write_text(change(json.loads(run_json.read_text())))
     for proc in four_commands(out, tmp_path):
         assert str(run_json) in one_line_error(proc)
 
@@ -224,7 +220,7 @@ def test_a_deeply_nested_result_is_that_jobs_error(tmp_path):
     error with the reason, and measured again by --resume."""
     out = tmp_path / "out"
     run_dir = finished_run(out)
-    damage(run_dir / f"{FCN5}.json", deeply_nested())
+    (run_dir / f"{FCN5}.json").write_text(deeply_nested())
     report, again, compare, export = four_commands(out, tmp_path)
     assert report.returncode == 0, report.stderr
     fcn5 = row(report.stdout, "fcn5")
