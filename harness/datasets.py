@@ -194,6 +194,8 @@ def locate(name, data_dir):
     `name` under `data_dir`, or a HarnessError naming what to place where."""
     dataset = get(name)
     folder = os.path.join(data_dir, dataset.name)
+    if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+        raise HarnessError("data folder {} is not a folder".format(data_dir))
     if not os.path.isdir(data_dir):
         raise HarnessError("data folder {} does not exist; run `invoke data "
                            "--dataset {} --data-dir {}` or place: {}".format(
@@ -204,9 +206,11 @@ def locate(name, data_dir):
                  for spec in layout.files]
         if all(os.path.isfile(path) for _, path in paths):
             return layout, paths
-    missing = [path for spec, path in
-               ((s, os.path.join(folder, s.name))
-                for s in dataset.layouts[0].files) if not os.path.isfile(path)]
+    missing = [path + (" (not a regular file)" if os.path.exists(path)
+                       else "")
+               for path in (os.path.join(folder, s.name)
+                            for s in dataset.layouts[0].files)
+               if not os.path.isfile(path)]
     raise HarnessError("{} files missing: {}; run `invoke data --dataset {} "
                        "--data-dir {}` or place: {}".format(
                            name, ", ".join(missing), name, data_dir,

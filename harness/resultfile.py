@@ -9,6 +9,8 @@ import os
 import tempfile
 
 SCHEMA_VERSION = 1
+# Atomic writes go through a temp file of this prefix beside the target.
+TEMP_PREFIX = ".tmp-"
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            "result.schema.json")
 
@@ -41,7 +43,7 @@ def write_atomic(path, obj):
     whole new one, never a torn write (a kill mid-write keeps the old)."""
     text = dumps(obj)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=".json", dir=folder)
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)

@@ -8,8 +8,9 @@ real harness.throughput, one second per iteration: for timeouts and SIGTERM), st
 (ignores SIGTERM, never writes), crash (exit 3, no result), kill (SIGKILL
 itself, as the OOM killer would), invalid (writes a file that breaks the
 schema), torn-clocks (ok, but leaves a torn GPU clock-state file),
-ok-kill-parent (ok, then SIGKILL the sweep), fill-disk (fills the results'
-filesystem, exits 1 without a result), hog (allocates memory until the
+ok-kill-parent (ok, then SIGKILL the sweep), ok-interrupt-parent (ok,
+then SIGINT the sweep, as a Ctrl-C just after the result), fill-disk
+(fills the results' filesystem, exits 1 without a result), hog (allocates memory until the
 kernel kills it, as a cell bigger than its memory limit does; gives up with
 exit 4 at 4 GiB, so that a machine without a limit is not starved).
 """
@@ -42,6 +43,11 @@ def main(mode, spec_path, out):
         # a sweep killed just after a cell wrote its valid result
         code = main("ok", spec_path, out)
         os.kill(os.getppid(), signal.SIGKILL)
+        return code
+    if mode == "ok-interrupt-parent":
+        # a Ctrl-C that reaches the sweep just after a cell wrote its result
+        code = main("ok", spec_path, out)
+        os.kill(os.getppid(), signal.SIGINT)
         return code
     if mode == "fill-disk":
         # the results' filesystem fills up while the cell runs

@@ -59,8 +59,10 @@ def find(name_or_path):
         return shipped[name_or_path]
     path = Path(name_or_path)
     if path.suffix == ".toml" or path.exists():
-        if not path.is_file():
+        if not path.exists():
             raise UserError(f"suite file {path} does not exist")
+        if not path.is_file():
+            raise UserError(f"suite file {path} is not a regular file")
         return path
     raise UserError(f"unknown suite {name_or_path!r}; valid suites: "
                     f"{', '.join(shipped)} (or a path to a .toml file)")

@@ -76,21 +76,47 @@ def start(run, runtime, matrix=None, events=None, executor=None):
         run_dir = resumable(run.out, run.kind)
     else:  # create_run checks that `out` is writable
         run_dir = runfolder.create_run(run.out, run.name)
-    with runfolder.locked(run_dir):
-        record, done = _open_record(run, run_dir, runtime, events,
-                                    executor.name)
-        runfolder.point_latest(run.out, run_dir, run.kind)
-        try:
-            _execute(run.jobs, runtime, executor, run_dir, record, matrix,
-                     events, done)
-        except OSError as exc:
-            if exc.errno not in runfolder.WRITE_FAILURES:
-                raise
-            _close(run_dir, record, "failed")
-            raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
-                            f"every finished result in {run_dir} is kept: "
-                            f"make room, then rerun with --resume")
+    published = False
+    try:
+        with runfolder.locked(run_dir):
+            record, done = _open_record(run, run_dir, runtime, events,
+                                        executor.name)
+            _publish(run, run_dir, record)
+            published = True
+            _execute_or_fail(run, runtime, executor, run_dir, record, matrix,
+                             events, done)
+    except OSError as exc:
+        if published or exc.errno not in runfolder.WRITE_FAILURES:
+            raise
+        again = "rerun with --resume" if run.resume else "run again"
+        raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
+                        f"nothing was run: make room, then {again}")
+    finally:
+        if not published and not run.resume:
+            runfolder.discard_unpublished(run_dir)
     return run_dir
+
+
+def _publish(run, run_dir, record):
+    """run.json first, then `latest`: a kill between the two leaves
+    `latest` on the previous run, never on a folder without run.json."""
+    record["status"] = "running"
+    runfolder.write_run(run_dir, record)
+    runfolder.point_latest(run.out, run_dir, run.kind)
+
+
+def _execute_or_fail(run, runtime, executor, run_dir, record, matrix, events,
+                     done):
+    try:
+        _execute(run.jobs, runtime, executor, run_dir, record, matrix,
+                 events, done)
+    except OSError as exc:
+        if exc.errno not in runfolder.WRITE_FAILURES:
+            raise
+        _close(run_dir, record, "failed")
+        raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
+                        f"every finished result in {run_dir} is kept: "
+                        f"make room, then rerun with --resume")
 
 
 def resumable(out, kind):
@@ -121,6 +147,11 @@ def _open_record(run, run_dir, runtime, events, executor="local"):
         # to wait for them instead of running their jobs a second time.
         raise UserError("the latest run used --executor slurm; resume it "
                         "with --executor slurm")
+    if record.get("executor") != "slurm":
+        # Nobody else writes this folder now (it is locked, no job runs
+        # yet): a temp file here is a write cut short by a kill. A Slurm
+        # run's tasks may still be writing theirs on their nodes.
+        runfolder.remove_stale_temps(run_dir)
     done = merge(record, run.jobs, run_dir, events.log)
     record["resumed_at"].append(utc_now())
     record["executor"] = executor
@@ -167,8 +198,6 @@ def _close(run_dir, record, status):
 def _execute(jobs, runtime, executor, run_dir, record, matrix, events, done):
     by_id = {e["id"]: e for e in record["jobs"]}
     total = len(jobs)
-    record["status"] = "running"
-    runfolder.write_run(run_dir, record)
     if getattr(executor, "batch", False):
         return _execute_batch(jobs, runtime, executor, run_dir, record,
                               matrix, events, done)
@@ -184,10 +213,16 @@ def _execute(jobs, runtime, executor, run_dir, record, matrix, events, done):
             events.finish(index, total, job, entry)
     except KeyboardInterrupt:
         _close(run_dir, record, "interrupted")
-        kept = sum(1 for e in record["jobs"]
-                   if e["status"] in runfolder.DONE_STATUSES)
-        raise Interrupted(run_dir, kept)
+        raise Interrupted(run_dir, _kept(run_dir, record))
     _close(run_dir, record, "complete")
+
+
+def _kept(run_dir, record):
+    """How many jobs have a valid final result on disk: the one that ended
+    just as the signal came is there while run.json still says running."""
+    return sum(1 for entry in record["jobs"]
+               if runfolder.finished_on_disk(run_dir, entry, entry["spec"])
+               is not None)
 
 
 def _execute_batch(jobs, runtime, executor, run_dir, record, matrix, events,
@@ -214,10 +249,8 @@ def _execute_batch(jobs, runtime, executor, run_dir, record, matrix, events,
             lambda job: _prepare_files(job, runtime, run_dir, matrix))
     except KeyboardInterrupt:
         _close(run_dir, record, "interrupted")
-        kept = sum(1 for e in record["jobs"]
-                   if e["status"] in runfolder.DONE_STATUSES)
         left = getattr(executor, "left_running", None)
-        raise Interrupted(run_dir, kept, (
+        raise Interrupted(run_dir, _kept(run_dir, record), (
             f"Slurm job(s) {', '.join(left)} left queued or running"
             if left else "its queued and running Slurm tasks were cancelled"))
     if status == "submitted":

@@ -7,8 +7,10 @@ Layout of a run, whatever kind of job produced it:
     <out>/<run_id>/<job_id>.json         one result per job (harness schema v1)
     <out>/<run_id>/<job_id>.log          the job's stdout and stderr
     <out>/<run_id>/<job_id>.spec.json    what the harness was asked to run
-    <out>/<run_id>/.lock                 held by the process running it
-    <out>/latest -> <run_id>             the newest bench run
+    <out>/<run_id>/.lock                 who runs it (the lock is on the
+                                         folder itself, see `locked`)
+    <out>/latest -> <run_id>             the newest bench run (moved once
+                                         its run.json is on disk)
     <out>/latest-converge -> <run_id>    the newest convergence run
 
 run.json format history (readers upgrade older records in memory):
@@ -24,6 +26,7 @@ import json
 import os
 import secrets
 import socket
+import stat
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +87,31 @@ def create_run(out, name):
     run_dir = out / new_run_id(name)
     run_dir.mkdir()
     return run_dir
+
+
+def remove_stale_temps(run_dir):
+    """Remove the temp files of atomic writes cut short in `run_dir`; only
+    while no one can be writing there."""
+    for path in Path(run_dir).glob(f"{resultfile.TEMP_PREFIX}*.json"):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def discard_unpublished(run_dir):
+    """Remove a new run folder that `latest` never named: nothing ran in
+    it, so it holds no more than its lock, run.json and temp files. Left
+    as it is when anything else is there."""
+    run_dir = Path(run_dir)
+    try:
+        for path in run_dir.iterdir():
+            if path.name in (LOCK_NAME, "run.json") or \
+                    path.name.startswith(resultfile.TEMP_PREFIX):
+                path.unlink()
+        run_dir.rmdir()
+    except OSError:
+        pass
 
 
 def point_latest(out, run_dir, kind="bench"):
@@ -147,41 +175,71 @@ def run_folders(out, runs=("latest",), every=False):
 def locked(run_dir):
     """Hold the run folder for this process: a second process that runs or
     resumes the same folder gets a one-line error instead of measuring the
-    same job at the same time. The kernel drops the lock when the holder
-    dies, even by SIGKILL."""
+    same job at the same time. The lock is on the folder itself, which
+    cannot be unlinked from under its holder as a file can; `.lock` only
+    says who holds it. The kernel drops the lock when the holder dies, even
+    by SIGKILL."""
+    folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{run_dir} is being run by {_holder(run_dir)}; "
+                            f"wait for it to finish (or stop it) before "
+                            f"running this folder")
+        _describe_holder(run_dir)
+        yield
+    finally:
+        os.close(folder)  # releases the lock
+
+
+def _open_lock_file(run_dir, flags):
+    """The descriptor of `.lock`, never through a symlink; UserError when
+    it is there but not a regular file."""
     path = Path(run_dir) / LOCK_NAME
-    handle = open(path, "a+")
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
-        raise UserError(f"{run_dir} is being run by {holder}; wait for it to "
-                        f"finish (or stop it) before running this folder")
-    try:
-        handle.seek(0)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        fd = None
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None:
+            os.close(fd)
+        raise UserError(f"{path} is not a regular file; remove it, then run "
+                        f"again")
+    return fd
+
+
+def _describe_holder(run_dir):
+    fd = _open_lock_file(run_dir, os.O_RDWR | os.O_CREAT)
+    with os.fdopen(fd, "w") as handle:
         handle.truncate()
         handle.write(f"process {os.getpid()} on {socket.gethostname()} "
                      f"since {utc_now()}\n")
-        handle.flush()
-        yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+
+
+def _holder(run_dir):
+    """Who holds the folder, as its `.lock` says."""
+    try:
+        with os.fdopen(_open_lock_file(run_dir, os.O_RDONLY)) as handle:
+            return handle.read(500).strip() or "another process"
+    except (OSError, UnicodeDecodeError, UserError):
+        return "another process"
 
 
 def held(run_dir):
     """Whether a live process holds the run folder's lock."""
-    path = Path(run_dir) / LOCK_NAME
-    if not path.exists():
+    try:
+        folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
         return False
-    with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(handle, fcntl.LOCK_UN)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(folder)
     return False
 
 
@@ -227,6 +285,8 @@ def read_run(run_dir):
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}")
+    except RecursionError:
+        raise UserError(f"cannot read {path}: nested too deeply")
     if not isinstance(record, dict):
         raise UserError(f"{path} is not a run record (a JSON object)")
     version = record.get("schema_version")
@@ -251,6 +311,10 @@ def _check_shape(path, record):
             isinstance(e, dict) and set(ENTRY_FIELDS) <= set(e) for e in jobs):
         raise UserError(f"{path}: `jobs` must be a list of objects with "
                         f"{', '.join(ENTRY_FIELDS)}")
+    for entry in jobs:
+        for key in ("id", "status"):
+            if not isinstance(entry[key], str):
+                raise UserError(f"{path}: a job's `{key}` must be a string")
     root = Path(path).parent.resolve()
     for entry in jobs:
         for key in ("file", "log"):
@@ -262,6 +326,10 @@ def _check_shape(path, record):
     for key in ("run_id", "status", "resumed_at", "runtime"):
         if key not in record:
             raise UserError(f"{path}: missing `{key}`")
+    if not isinstance(record["resumed_at"], list):
+        raise UserError(f"{path}: `resumed_at` must be a list")
+    if not isinstance(record["status"], str):
+        raise UserError(f"{path}: `status` must be a string")
 
 
 def _upgrade_bench(record):
@@ -336,6 +404,8 @@ def read_result(path):
         result = resultfile.load(str(path))
     except (OSError, ValueError) as exc:
         return None, f"{path.name} is unreadable: {exc}"
+    except RecursionError:
+        return None, f"{path.name} is unreadable: nested too deeply"
     errors = validation_errors(result)
     if errors:
         return None, f"{path.name} does not match the result schema: " \
@@ -357,7 +427,7 @@ def asked_spec(run_dir, job_id):
     try:
         spec = json.loads((Path(run_dir) / f"{job_id}.spec.json").read_text())
         return spec.get("cell", spec.get("convergence"))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
 
 

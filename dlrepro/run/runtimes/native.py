@@ -28,7 +28,8 @@ class Runtime(Base):
             return
         found = shutil.which(self.python)
         if found is None:
-            raise UserError(f"--python {self.python}: no such interpreter")
+            raise UserError(f"--python {self.python}: "
+                            f"{_why_not_a_program(self.python)}")
         try:
             subprocess.run([found, "-c", "import sys; sys.exit(sys.version_info"
                             " < (3, 6))"], check=True, timeout=60,
@@ -67,3 +68,12 @@ class Runtime(Base):
                       env=env, cwd=str(ROOT),
                       post_mortem=lambda: Death(*oomkills.verdict(
                           before, oomkills.count())))
+
+
+def _why_not_a_program(name):
+    """Why `name` is not a program to run, when shutil.which finds none."""
+    if os.sep not in name or not os.path.exists(name):
+        return "no such interpreter"
+    if not os.path.isfile(name):
+        return "is not a regular file"
+    return "is not executable"
