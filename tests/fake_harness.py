@@ -11,7 +11,8 @@ schema), torn-clocks (ok, but leaves a torn GPU clock-state file),
 ok-kill-parent (ok, then SIGKILL the sweep), fill-disk (fills the results'
 filesystem, exits 1 without a result), hog (allocates memory until the
 kernel kills it, as a cell bigger than its memory limit does; gives up with
-exit 4 at 4 GiB, so that a machine without a limit is not starved).
+exit 4 at 4 GiB, so that a machine without a limit is not starved),
+ok@SECONDS (ok, each iteration taking SECONDS: a history with a step).
 """
 import json
 import os
@@ -53,10 +54,13 @@ def main(mode, spec_path, out):
             except OSError:
                 pass
         return 1
+    seconds = 0.01
+    if mode.startswith("ok@"):
+        mode, seconds = "ok", float(mode[3:])
     if mode in ("ok", "slow"):
         n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
         if mode == "ok":
-            script = Script([0.01] * n)
+            script = Script([seconds] * n)
         else:
             script = SleepingScript([0.0] * n)
             backend_step = Backend(script).prepare
