@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, select, text
 
-from dlrepro.history import schema, steps
-from test_html_report import chromium, drawn, headless
+from _frameworks import framework_python  # noqa: F401 (a fixture)
+from dlrepro.history import machines, schema, steps
+from test_html_report import drawn, headless
 
 ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -33,6 +34,10 @@ POSTGRES = os.environ.get(
     "DLREPRO_POSTGRES_URL",
     "postgresql://dlrepro:dlrepro@127.0.0.1:5439/dlrepro")
 TWIN = "twin (this host's runs, relabelled)"
+# A real run of another machine: one H200, single-GPU real-data cells at
+# the paper's batch sizes (docs/measurements/h200-2026-11-30).
+H200_RUN = (ROOT / "docs" / "measurements" / "h200-2026-11-30"
+            / "20261130T011657Z-paper-real-gpu-cff0")
 
 
 def invoke(*args, modes="", timeout=300):
@@ -125,8 +130,10 @@ def test_two_machines_give_the_same_rows_in_sqlite_and_postgresql(
     # The run rows too, but for when each database got them.
     assert table(lite, "runs", ["exported_at"]) == table(
         postgres, "runs", ["exported_at"])
-    hosts = {r["hostname"] for r in table(lite, "runs")}
-    assert {c["machine"] for c in cells} == {TWIN} | hosts
+    (run,) = {(r["hostname"], r["cpus"], r["cpu_model"])
+              for r in table(lite, "runs")}
+    assert {c["machine"] for c in cells} == {
+        TWIN, f"{run[0]} ({run[1]} CPUs, {run[2]})"}
     assert {c["phase_times"] for c in cells} == {None}
     fcn5 = sorted((c["run_id"], c["mean_s"]) for c in cells
                   if c["network"] == "fcn5" and c["machine"] == TWIN)
@@ -215,6 +222,79 @@ def test_history_of_a_missing_database_is_one_line(tmp_path):
     assert proc.stderr == (f"error: no results database at "
                            f"{tmp_path / 'none.db'}: make one with "
                            "`invoke export --db`\n")
+
+
+def test_another_real_machine_and_the_2016_reference(history_runs,
+                                                     tmp_path):
+    out, _folders = history_runs
+    db = str(tmp_path / "h.db")
+    # Both hosts call themselves "vm": the default machine name tells
+    # them apart by their CPUs.
+    proc = invoke("export", "--run", str(H200_RUN), "--db", db)
+    assert proc.stdout == "database: 4 cells new, 0 updated, 0 unchanged\n"
+    export(out, db)
+    proc = invoke("history", "--db", db, "--network", "fcn-r")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    h200 = "vm (16 CPUs, Intel(R) Xeon(R) Processor)"
+    assert lines[1].split("  ")[-2:] == [h200, "2016 Tesla K80 (one GK210)"]
+    assert lines[2].split() == ["pytorch", "fcn-r", "b1024", "gpu", "1",
+                                "GPU", "native", "2.522", "50.761"]
+    assert lines[3].startswith("2016: raw runs posted by the paper's")
+    assert lines[4] == f"one measured machine ({h200}) beside the 2016 " \
+                       "reference"
+    proc = invoke("history", "--db", db, "--network", "fcn-r",
+                  "--no-reference")
+    assert proc.stdout.splitlines()[0].startswith(
+        "no cell was measured on two or more machines")
+
+
+def _row(machine, **facts):
+    cell = {"framework": "pytorch", "network": "fcn5", "device": "cpu",
+            "global_batch_size": 16, "threads": 1, "gpus": 0,
+            "runtime": "native"}
+    return {"machine": machine, "cell_key": json.dumps(cell), **cell,
+            "status": "ok", "mean_s": 0.01, "ci95_low_s": 0.009,
+            "ci95_high_s": 0.011, "run_started_at": "2026-12-01T00:00:00Z",
+            "framework_version": "2.13.0", "run_cpu_model": "AMD EPYC",
+            **facts}
+
+
+def test_what_differs_between_machines_is_named():
+    rows = [_row("a"), _row("b", framework_version="2.14.0")]
+    names, found = machines.table(rows)
+    assert names == ["a", "b"] and len(found) == 1
+    assert machines.differences(rows, names) == [
+        ("framework", {"a": "2.13.0", "b": "2.14.0"})]
+    # Not the same cell: another thread count is never set beside it.
+    other = dict(_row("b"), cell_key=json.dumps({"threads": 2}))
+    assert machines.table([_row("a"), other]) == ([], [])
+
+
+def test_a_real_pytorch_history_end_to_end(framework_python, postgres,
+                                           tmp_path):
+    out = tmp_path / "runs"
+    for _ in range(2):
+        proc = invoke("bench", "--framework", "pytorch", "--runtime",
+                      "native", "--python", str(framework_python("pytorch")),
+                      "--network", "fcn-r", "--batch-size", "16",
+                      "--threads", "1", "--iterations", "5", "--warmup", "1",
+                      "--out", str(out), timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    lite = f"sqlite:///{tmp_path / 'h.db'}"
+    for url in (lite, postgres):
+        assert export(out, url) == ("database: 2 cells new, 0 updated, "
+                                    "0 unchanged\n")
+    cells = table(lite, "cells")
+    assert cells == table(postgres, "cells") and len(cells) == 2
+    assert {c["framework_version"] for c in cells} == {"2.13.0+cpu"}
+    page = tmp_path / "history.html"
+    proc = invoke("history", "--db", postgres, "--html", str(page))
+    assert proc.returncode == 0, proc.stderr
+    assert "1 cell histories, " in proc.stdout
+    dom, console = headless(page, tmp_path / "profile",
+                            "--window-size=1600,900", "--dump-dom")
+    assert console == [] and drawn(dom)[:2] == (0, 0)
 
 
 def _noisy(rng, n, cv, step_at=None, factor=1.0):

@@ -6,7 +6,8 @@ team (driven by psycopg 3). Every finished cell of a run becomes one row
 keyed by (machine, run, cell); re-exporting a run changes nothing (a row
 is written only when new or different), and machines exporting into one
 database merge, since a machine's rows never share its key with another's.
-The machine is the host name the run recorded unless the exporter names it.
+The machine is the host name the run recorded with its CPU count and model
+(machine_name) unless the exporter names it.
 """
 import json
 from datetime import datetime, timezone
@@ -132,6 +133,19 @@ def _first_result(pairs):
 def _gpu_names(env):
     return ", ".join(g.get("name") or "?" for g in env.get("gpus") or []) \
         or None
+
+
+def machine_name(record, pairs):
+    """The default name of the machine that ran a run: its host name with
+    its CPU count and model, since host names alone collide (every cloud
+    VM here is "vm")."""
+    host = record.get("host") or {}
+    env = (_first_result(pairs) or {}).get("environment") or {}
+    facts = [f"{host['cpus']} CPUs" if host.get("cpus") else None,
+             env.get("cpu_model")]
+    facts = ", ".join(f for f in facts if f)
+    name = host.get("hostname") or env.get("host") or "unknown"
+    return f"{name} ({facts})" if facts else name
 
 
 def _suite_name(suite):
@@ -266,8 +280,7 @@ def export(engine, runs, machine=None, target=""):
         for record, pairs in runs:
             if record["kind"] != "bench":
                 continue
-            label = machine or (record.get("host") or {}).get("hostname") \
-                or "unknown"
+            label = machine or machine_name(record, pairs)
             put(connection, tables["runs"],
                 run_row(record, pairs, label, now), ignore=("exported_at",))
             for row in cell_rows(record, pairs, label):

@@ -109,16 +109,22 @@ def format_table(machines, found, diffs):
         return ["no cell was measured on two or more machines (the same "
                 "cell: every identity field equal)"]
     width = max(len(r["name"]) for r in found)
+    columns = [max(len(m), 10) for m in machines]
     lines = ["ms per mini-batch, the latest run of each machine; the same "
              "cell only (every identity field equal)",
-             f"{'cell':<{width}}  " + "  ".join(f"{m[:22]:>22}"
-                                               for m in machines)]
+             f"{'cell':<{width}}  " + "  ".join(
+                 f"{m:>{w}}" for m, w in zip(machines, columns))]
     for row in found:
-        values = [f"{row['times'][m] * 1e3:>22.3f}" if m in row["times"]
-                  else f"{'-':>22}" for m in machines]
+        values = [f"{row['times'][m] * 1e3:>{w}.3f}" if m in row["times"]
+                  else f"{'-':>{w}}" for m, w in zip(machines, columns)]
         lines.append(f"{row['name']:<{width}}  " + "  ".join(values))
     if any(m.startswith("2016 ") for m in machines):
         lines.append(REFERENCE_NOTE)
+    measured = [m for m in machines if not m.startswith("2016 ")]
+    if len(measured) < 2:
+        lines.append(f"one measured machine ({', '.join(measured)}) beside "
+                     "the 2016 reference")
+        return lines
     lines.append("what differs between the machines:" if diffs else
                  "the machines differ in no recorded fact (CPU, GPU, driver, "
                  "versions, image, harness)")
