@@ -366,7 +366,9 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
         engine = history_db.connect(db)
         counts = history_db.export(engine, runs, machine, target=db)
         print(f"database: {counts['new']} cells new, {counts['updated']} "
-              f"updated, {counts['unchanged']} unchanged")
+              f"updated, {counts['unchanged']} unchanged"
+              + (f"; {counts['other_runs']} convergence run(s) left out"
+                 if counts["other_runs"] else ""))
 
 
 @task(iterable=["suite", "framework", "network", "machine"],

@@ -88,12 +88,12 @@ class _errors:
     def __exit__(self, kind, exc, _tb):
         if isinstance(exc, SQLAlchemyError):
             detail = str(getattr(exc, "orig", None) or exc).strip()
-            raise UserError(f"database {_safe(self.target)}: "
+            raise UserError(f"database {safe_url(self.target)}: "
                             f"{detail.splitlines()[0]}") from exc
         return False
 
 
-def _safe(target):
+def safe_url(target):
     """The URL without its password, for messages."""
     try:
         return make_url(url_of(target)).render_as_string(hide_password=True)
@@ -272,13 +272,15 @@ def put(connection, table, row, ignore=()):
 
 def export(engine, runs, machine=None, target=""):
     """Write [(record, pairs)] of bench runs; returns {'new': n,
-    'updated': n, 'unchanged': n} over their cells."""
+    'updated': n, 'unchanged': n} over their cells and 'other_runs', the
+    runs left out (convergence runs have no cells)."""
     tables = schema.tables()
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    counts = {"new": 0, "updated": 0, "unchanged": 0}
+    counts = {"new": 0, "updated": 0, "unchanged": 0, "other_runs": 0}
     with _errors(target), engine.begin() as connection:
         for record, pairs in runs:
             if record["kind"] != "bench":
+                counts["other_runs"] += 1
                 continue
             label = machine or machine_name(record, pairs)
             put(connection, tables["runs"],
@@ -295,8 +297,9 @@ def read_cells(engine, target=""):
     extra = [runs.c[k].label(f"run_{k}") for k in (
         "hostname", "cpu_model", "gpu", "driver", "suite", "started_at",
         "dlrepro_commit", "runtime")]
-    query = select(cells, *extra).join(runs, (runs.c.machine == cells.c.machine)
-                                       & (runs.c.run_id == cells.c.run_id))
+    same_run = ((runs.c.machine == cells.c.machine)
+                & (runs.c.run_id == cells.c.run_id))
+    query = select(cells, *extra).join(runs, same_run)
     with _errors(target), engine.connect() as connection:
         rows = [dict(r) for r in connection.execute(query).mappings()]
     return sorted(rows, key=lambda r: (r["machine"], r["cell_key"],

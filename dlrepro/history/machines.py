@@ -65,8 +65,9 @@ def reference_machines(path=compare.REFERENCE):
 def describe(cell):
     setting = (f"{cell['gpus']} GPU" if cell["device"] == "gpu"
                else f"{cell['threads']} thr")
-    return (f"{cell['framework']} {cell['network']} b{cell['global_batch_size']}"
-            f" {cell['device']} {setting} {cell['runtime']}")
+    return (f"{cell['framework']} {cell['network']} "
+            f"b{cell['global_batch_size']} {cell['device']} {setting} "
+            f"{cell['runtime']}")
 
 
 def table(rows, reference=None):

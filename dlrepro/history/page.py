@@ -45,7 +45,8 @@ def machines_figure(machines, found):
     for ax, network in zip(axes, networks):
         mine = [r for r in found if r["cell"]["network"] == network]
         for index, machine in enumerate(machines):
-            bars = [(x, r) for x, r in enumerate(mine) if machine in r["times"]]
+            bars = [(x, r) for x, r in enumerate(mine)
+                    if machine in r["times"]]
             if bars:
                 ax.bar([x - 0.4 + width * (index + 0.5) for x, _ in bars],
                        [r["times"][machine] * 1e3 for _, r in bars], width,
@@ -162,7 +163,8 @@ def build(target, across, over_time, filters, now=None):
         f"{'; ' + html.escape(shown) if shown else ''}; {drawn} figure"
         f"{'s' * (drawn != 1)}; written {now} by "
         "<code>invoke history --html</code></p>",
-        a_html, t_html, f"<script>{report_page.CHECK}</script></body></html>\n"])
+        a_html, t_html,
+        f"<script>{report_page.CHECK}</script></body></html>\n"])
 
 
 def write(path, text):

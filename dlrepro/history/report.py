@@ -22,7 +22,8 @@ def run(target, filters, reference=True, html=None):
     rows = machines.select(db.read_cells(db.connect(target), target),
                            **filters)
     if not rows:
-        raise UserError(f"no cells in {target} match the filters")
+        raise UserError(f"no cells in {db.safe_url(target)} match the "
+                        "filters")
     names, found = machines.table(
         rows, machines.reference_machines() if reference else None)
     diffs = machines.differences(rows, names)
@@ -30,7 +31,7 @@ def run(target, filters, reference=True, html=None):
     lines = (machines.format_table(names, found, diffs) + [""]
              + timeline.format_histories(histories))
     if html:
-        text = page.build(target, page.across_section(names, found, diffs),
+        text = page.build(db.safe_url(target), page.across_section(names, found, diffs),
                           page.over_time_section(histories,
                                                  timeline.step_line),
                           filters)
