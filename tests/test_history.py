@@ -175,6 +175,20 @@ def test_a_version_1_database_is_migrated(history_runs, tmp_path):
     assert {r["phase_times"] for r in table(url, "cells")} == {None}
 
 
+def test_a_database_newer_than_this_dlrepro_is_refused(history_runs,
+                                                       tmp_path):
+    out, _folders = history_runs
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    export(out, url)
+    with _engine(url).begin() as connection:
+        connection.execute(text("UPDATE dlrepro_schema SET version = 99"))
+    proc = invoke("export", "--out", str(out), "--all", "--db", url)
+    assert proc.returncode == 2
+    assert proc.stderr == (f"error: the database has schema version 99; "
+                           f"this dlrepro knows up to {schema.VERSION}: "
+                           "update it\n")
+
+
 @pytest.mark.parametrize("target, message", [
     ("nosuch://x", "error: cannot use database nosuch://x: "),
     ("/no/such/folder/h.db", "error: cannot open /no/such/folder/h.db: "
