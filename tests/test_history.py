@@ -228,6 +228,15 @@ def test_history_sets_machines_side_by_side_and_finds_the_step(
                             "--window-size=1600,900", "--dump-dom")
     assert console == []
     assert drawn(dom)[:2] == (3, 3)
+    # Filters: one machine has no other to compare with; another suite
+    # has no cells.
+    proc = invoke("history", "--db", str(db), "--machine", TWIN,
+                  "--suite", "smoke")
+    assert proc.stdout.splitlines()[0].startswith("no cell was measured on")
+    assert "2 cell histories, 1 with a step" in proc.stdout
+    proc = invoke("history", "--db", str(db), "--suite", "paper-real-cpu")
+    assert proc.returncode == 2 and proc.stderr == (
+        f"error: no cells in sqlite:///{db} match the filters\n")
 
 
 def test_history_of_a_missing_database_is_one_line(tmp_path):
