@@ -341,22 +341,62 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
             "out": "results root (default: results)",
             "csv": "write the rows to this CSV file",
             "sqlite": "insert or replace the rows in this SQLite database "
-                      "(table cells, keyed by run_id and cell_id)"})
+                      "(table cells, keyed by run_id and cell_id)",
+            "db": "add the finished cells to the results database at this "
+                  "URL (sqlite:///FILE or a path: SQLite; postgresql://"
+                  "USER:PASS@HOST/DB for a team); re-exporting changes "
+                  "nothing",
+            "machine": "with --db: the machine's name in the database "
+                       "(default: the host name the run recorded)"})
 @user_errors
-def export(c, run=None, all=False, out="results", csv=None, sqlite=None):
+def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
+           db=None, machine=None):
     """Export runs as one row per cell (identity and statistics)."""
     from dlrepro.bench import export as export_mod
     from dlrepro.run import runfolder
-    if not csv and not sqlite:
-        raise UserError("give --csv FILE, --sqlite FILE or both")
-    rows = []
+    if not csv and not sqlite and not db:
+        raise UserError("give --csv FILE, --sqlite FILE, --db URL or several")
+    rows, runs = [], []
     for run_dir in runfolder.run_folders(out, run or ["latest"], all):
-        rows += export_mod.rows(*runfolder.load_run(run_dir))
+        runs.append(runfolder.load_run(run_dir))
+        rows += export_mod.rows(*runs[-1])
     if csv:
         export_mod.write_csv(csv, rows)
     if sqlite:
         export_mod.write_sqlite(sqlite, rows)
-    print(f"{len(rows)} cells exported")
+    if csv or sqlite:
+        print(f"{len(rows)} cells exported")
+    if db:
+        from dlrepro.history import db as history_db
+        engine = history_db.connect(db)
+        counts = history_db.export(engine, runs, machine, target=db)
+        print(f"database: {counts['new']} cells new, {counts['updated']} "
+              f"updated, {counts['unchanged']} unchanged"
+              + (f"; {counts['other_runs']} convergence run(s) left out"
+                 if counts["other_runs"] else ""))
+
+
+@task(iterable=["suite", "framework", "network", "machine"],
+      help={"db": "the results database (URL or SQLite path; default "
+                  "results/history.db)",
+            "suite": "only runs of this suite (repeatable)",
+            "framework": "only this framework (repeatable)",
+            "network": "only this network (repeatable)",
+            "machine": "only this machine (repeatable)",
+            "reference": "set the 2016 reference beside as machines "
+                         "(single-GPU cells; default on)",
+            "html": "also write the page (cross-machine and over-time "
+                    "figures) to this path"})
+@user_errors
+def history(c, db="results/history.db", suite=None, framework=None,
+            network=None, machine=None, reference=True, html=None):
+    """The results database: the same cells across machines, and each
+    cell's history with the steps found in it."""
+    from dlrepro.history import report as history_report
+    filters = {"suite": suite or [], "framework": framework or [],
+               "network": network or [], "machine": machine or []}
+    for line in history_report.run(db, filters, reference, html):
+        print(line)
 
 
 @task(help={"k": "only tests matching this pytest expression",

@@ -12,7 +12,8 @@ ok-kill-parent (ok, then SIGKILL the sweep), ok-interrupt-parent (ok,
 then SIGINT the sweep, as a Ctrl-C just after the result), fill-disk
 (fills the results' filesystem, exits 1 without a result), hog (allocates memory until the
 kernel kills it, as a cell bigger than its memory limit does; gives up with
-exit 4 at 4 GiB, so that a machine without a limit is not starved).
+exit 4 at 4 GiB, so that a machine without a limit is not starved),
+ok@SECONDS (ok, each iteration taking SECONDS: a history with a step).
 """
 import json
 import os
@@ -59,10 +60,13 @@ def main(mode, spec_path, out):
             except OSError:
                 pass
         return 1
+    seconds = 0.01
+    if mode.startswith("ok@"):
+        mode, seconds = "ok", float(mode[3:])
     if mode in ("ok", "slow"):
         n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
         if mode == "ok":
-            script = Script([0.01] * n)
+            script = Script([seconds] * n)
         else:
             script = SleepingScript([0.0] * n)
             backend_step = Backend(script).prepare

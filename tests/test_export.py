@@ -53,4 +53,5 @@ def test_runs_merge_into_one_database_and_a_csv(tmp_path):
 def test_export_needs_a_destination(tmp_path):
     proc = invoke("export", "--out", str(tmp_path))
     assert proc.returncode == 2
-    assert proc.stderr == "error: give --csv FILE, --sqlite FILE or both\n"
+    assert proc.stderr == ("error: give --csv FILE, --sqlite FILE, --db URL "
+                           "or several\n")

@@ -58,3 +58,13 @@ def test_a_lower_layer_importing_a_higher_one_breaks_a_contract(tmp_path):
     proc = lint(tree)
     assert proc.returncode != 0
     assert "dlrepro.images.build -> dlrepro.run.runfolder" in proc.stdout
+
+
+def test_the_html_report_importing_history_breaks_a_contract(tmp_path):
+    tree = _copy(tmp_path)
+    charts = tree / "dlrepro" / "present" / "charts.py"
+    charts.write_text("from dlrepro.history import steps\n"
+                      + charts.read_text())
+    proc = lint(tree)
+    assert proc.returncode != 0
+    assert "dlrepro.present.charts -> dlrepro.history.steps" in proc.stdout
