@@ -19,6 +19,8 @@ class Exit(NamedTuple):
     seconds: float
     # Why the process could not be started at all (None: it started).
     start_error: Optional[str] = None
+    # The process's pid (the kernel log names an OOM kill's victim by it).
+    pid: Optional[int] = None
 
 
 def _term_when_parent_dies():
@@ -27,6 +29,16 @@ def _term_when_parent_dies():
     instead of running on beside a resumed run."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _before_exec(launch):
+    if launch.preexec is None:
+        return _term_when_parent_dies
+
+    def both():
+        _term_when_parent_dies()
+        launch.preexec()
+    return both
 
 
 def stop(proc, launch, grace_s=None):
@@ -63,7 +75,7 @@ class LocalExecutor:
                                         stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL,
                                         start_new_session=True,
-                                        preexec_fn=_term_when_parent_dies)
+                                        preexec_fn=_before_exec(launch))
             except OSError as exc:
                 return Exit(None, False, time.monotonic() - started,
                             f"{launch.argv[0]}: {exc.strerror or exc}")
@@ -75,4 +87,5 @@ class LocalExecutor:
             except BaseException:
                 stop(proc, launch)
                 raise
-        return Exit(status, timed_out, time.monotonic() - started)
+        return Exit(status, timed_out, time.monotonic() - started,
+                    pid=proc.pid)
