@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import memcgroup
 from _frameworks import framework_python  # noqa: F401 (a fixture)
+from memcgroup import memory_cgroup  # noqa: F401 (a fixture)
 from dlrepro.run import runfolder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -324,95 +326,28 @@ def test_a_host_allocation_failure_is_an_error_not_oom(tmp_path,
     assert "DefaultCPUAllocator: can't allocate memory" in entry["message"]
 
 
-class MemoryCgroup:
-    """A memory cgroup with a limit, made beside nothing else: a child of
-    this process's own, which processes join before they exec."""
-
-    def __init__(self, directory, counter, limit_file):
-        self.directory, self.counter = directory, counter
-        self.limit_file = limit_file
-
-    def enter(self):
-        (self.directory / "cgroup.procs").write_text(str(os.getpid()))
-
-    def oom_kills(self):
-        for line in (self.directory / self.counter).read_text().splitlines():
-            if line.startswith("oom_kill "):
-                return int(line.split()[1])
-
-    def ours(self):
-        """The cgroups dlrepro made in it for its jobs."""
-        return sorted(p.name for p in self.directory.glob("dlrepro-*"))
-
-    def mount_point(self):
-        path = self.directory
-        while not os.path.ismount(path):
-            path = path.parent
-        return path
+# Whether dlrepro can read the kernel log (here, as root) or not: without
+# CAP_SYSLOG (kernel.dmesg_restrict is 1 here), or with an empty /dev/kmsg.
+KNOWING = ["kernel-log", "no-cap-syslog", "empty-log"]
 
 
-def _cannot(reason):
-    if os.environ.get("CI"):
-        pytest.fail(f"in CI: {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture
-def memory_cgroup():
-    """A 400 MiB memory cgroup (needs root and a memory controller we may
-    give a child: cgroup v1, or v2 with memory delegated)."""
-    from dlrepro.run import oomkills
-    if os.geteuid() != 0:
-        _cannot("making memory cgroups needs root")
-    found = [(d, c) for d, c in oomkills.memory_cgroups()
-             if (d / c).exists()]
-    if not found:
-        _cannot("this process is in no memory cgroup with an OOM-kill count")
-    parent, counter = found[0]
-    directory = parent / f"test-faults-{os.getpid()}"
-    try:
-        directory.mkdir()
-    except OSError as exc:
-        _cannot(f"cannot make a memory cgroup under {parent}: {exc}")
-    limit = "memory.limit_in_bytes" if counter == "memory.oom_control" \
-        else "memory.max"
-    if not (directory / counter).exists():
-        directory.rmdir()
-        _cannot(f"{parent} gives its child cgroups no memory controller")
-    (directory / limit).write_text(str(400 << 20))
-    yield MemoryCgroup(directory, counter, limit)
-    for pid in (directory / "cgroup.procs").read_text().split():
-        os.kill(int(pid), signal.SIGKILL)
-    wait_for(lambda: not (directory / "cgroup.procs").read_text().split())
-    for child in directory.glob("dlrepro-*"):
-        child.rmdir()
-    directory.rmdir()
-
-
-# A process that the OOM killer picks first (oom_score_adj 1000) and that
-# allocates until it is killed; 2 GiB at most, should no limit hold it.
-HOG = ("import time\n"
-       "open('/proc/self/oom_score_adj', 'w').write('1000')\n"
-       "held = []\n"
-       "for _ in range(128):\n"
-       "    held.append(b'x' * (16 << 20))\n"
-       "    time.sleep(0.01)\n")
-
-# How the cell can know its OOM kills: its own memory cgroup (the default
-# where dlrepro may make one); no cgroup of its own (the cgroup filesystem
-# read-only) but the kernel log; neither (/dev/kmsg empty as well).
-KNOWING = ["own-cgroup", "kernel-log", "nothing"]
+def _cannot_be_told(knowing):
+    return "cannot be told: " + {
+        "no-cap-syslog": "/dev/kmsg cannot be read (Operation not permitted)",
+        "empty-log": "the kernel log names no victim"}[knowing]
 
 
 def start_in(cgroup, knowing, *args, modes=""):
-    """`invoke ARGS` in `cgroup`, seeing as much as `knowing` says."""
+    """`invoke ARGS` in `cgroup`, seeing the kernel log or not."""
+    if knowing == "no-cap-syslog" and \
+            Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
+        pytest.skip("kernel.dmesg_restrict is 0: anyone may read the log")
     argv = [INVOKE, *args]
-    if knowing != "own-cgroup":
-        script = f"mount -o remount,bind,ro {cgroup.mount_point()}"
-        if knowing == "nothing":
-            script += " && mount --bind /dev/null /dev/kmsg"
+    if knowing == "no-cap-syslog":
+        argv = ["setpriv", "--bounding-set", "-syslog", *argv]
+    if knowing == "empty-log":
         argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                script + ' && exec "$@"', "sh", *argv]
+                'mount --bind /dev/null /dev/kmsg && exec "$@"', "sh", *argv]
     return subprocess.Popen(argv, cwd=ROOT, env=_env(modes),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
@@ -433,7 +368,7 @@ def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        (tmp_path / "latest").resolve())
     pid = wait_for(lambda: harness_pids(run_dir))[0]
-    hog = subprocess.Popen([sys.executable, "-c", HOG],
+    hog = subprocess.Popen([sys.executable, "-c", memcgroup.HOG],
                            preexec_fn=memory_cgroup.enter)
     assert hog.wait(120) == -signal.SIGKILL
     assert memory_cgroup.oom_kills() == 1  # the kernel's doing, not ours
@@ -443,16 +378,13 @@ def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
     result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
     message = result["error"]["message"]
     assert result["status"] == "error", message
-    if knowing == "own-cgroup":
-        assert "killed by SIGKILL from outside; no OOM kill in the job's " \
-               "own memory cgroup" in message
-    elif knowing == "kernel-log":
+    if knowing == "kernel-log":
+        assert "killed by SIGKILL from outside; " in message
         assert f"its victim was pid {hog.pid} (python" in message
         assert f"not the harness (pid {pid})" in message
     else:
         assert "by the OOM killer or from outside" in message
-        assert "cannot be told" in message
-    assert memory_cgroup.ours() == []
+        assert _cannot_be_told(knowing) in message
     again = invoke(*args, "--resume")
     assert "0 of 1 jobs already done" in again.stdout, again.stdout
     assert statuses(run_dir) == {"fcn8": "ok"}
@@ -472,11 +404,10 @@ def test_a_cell_that_is_the_oom_killers_victim_is_oom(
     run_dir = (tmp_path / "latest").resolve()
     result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
     message = result["error"]["message"]
-    assert memory_cgroup.oom_kills() >= (knowing != "own-cgroup")
-    assert memory_cgroup.ours() == []
-    if knowing == "nothing":
+    assert memory_cgroup.oom_kills() == 1  # the kernel killed the harness
+    if knowing != "kernel-log":
         assert result["status"] == "error", message
-        assert "cannot be told" in message
+        assert _cannot_be_told(knowing) in message
         return
     assert result["status"] == "oom", message
     assert result["error"]["type"] == "OutOfMemory"

@@ -31,16 +31,6 @@ def _term_when_parent_dies():
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def _before_exec(launch):
-    if launch.preexec is None:
-        return _term_when_parent_dies
-
-    def both():
-        _term_when_parent_dies()
-        launch.preexec()
-    return both
-
-
 def stop(proc, launch, grace_s=None):
     """Ask the harness to stop (SIGTERM: it writes a partial result), then
     kill its whole process group if it does not."""
@@ -75,7 +65,7 @@ class LocalExecutor:
                                         stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL,
                                         start_new_session=True,
-                                        preexec_fn=_before_exec(launch))
+                                        preexec_fn=_term_when_parent_dies)
             except OSError as exc:
                 return Exit(None, False, time.monotonic() - started,
                             f"{launch.argv[0]}: {exc.strerror or exc}")

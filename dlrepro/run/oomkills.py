@@ -3,18 +3,24 @@ OOM kill from another process's.
 
 A process killed by SIGKILL says nothing about who sent it. The kernel
 counts its OOM kills: per memory cgroup (cgroup v2 memory.events, v1
-memory.oom_control; a kill counts in the victim's cgroup and every cgroup
-above it) and machine-wide (/proc/vmstat). A count that rose while a job
-ran says that the OOM killer ran, not whom it killed: another process in
-the same cgroup, or anywhere on the machine, may have been its victim.
+memory.oom_control) and machine-wide (/proc/vmstat). A count that rose
+while a job ran says that the OOM killer ran, not whom it killed: another
+process in the same cgroup (on v2, or below it), or anywhere on the
+machine, may have been its victim.
 
-So a job's process runs in a memory cgroup of its own, a child of ours
-(`Watch`), whose count rises only when the victim is one of the job's own
-processes. Where no such cgroup can be made (no permission, a cgroup v2
-parent that gives its children no memory controller), the kernel log
-(/dev/kmsg) names the victim's pid. Where neither can tell, the verdict
-is "cannot tell" (None): the job is an error, measured again on resume,
-never `oom`.
+So the verdict names the victim: the kernel log (/dev/kmsg, read from the
+job's start) gives each OOM kill's victim pid, matched against the job's
+process. Where it cannot be read (no CAP_SYSLOG with dmesg_restrict set,
+a container without /dev/kmsg, another PID namespace), the verdict is
+"cannot tell" (None): the job is an error, measured again on resume, never
+`oom`.
+
+Not a memory cgroup of the job's own, whose count would name the victim
+without the log: on cgroup v1 a kill counts in the victim's cgroup alone,
+so a child of ours would hide the job's OOM kills from whoever reads our
+cgroup's count (Slurm's task/cgroup ends a task OUT_OF_MEMORY by it); on
+v2 a cgroup that holds a process (ours) cannot give its children the
+memory controller.
 """
 import os
 import re
@@ -22,7 +28,6 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KMSG = "/dev/kmsg"
-OWN_PREFIX = "dlrepro-"
 # /proc/self/ns/pid of the initial PID namespace, the one whose pids the
 # kernel log names (PROC_PID_INIT_INO).
 INITIAL_PID_NAMESPACE = "pid:[4026531836]"
@@ -189,135 +194,35 @@ def victim_verdict(found, is_ours, ours, ran, why):
     return False, f"{ran}, but its victim was {_named(found)}, not {ours}"
 
 
-# --- a job's own memory cgroup ----------------------------------------------
-
-
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
-def _remove_cgroup(directory, parent):
-    """rmdir a cgroup of ours, first moving any process left in it (an
-    orphan of the harness) up to `parent`."""
-    try:
-        for pid in (directory / "cgroup.procs").read_text().split():
-            try:
-                (parent / "cgroup.procs").write_text(pid)
-            except OSError:
-                pass
-        directory.rmdir()
-    except OSError:
-        pass
-
-
-def _remove_stale(parent):
-    """Our cgroups left by a dlrepro that was killed (its pid is in the
-    name): rmdir fails on one still in use."""
-    try:
-        children = list(parent.glob(OWN_PREFIX + "*"))
-    except OSError:
-        return
-    for child in children:
-        pid = child.name[len(OWN_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
-            try:
-                child.rmdir()
-            except OSError:
-                pass
-
-
-def own_cgroup(name):
-    """(counter file, None) of a new child of this process's memory cgroup
-    named OWN_PREFIX<pid>-<name>, with its own OOM-kill count; or (None,
-    why not)."""
-    for parent, counter in memory_cgroups():
-        if _field(parent / counter, "oom_kill") is None:
-            continue
-        _remove_stale(parent)
-        child = parent / f"{OWN_PREFIX}{os.getpid()}-{name}"
-        try:
-            child.mkdir()
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            return None, f"no memory cgroup of its own could be made under " \
-                         f"{parent} ({exc.strerror or exc})"
-        if _field(child / counter, "oom_kill") is not None and \
-                os.access(child / "cgroup.procs", os.W_OK):
-            return child / counter, None
-        _remove_cgroup(child, parent)
-        return None, f"{parent} gives its child cgroups no memory controller"
-    return None, "this process is in no memory cgroup with an OOM-kill count"
+# --- one job ----------------------------------------------------------------
 
 
 class Watch:
-    """Whether the OOM killer killed one job's process. Made before the
-    job starts; `enter` runs in its process before exec; `verdict(pid)`
-    after it died; `close` when the job is over."""
+    """Whether the OOM killer killed one job's process: made before the job
+    starts, `verdict(pid)` after it died, `close` when the job is over."""
 
-    def __init__(self, name):
-        self.counter, self.why = own_cgroup(name)
-        self.log = None
-        if self.counter is not None:
-            self.procs = str(self.counter.parent / "cgroup.procs")
-            self.before = _field(self.counter, "oom_kill")
-        else:
-            self.procs = None
-            self.before = count()
-            self.log = KernelLog()
-
-    def enter(self):
-        """In the job's process, before exec: into its own cgroup, which
-        its children then share."""
-        if self.procs is not None:
-            fd = os.open(self.procs, os.O_WRONLY)
-            try:
-                os.write(fd, str(os.getpid()).encode())
-            finally:
-                os.close(fd)
+    def __init__(self):
+        self.before = count()
+        self.log = KernelLog()
 
     def verdict(self, pid=None):
         """A runtimes.Death-style (oom, detail) for the job's process `pid`
         (the harness, or what execs it), which died."""
-        if self.counter is not None:
-            return self._own_verdict()
         ran, detail = verdict(self.before, count())
         if not ran:
             return ran, detail
-        if pid is None or not kernel_pids_are_ours():
+        if pid is None:
+            found, why = None, "the job's pid is unknown"
+        elif not kernel_pids_are_ours():
             found, why = None, "the kernel log's pids are not this " \
-                               "process's"
+                               "process's (another PID namespace)"
         else:
             found, why = self.log.victims(), self.log.why
-        oom, detail = victim_verdict(found, lambda p, _memcg: p == pid,
-                                     f"the harness (pid {pid})", detail, why)
-        if oom is None:
-            detail = f"{detail}; and {self.why}"
-        return oom, detail
-
-    def _own_verdict(self):
-        after = _field(self.counter, "oom_kill")
-        where = self.counter.parent
-        if after is None or self.before is None:
-            return None, f"the OOM-kill count of the job's own memory " \
-                         f"cgroup {where} could not be read"
-        if after > self.before:
-            return True, f"the kernel's OOM killer killed a process of the " \
-                         f"job ({where}: oom_kill {self.before} -> {after})"
-        return False, f"no OOM kill in the job's own memory cgroup ({where})"
+        return victim_verdict(found, lambda p, _memcg: p == pid,
+                              f"the harness (pid {pid})", detail, why)
 
     def close(self):
-        if self.log is not None:
-            self.log.close()
-        if self.counter is not None:
-            _remove_cgroup(self.counter.parent, self.counter.parent.parent)
-            self.counter = None
+        self.log.close()
 
 
 class Watches:
@@ -328,7 +233,7 @@ class Watches:
 
     def start(self, job_id):
         self.end(job_id)
-        watch = self.watches[job_id] = Watch(job_id)
+        watch = self.watches[job_id] = Watch()
         return watch
 
     def end(self, job_id):

@@ -38,9 +38,6 @@ class Launch(NamedTuple):
     # Called with the process's pid after it exited without a result
     # file: a Death.
     post_mortem: Optional[Callable[[Optional[int]], Death]] = None
-    # Called in the new process before exec (it joins the job's own memory
-    # cgroup, so that an OOM kill of another process is not the job's).
-    preexec: Optional[Callable[[], None]] = None
 
 
 class Runtime(abc.ABC):

@@ -187,7 +187,7 @@ class Runtime(Base):
                        "/sbin:/bin",
                "USER": user_name(), "LANG": "C.UTF-8"}
         watch = self.watches.start(job.id)
-        return Launch(argv=argv, env=env, cwd=str(ROOT), preexec=watch.enter,
+        return Launch(argv=argv, env=env, cwd=str(ROOT),
                       post_mortem=lambda pid=None: Death(*watch.verdict(pid)))
 
     def cleanup(self, job, run_dir):

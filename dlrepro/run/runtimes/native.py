@@ -65,7 +65,7 @@ class Runtime(Base):
         env["PYTHONUNBUFFERED"] = "1"
         watch = self.watches.start(job.id)
         return Launch(argv=[str(python)] + harness_args(job, run_dir),
-                      env=env, cwd=str(ROOT), preexec=watch.enter,
+                      env=env, cwd=str(ROOT),
                       post_mortem=lambda pid=None: Death(*watch.verdict(pid)))
 
     def cleanup(self, job, run_dir):
