@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import memcgroup
 from _frameworks import framework_python  # noqa: F401 (a fixture)
+from memcgroup import memory_cgroup  # noqa: F401 (a fixture)
 from dlrepro.run import runfolder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -322,3 +324,92 @@ def test_a_host_allocation_failure_is_an_error_not_oom(tmp_path,
     (entry,) = runfolder.read_run(run_dir)["jobs"]
     assert entry["status"] == "error"
     assert "DefaultCPUAllocator: can't allocate memory" in entry["message"]
+
+
+# Whether dlrepro can read the kernel log (here, as root) or not: without
+# CAP_SYSLOG (kernel.dmesg_restrict is 1 here), or with an empty /dev/kmsg.
+KNOWING = ["kernel-log", "no-cap-syslog", "empty-log"]
+
+
+def _cannot_be_told(knowing):
+    return "cannot be told: " + {
+        "no-cap-syslog": "/dev/kmsg cannot be read (Operation not permitted)",
+        "empty-log": "the kernel log names no victim"}[knowing]
+
+
+def start_in(cgroup, knowing, *args, modes=""):
+    """`invoke ARGS` in `cgroup`, seeing the kernel log or not."""
+    if knowing == "no-cap-syslog" and \
+            Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
+        pytest.skip("kernel.dmesg_restrict is 0: anyone may read the log")
+    argv = [INVOKE, *args]
+    if knowing == "no-cap-syslog":
+        argv = ["setpriv", "--bounding-set", "-syslog", *argv]
+    if knowing == "empty-log":
+        argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind /dev/null /dev/kmsg && exec "$@"', "sh", *argv]
+    return subprocess.Popen(argv, cwd=ROOT, env=_env(modes),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=cgroup.enter)
+
+
+@pytest.mark.parametrize("knowing", KNOWING)
+def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
+        tmp_path, memory_cgroup, knowing):
+    """Fault 7: a cell killed from outside was `oom`, and never measured
+    again, when another process in dlrepro's memory cgroup was OOM-killed
+    during the cell. Here a hog in the same cgroup as `invoke` is the
+    kernel's victim, then the cell's harness is SIGKILLed from outside."""
+    args = [*BENCH[:BENCH.index("--iterations")], "--iterations", "600",
+            "--warmup", "0", "--threads", "1", "--out", str(tmp_path),
+            "--network", "fcn8"]
+    proc = start_in(memory_cgroup, knowing, *args, modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    pid = wait_for(lambda: harness_pids(run_dir))[0]
+    hog = subprocess.Popen([sys.executable, "-c", memcgroup.HOG],
+                           preexec_fn=memory_cgroup.enter)
+    assert hog.wait(120) == -signal.SIGKILL
+    assert memory_cgroup.oom_kills() == 1  # the kernel's doing, not ours
+    os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    message = result["error"]["message"]
+    assert result["status"] == "error", message
+    if knowing == "kernel-log":
+        assert "killed by SIGKILL from outside; " in message
+        assert f"its victim was pid {hog.pid} (python" in message
+        assert f"not the harness (pid {pid})" in message
+    else:
+        assert "by the OOM killer or from outside" in message
+        assert _cannot_be_told(knowing) in message
+    again = invoke(*args, "--resume")
+    assert "0 of 1 jobs already done" in again.stdout, again.stdout
+    assert statuses(run_dir) == {"fcn8": "ok"}
+
+
+@pytest.mark.parametrize("knowing", KNOWING)
+def test_a_cell_that_is_the_oom_killers_victim_is_oom(
+        tmp_path, memory_cgroup, knowing):
+    """The other side of fault 7: the cell's own process is the one the
+    kernel kills (a harness that outgrows the cgroup) -> `oom`, kept by
+    --resume; unless nothing can tell whose kill it was: then an error that
+    says so, measured again."""
+    proc = start_in(memory_cgroup, knowing, *BENCH, "--out", str(tmp_path),
+                    "--network", "fcn8", modes="fcn8=hog")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out + err
+    run_dir = (tmp_path / "latest").resolve()
+    result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    message = result["error"]["message"]
+    assert memory_cgroup.oom_kills() == 1  # the kernel killed the harness
+    if knowing != "kernel-log":
+        assert result["status"] == "error", message
+        assert _cannot_be_told(knowing) in message
+        return
+    assert result["status"] == "oom", message
+    assert result["error"]["type"] == "OutOfMemory"
+    again = bench(tmp_path, "fcn8", extra=["--resume"])
+    assert "1 of 1 jobs already done" in again.stdout, again.stdout

@@ -3,11 +3,12 @@ tests build (loaded from the Docker engine, and from an `invoke save`
 folder with no engine in the way), the result on the host with the same
 shape as docker's, the hardening flags, rlimits within the host's hard
 limits, stop on timeout with a partial result, an out-of-memory kill told
-from the kernel's count, and one-line errors.
+from another process's by the kernel log, and one-line errors.
 """
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +26,9 @@ from dlrepro.run.runtimes import podman as podman_runtime
 from harness import resultfile
 from harness.provenance import harness_digest
 
+import memcgroup
 from dockerenv import BASE_OVERRIDES, PREFIX
+from memcgroup import memory_cgroup  # noqa: F401 (a fixture)
 from runtimeenv import (FRAMEWORK, binary_or_skip, docker_image, make_cell,
                         make_job, run_pipeline, shape, start)
 
@@ -179,6 +182,41 @@ def test_an_out_of_memory_kill_ends_as_oom(image, tmp_path, monkeypatch):
     entry, result = found[job.id]
     assert entry["status"] == "oom", entry["message"]
     assert result["error"]["type"] == "OutOfMemory"
+
+
+def test_a_container_killed_while_another_process_is_oom_killed_is_not_oom(
+        runtime, tmp_path, memory_cgroup):
+    """Podman on cgroup v1 reports no OOM kill, and the machine's count
+    rises for any process's: a container `podman kill`ed while a hog
+    elsewhere was OOM-killed was `oom`, never measured again. The kernel
+    log's victim is not in the container's cgroup: killed from outside."""
+    job = make_job(make_cell("podman", iterations=10 ** 7, warmup=0),
+                   "oom-elsewhere")
+    launch, proc, log = start(runtime, job, tmp_path)
+    name = docker_runtime.container_name(tmp_path.resolve(), job.id)
+    try:
+        wait_until(lambda: podman("container", "inspect", "--format",
+                                  "{{.State.Running}}", name
+                                  ).stdout.strip() == "true")
+        hog = subprocess.Popen([sys.executable, "-c", memcgroup.HOG],
+                               preexec_fn=memory_cgroup.enter)
+        assert hog.wait(120) == -signal.SIGKILL
+        assert memory_cgroup.oom_kills() == 1  # the kernel's doing
+        assert podman("kill", name).returncode == 0
+        assert proc.wait(timeout=60) == 137, log.read_text()
+        death = launch.post_mortem()
+    finally:
+        runtime.cleanup(job, tmp_path)
+    assert death.oom is False, death.detail
+    assert f"its victim was pid {hog.pid} (python" in death.detail
+    assert death.detail.endswith("not this container")
+
+
+def wait_until(predicate, seconds=120):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.2)
 
 
 def _podman_knows_the_base():

@@ -100,12 +100,19 @@ def _died(job, exit, launch, log, container):
         return synthesized(job, "error", "StartFailed",
                            f"the harness could not be started: "
                            f"{exit.start_error}", container)
-    death = launch.post_mortem() if launch.post_mortem else None
+    death = launch.post_mortem(exit.pid) if launch.post_mortem else None
     detail = f"; {death.detail}" if death and death.detail else ""
     if exit.status in KILLED and death is not None and death.oom:
         return synthesized(job, "oom", "OutOfMemory",
                            f"the harness was killed by SIGKILL{detail}",
                            container)
+    if exit.status in KILLED and death is not None and death.oom is None:
+        # `oom` is never retried: only a kill known to be the OOM
+        # killer's is one.
+        return synthesized(job, "error", "Killed",
+                           f"the harness was killed by SIGKILL, by the "
+                           f"OOM killer or from outside{detail}; measured "
+                           f"again on --resume", container)
     if exit.status in KILLED:
         return synthesized(job, "error", "Killed",
                            f"the harness was killed by SIGKILL from outside"

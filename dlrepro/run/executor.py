@@ -19,6 +19,8 @@ class Exit(NamedTuple):
     seconds: float
     # Why the process could not be started at all (None: it started).
     start_error: Optional[str] = None
+    # The process's pid (the kernel log names an OOM kill's victim by it).
+    pid: Optional[int] = None
 
 
 def _term_when_parent_dies():
@@ -75,4 +77,5 @@ class LocalExecutor:
             except BaseException:
                 stop(proc, launch)
                 raise
-        return Exit(status, timed_out, time.monotonic() - started)
+        return Exit(status, timed_out, time.monotonic() - started,
+                    pid=proc.pid)

@@ -35,8 +35,9 @@ class Launch(NamedTuple):
     # process (a container must be stopped through its engine). None:
     # SIGTERM the child, then SIGKILL after a grace period.
     stop: Optional[Callable[[], None]] = None
-    # Called after the process exited without a result file: a Death.
-    post_mortem: Optional[Callable[[], Death]] = None
+    # Called with the process's pid after it exited without a result
+    # file: a Death.
+    post_mortem: Optional[Callable[[Optional[int]], Death]] = None
 
 
 class Runtime(abc.ABC):

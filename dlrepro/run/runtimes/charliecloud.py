@@ -83,6 +83,7 @@ class Runtime(Base):
         self.ch_run = ch_run
         self.name_prefix = name_prefix
         self.records = {}
+        self.watches = oomkills.Watches()
 
     # -- the Runtime interface ------------------------------------------------
 
@@ -185,10 +186,12 @@ class Runtime(Base):
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
                        "/sbin:/bin",
                "USER": user_name(), "LANG": "C.UTF-8"}
-        before = oomkills.count()
+        watch = self.watches.start(job.id)
         return Launch(argv=argv, env=env, cwd=str(ROOT),
-                      post_mortem=lambda: Death(*oomkills.verdict(
-                          before, oomkills.count())))
+                      post_mortem=lambda pid=None: Death(*watch.verdict(pid)))
+
+    def cleanup(self, job, run_dir):
+        self.watches.end(job.id)
 
     # -- images ---------------------------------------------------------------
 

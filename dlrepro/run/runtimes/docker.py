@@ -155,7 +155,7 @@ class Runtime(Base):
         return Launch(argv=self.run_argv(job, run_dir, tag, name),
                       env=None, cwd=str(ROOT),
                       stop=lambda: self._stop(name),
-                      post_mortem=lambda: self._post_mortem(name))
+                      post_mortem=lambda _pid=None: self._post_mortem(name))
 
     def cleanup(self, job, run_dir):
         run_dir = Path(run_dir).resolve()

@@ -22,6 +22,7 @@ class Runtime(Base):
         # machine's own PyTorch) instead of the locked environments.
         self.python = python
         self.pythons = {}
+        self.watches = oomkills.Watches()
 
     def check(self):
         if self.python is None:
@@ -63,11 +64,13 @@ class Runtime(Base):
         # The repository's harness, not any installed copy.
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONUNBUFFERED"] = "1"
-        before = oomkills.count()
+        watch = self.watches.start(job.id)
         return Launch(argv=[str(python)] + harness_args(job, run_dir),
                       env=env, cwd=str(ROOT),
-                      post_mortem=lambda: Death(*oomkills.verdict(
-                          before, oomkills.count())))
+                      post_mortem=lambda pid=None: Death(*watch.verdict(pid)))
+
+    def cleanup(self, job, run_dir):
+        self.watches.end(job.id)
 
 
 def _why_not_a_program(name):

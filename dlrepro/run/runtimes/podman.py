@@ -25,6 +25,7 @@ Options (keyword arguments, or environment variables for `invoke bench`):
 """
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -52,6 +53,16 @@ def hard_limit(which):
     (-1: unlimited)."""
     hard = resource.getrlimit(which)[1]
     return -1 if hard == resource.RLIM_INFINITY else hard
+
+
+def in_container(container_id):
+    """Whether a memory cgroup path is the container's (libpod-<id>, with
+    systemd's .scope or not; not its conmon's libpod-conmon-<id>)."""
+    def test(_pid, memcg):
+        return bool(container_id and memcg and
+                    re.search(rf"(^|/)libpod-{re.escape(container_id)}"
+                              rf"(\.scope)?(/|$)", memcg))
+    return test
 
 
 def read_pid_max(path="/proc/sys/kernel/pid_max"):
@@ -94,6 +105,7 @@ class Runtime(docker.Runtime):
         self.archive_dir = archive_dir or os.environ.get(ARCHIVE_ENV) or None
         self.from_docker = from_docker
         self.store = podman_images.Store(podman_bin)
+        self.kernel_logs = {}
 
     # -- the Runtime interface ------------------------------------------------
 
@@ -167,34 +179,49 @@ class Runtime(docker.Runtime):
         self._podman("stop", "--time", str(docker.STOP_GRACE_S), name,
                      timeout=docker.STOP_GRACE_S + CLI_TIMEOUT_S)
 
-    def _state(self, name):
+    def _inspect(self, name):
         proc = self._podman("container", "inspect", name)
         if proc.returncode != 0:
             return None
         found = json.loads(proc.stdout or "[]")
-        return found[0].get("State", {}) if found else None
+        return found[0] if found else None
 
     def launch(self, job, run_dir):
         launch = super().launch(job, run_dir)
         name = docker.container_name(Path(run_dir).resolve(), job.id)
         before = oomkills.machine_count()
+        self._end_log(job)
+        log = self.kernel_logs[job.id] = oomkills.KernelLog()
         return launch._replace(
-            post_mortem=lambda: self._post_mortem(name, before))
+            post_mortem=lambda _pid=None: self._post_mortem(name, before,
+                                                            log))
 
-    def _post_mortem(self, name, before=None):
-        state = self._state(name)
+    def cleanup(self, job, run_dir):
+        super().cleanup(job, run_dir)
+        self._end_log(job)
+
+    def _end_log(self, job):
+        log = self.kernel_logs.pop(job.id, None)
+        if log is not None:
+            log.close()
+
+    def _post_mortem(self, name, before, log):
+        info = self._inspect(name)
+        state = info.get("State", {}) if info is not None else None
         if state is None or state.get("OOMKilled"):
             return docker.death(state, "podman")
-        code = state.get("ExitCode")
         after = oomkills.machine_count()
-        if code == 137 and before is not None and after is not None \
-                and after > before:
+        if state.get("ExitCode") == 137 and before is not None \
+                and after is not None and after > before:
             # Podman on cgroup v1 does not see its containers' OOM kills
-            # (State.OOMKilled stays false): the kernel's count does.
-            return Death(True, f"the container was SIGKILLed while the "
-                               f"kernel's OOM killer ran (/proc/vmstat "
-                               f"oom_kill {before} -> {after}); podman "
-                               f"itself reports no OOM kill")
+            # (State.OOMKilled stays false), and the machine's count rose
+            # for any process's: the kernel log names the victim's cgroup.
+            return Death(*oomkills.victim_verdict(
+                log.victims(), in_container(info.get("Id")),
+                "this container",
+                f"the container was SIGKILLed while the kernel's OOM killer "
+                f"ran (/proc/vmstat oom_kill {before} -> {after}); podman "
+                f"itself reports no OOM kill", log.why))
         return docker.death(state, "podman")
 
     def _remove(self, name):
