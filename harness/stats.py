@@ -10,6 +10,7 @@ _T975 = {}
 # Iglewicz and Hoaglin: |modified z| above 3.5 marks an outlier.
 OUTLIER_Z = 3.5
 CV_WARNING = 0.05
+HIGH_VARIATION = "high variation:"
 WARMUP_DRIFT_WARNING = 0.10
 
 
@@ -138,14 +139,19 @@ def summarize(times, samples_per_iteration):
     }
 
 
+def high_variation(cv, what="CV"):
+    """The warning for a coefficient of variation above CV_WARNING."""
+    return ("{} {} {:.1%} exceeds {:.0%}; rerun on a quieter machine or "
+            "with more iterations".format(HIGH_VARIATION, what, cv,
+                                          CV_WARNING))
+
+
 def warnings_for(times, warmup):
     """Human-readable warnings about the quality of a timed series."""
     found = []
     summary = summarize(times, 1)
     if summary["cv"] is not None and summary["cv"] > CV_WARNING:
-        found.append("high variation: CV {:.1%} exceeds {:.0%}; rerun on a "
-                     "quieter machine or with more iterations".format(
-                         summary["cv"], CV_WARNING))
+        found.append(high_variation(summary["cv"]))
     if warmup == 0:
         found.append("no warm-up iterations: the first timed iterations "
                      "include one-off costs (allocation, autotuning)")
