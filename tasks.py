@@ -311,19 +311,25 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
             min_change="5"):
     """Compare a run with another run, or with the 2016 figures."""
     from dlrepro import parse
-    from dlrepro.bench import compare as compare_mod, versus
+    from dlrepro.bench import compare as compare_mod, runner, versus
     from dlrepro.run import runfolder
-    _, pairs = runfolder.load_run(runfolder.resolve_run(out, run))
+    # Every flag and run is checked before any line of a table is printed.
+    change = parse.number(min_change, "--min-change")
+    limit = (None if fail_slower is None
+             else parse.number(fail_slower, "--fail-slower"))
+    if against is None and limit is not None:
+        raise UserError("--fail-slower needs --against (a base run)")
+    _, pairs = runner.load_bench_run(runfolder.resolve_run(out, run))
     if against is None:
         _print_lines(compare_mod.format_rows(
             compare_mod.rows(pairs, compare_mod.load_reference())))
         return
-    _, base = runfolder.load_run(runfolder.resolve_run(out, against))
-    rows, unmatched = versus.compare_runs(
-        base, pairs, min_change=parse.number(min_change, "--min-change") / 100)
+    _, base = runner.load_bench_run(runfolder.resolve_run(out, against),
+                                    "base run")
+    rows, unmatched = versus.compare_runs(base, pairs,
+                                          min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))
-    if fail_slower is not None:
-        limit = parse.number(fail_slower, "--fail-slower")
+    if limit is not None:
         slower = versus.slowdowns(rows, limit / 100)
         if slower:
             raise Exit(f"{len(slower)} cell(s) significantly slower by more "

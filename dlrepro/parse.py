@@ -1,5 +1,7 @@
 """Command-line values, checked once for every task: a bad one is a
 one-line UserError naming its flag."""
+import math
+
 from dlrepro.errors import UserError
 
 
@@ -33,11 +35,14 @@ def counts(values, flag):
 
 
 def number(value, flag):
-    """A positive float."""
+    """A positive, finite float (an infinite threshold would turn off
+    whatever it gates)."""
     try:
         result = float(value)
     except (TypeError, ValueError):
         raise UserError(f"{flag} must be a number, got {value!r}")
+    if not math.isfinite(result):
+        raise UserError(f"{flag} must be a finite number, got {value!r}")
     if not result > 0:
         raise UserError(f"{flag} must be positive, got {value!r}")
     return result
