@@ -5,8 +5,9 @@ import math
 from dlrepro.errors import UserError
 
 
-def count(value, flag, minimum=1):
-    """An integer >= minimum from a flag's text (or an int)."""
+def count(value, flag, minimum=1, maximum=None):
+    """An integer >= minimum (and <= maximum) from a flag's text (or an
+    int)."""
     try:
         if isinstance(value, bool):
             raise ValueError
@@ -15,6 +16,8 @@ def count(value, flag, minimum=1):
         raise UserError(f"{flag} must be an integer >= {minimum}, got {value!r}")
     if number < minimum:
         raise UserError(f"{flag} must be an integer >= {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise UserError(f"{flag} must be at most {maximum}, got {number}")
     return number
 
 

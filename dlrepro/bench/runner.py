@@ -2,7 +2,7 @@
 folder."""
 from dlrepro import hostinfo, matrix as matrix_mod
 from dlrepro.bench import plan as plan_mod, suites
-from dlrepro.errors import UserError
+from dlrepro.errors import NoUsableResult, UserError
 from dlrepro.run import pipeline, runfolder
 
 
@@ -59,3 +59,10 @@ def load_bench_run(run_dir, what="run"):
                         f"invoke compare compares bench runs only; runs of "
                         f"different kinds are not compared")
     return record, pairs
+
+
+def check_usable(run_dir, pairs):
+    """NoUsableResult when no job of the run ended ok."""
+    if not any(entry["status"] == "ok" for entry, _result in pairs):
+        raise NoUsableResult(f"no job ended ok: {run_dir} holds no usable "
+                             f"result")
