@@ -5,7 +5,8 @@ _Z975 = 1.959963984540054
 # Up to here the quantile is solved from the exact distribution function;
 # above it the expansion's first omitted term (order df**-5) is below 1e-12.
 EXACT_DF_LIMIT = 200
-_T975 = {}
+# Each solve sums df/2 terms per Newton step: once per df is enough.
+_SOLVED_975 = {}
 
 # Iglewicz and Hoaglin: |modified z| above 3.5 marks an outlier.
 OUTLIER_Z = 3.5
@@ -23,9 +24,9 @@ def t_quantile_975(df):
         raise ValueError("degrees of freedom must be >= 1")
     if df > EXACT_DF_LIMIT:
         return _cornish_fisher_975(df)
-    if df not in _T975:
-        _T975[df] = _solve_975(df)
-    return _T975[df]
+    if df not in _SOLVED_975:
+        _SOLVED_975[df] = _solve_975(df)
+    return _SOLVED_975[df]
 
 
 def _solve_975(df):
