@@ -93,7 +93,7 @@ def test_status_counts():
                                  pair("c", "x")]) == {"ok": 2, "oom": 1}
 
 
-# --- on the real command line --------------------------------------------------
+# --- on the real command line ---------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -129,7 +129,8 @@ def test_the_interval_is_students_t_in_the_table_csv_and_sqlite(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run_dir = (tmp_path / "latest").resolve()
     _retime(run_dir, "fcn5", [(m,) * 4 for m in (0.0187, 0.0194, 0.0439)])
-    _retime(run_dir, "fcn8", [(0.0092, 0.0108) * 2] + [(0.0099, 0.0101) * 2] * 2)
+    _retime(run_dir, "fcn8",
+            [(0.0092, 0.0108) * 2] + [(0.0099, 0.0101) * 2] * 2)
     proc = invoke("report", "--out", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {r["network"]: r for r in json.loads(proc.stdout)}

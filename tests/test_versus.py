@@ -147,7 +147,7 @@ def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
         "different thread count: 2 against 1"]
 
 
-# --- refused before any table ----------------------------------------------------
+# --- refused before any table ---------------------------------------------
 
 GOLDEN_RUNS = ROOT / "tests" / "golden" / "runs"
 SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
