@@ -13,7 +13,7 @@ import sys
 
 from invoke import Exit, task
 
-from dlrepro.errors import UserError
+from dlrepro.errors import NoUsableResult, UserError
 
 # `invoke report | head` should end quietly, as other command-line tools do.
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -22,7 +22,8 @@ signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 def user_errors(fn):
     """Turn dlrepro's UserError into invoke's Exit (message, status 2), and
     Ctrl-C into a line saying what was kept and how to resume (status 130,
-    as shells report SIGINT)."""
+    as shells report SIGINT), and a run with no usable result into a line
+    and status 1 (README.md, "Exit status")."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from dlrepro.run.pipeline import Interrupted
@@ -30,6 +31,8 @@ def user_errors(fn):
             return fn(*args, **kwargs)
         except UserError as exc:
             raise Exit(f"error: {exc}", code=2)
+        except NoUsableResult as exc:
+            raise Exit(f"error: {exc}", code=1)
         except Interrupted as exc:
             raise Exit(f"{exc}; {exc.stopped}; continue with "
                        f"the same command and --resume", code=130)
@@ -246,6 +249,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
     _print_side_by_side(report, pairs)
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    runner.check_usable(run_dir, pairs)
 
 
 def _submitted(run_dir, record):
@@ -314,19 +318,25 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
             min_change="5"):
     """Compare a run with another run, or with the 2016 figures."""
     from dlrepro import parse
-    from dlrepro.bench import compare as compare_mod, versus
+    from dlrepro.bench import compare as compare_mod, runner, versus
     from dlrepro.run import runfolder
-    _, pairs = runfolder.load_run(runfolder.resolve_run(out, run))
+    # Every flag and run is checked before any line of a table is printed.
+    change = parse.number(min_change, "--min-change")
+    limit = (None if fail_slower is None
+             else parse.number(fail_slower, "--fail-slower"))
+    if against is None and limit is not None:
+        raise UserError("--fail-slower needs --against (a base run)")
+    _, pairs = runner.load_bench_run(runfolder.resolve_run(out, run))
     if against is None:
         _print_lines(compare_mod.format_rows(
             compare_mod.rows(pairs, compare_mod.load_reference())))
         return
-    _, base = runfolder.load_run(runfolder.resolve_run(out, against))
-    rows, unmatched = versus.compare_runs(
-        base, pairs, min_change=parse.number(min_change, "--min-change") / 100)
+    _, base = runner.load_bench_run(runfolder.resolve_run(out, against),
+                                    "base run")
+    rows, unmatched = versus.compare_runs(base, pairs,
+                                          min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))
-    if fail_slower is not None:
-        limit = parse.number(fail_slower, "--fail-slower")
+    if limit is not None:
         slower = versus.slowdowns(rows, limit / 100)
         if slower:
             raise Exit(f"{len(slower)} cell(s) significantly slower by more "
@@ -551,9 +561,10 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
     if record["status"] == "submitted":
         print(_submitted(run_dir, record))
         return
-    _record, _pairs, figures = runner.finish(run_dir)
+    _record, pairs, figures = runner.finish(run_dir)
     print("\n".join(summary.table_lines(figures)))
     print(f"results: {run_dir}")
+    runner.check_usable(run_dir, pairs, {job.id for job in jobs})
 
 
 # --- images: dlrepro.images -----------------------------------------------------

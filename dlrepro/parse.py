@@ -1,10 +1,13 @@
 """Command-line values, checked once for every task: a bad one is a
 one-line UserError naming its flag."""
+import math
+
 from dlrepro.errors import UserError
 
 
-def count(value, flag, minimum=1):
-    """An integer >= minimum from a flag's text (or an int)."""
+def count(value, flag, minimum=1, maximum=None):
+    """An integer >= minimum (and <= maximum) from a flag's text (or an
+    int)."""
     try:
         if isinstance(value, bool):
             raise ValueError
@@ -13,6 +16,8 @@ def count(value, flag, minimum=1):
         raise UserError(f"{flag} must be an integer >= {minimum}, got {value!r}")
     if number < minimum:
         raise UserError(f"{flag} must be an integer >= {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise UserError(f"{flag} must be at most {maximum}, got {number}")
     return number
 
 
@@ -33,11 +38,14 @@ def counts(values, flag):
 
 
 def number(value, flag):
-    """A positive float."""
+    """A positive, finite float (an infinite threshold would turn off
+    whatever it gates)."""
     try:
         result = float(value)
     except (TypeError, ValueError):
         raise UserError(f"{flag} must be a number, got {value!r}")
+    if not math.isfinite(result):
+        raise UserError(f"{flag} must be a finite number, got {value!r}")
     if not result > 0:
         raise UserError(f"{flag} must be positive, got {value!r}")
     return result

@@ -291,6 +291,20 @@ def _walk(resolved):
                     yield child
 
 
+def largest_tensor(network):
+    """Elements of the largest tensor one sample makes, input or a layer's
+    output."""
+    return max(_elements(shape) for shape in [network.input_shape] + [
+        r.out_shape for r in _walk(resolve(network))])
+
+
+def _elements(shape):
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
 def layer_kinds(network):
     """The kinds of layer `network` holds, residual blocks' included."""
     return set(type(r.layer) for r in _walk(resolve(network)))

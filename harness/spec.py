@@ -34,6 +34,16 @@ PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
 CELL_DEFAULTS = {"precision": "default", "compile": None}
 COMPILE_PATTERN = re.compile(r"^[a-z0-9-]+$")
 
+# Seeds every framework takes as they are: mx.random.seed passes its seed
+# as a C int (a larger one wraps around silently, so two seeds would give
+# one stream), and TensorFlow and JAX seed the synthetic batch with seed + 1.
+MAX_SEED = 2 ** 31 - 2
+# The most elements a tensor may hold: Caffe counts a blob's elements in an
+# int and MXNet's default build indexes tensors with 32-bit integers; the
+# others index with 64-bit integers. A batch past it fails in the framework.
+TENSOR_ELEMENT_LIMITS = {"caffe": 2 ** 31 - 1, "mxnet": 2 ** 31 - 1}
+TENSOR_ELEMENT_LIMIT = 2 ** 63 - 1
+
 CONVERGENCE_FIELDS = ("framework", "profile", "network", "device", "workers",
                       "global_batch_size", "epochs", "seed", "threads",
                       "runtime", "clock_policy", "data", "target_loss",
@@ -55,13 +65,32 @@ NO_CLUSTER = ("a multi-node run needs its cluster (the Slurm executor "
               "writes it)")
 
 
-def check_integer(spec, key, minimum=1, optional=False):
+def check_integer(spec, key, minimum=1, optional=False, maximum=None):
     value = spec.get(key)
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise HarnessError("{} must be an integer >= {}, got {!r}".format(
             key, minimum, value))
+    if maximum is not None and value > maximum:
+        raise HarnessError("{} must be at most {}, got {}".format(
+            key, maximum, value))
+
+
+def max_batch(framework, network):
+    """The largest per-process batch of `network` (a name) whose tensors
+    `framework` can index (TENSOR_ELEMENT_LIMITS)."""
+    limit = TENSOR_ELEMENT_LIMITS.get(framework, TENSOR_ELEMENT_LIMIT)
+    return limit // networks.largest_tensor(networks.get(network))
+
+
+def check_batch(batch, framework, network, what="batch_size"):
+    limit = max_batch(framework, network)
+    if batch > limit:
+        raise HarnessError(
+            "{} {} is too large for {} in {}: its largest tensor would hold "
+            "more elements than {} can index; at most {}".format(
+                what, batch, network, framework, framework, limit))
 
 
 def check_fields(spec, fields, what, label):
@@ -122,7 +151,7 @@ def validate_cell(cell):
         check_integer(cell, key)
     check_integer(cell, "warmup", minimum=0)
     check_integer(cell, "gpus", minimum=0)
-    check_integer(cell, "seed", minimum=0)
+    check_integer(cell, "seed", minimum=0, maximum=MAX_SEED)
     check_integer(cell, "threads", optional=True)
     clocks.parse_policy(cell["clock_policy"])
     check_precision(cell["precision"])
@@ -131,6 +160,7 @@ def validate_cell(cell):
         raise HarnessError("compile {!r} compiles in the first iteration: "
                            "give warmup >= 1 so that no timed iteration "
                            "includes it".format(cell["compile"]))
+    check_batch(cell["batch_size"], cell["framework"], cell["network"])
     workers = max(cell["gpus"], 1)
     if cell["global_batch_size"] != cell["batch_size"] * workers:
         raise HarnessError("global_batch_size must be batch_size x workers "
@@ -193,6 +223,7 @@ def validate_convergence(spec):
                          ("epochs", 1), ("seed", 0), ("nodes", 1)):
         check_integer(spec, key, minimum)
     check_integer(spec, "threads", 1, optional=True)
+    check_integer(spec, "seed", 0, maximum=MAX_SEED)
     if spec["workers"] % spec["nodes"]:
         raise HarnessError("{} workers do not split evenly over {} nodes; "
                            "workers is the total, a multiple of nodes".format(
@@ -204,6 +235,8 @@ def validate_convergence(spec):
                            "clock_policy {!r} is for throughput cells".format(
                                spec["clock_policy"]))
     check_split(spec["global_batch_size"], spec["workers"])
+    check_batch(spec["global_batch_size"] // spec["workers"],
+                spec["framework"], spec["network"], "a worker's batch")
     target = spec["target_loss"]
     if target is not None and (isinstance(target, bool) or
                                not isinstance(target, (int, float)) or

@@ -39,6 +39,16 @@ def invoke(root, *args):
      "error: --clock-policy: clock_policy must be observe, disable-boost or "
      "lock=<MHz>"),
     ([], "error: choose frameworks: --framework NAME (repeatable) or --all"),
+    # Issue 23, item 11: these passed planning and ended as error cells.
+    (["--framework", "pytorch", "--seed", "100000000000000000000000000"],
+     "error: --seed must be at most 2147483646, got 1000000000000000000000"),
+    (["--framework", "pytorch", "--network", "fcn5", "--batch-size",
+      "100000000000000000000"],
+     "error: batch_size 100000000000000000000 is too large for fcn5 in "
+     "pytorch: its largest tensor would hold more elements than pytorch can "
+     "index; at most 344773177214966"),
+    (["--framework", "mxnet", "--network", "resnet50", "--batch-size",
+      "4096"], "error: batch_size 4096 is too large for resnet50 in mxnet: "),
 ])
 def test_bad_input_is_one_line_and_exit_2(root, args, message):
     proc = invoke(root, "bench", "--dry-run", *args)
@@ -86,3 +96,69 @@ def test_list_names_frameworks_networks_and_suites(root):
     assert "  pytorch " in proc.stdout
     assert "  fcn5         117,997,696 params" in proc.stdout
     assert "  smoke " in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--seed", "2147483647"], "error: --seed must be at most 2147483646"),
+    (["--global-batch-size", "100000000000000000000"],
+     "error: a global batch of 100000000000000000000 samples is larger "
+     "than the 60000 training samples of mnist"),
+    (["--train-samples", "64", "--global-batch-size", "128"],
+     "error: a global batch of 128 samples is larger than the 64 training "
+     "samples of mnist: not one batch to train on"),
+])
+def test_converge_bounds_are_checked_at_planning(root, args, message):
+    """Issue 23, item 11: a global batch larger than --train-samples
+    trained on no batch at all, and ended an error with exit 0."""
+    proc = invoke(root, "converge", "--framework", "pytorch", "--network",
+                  "fcn-r", "--synthetic", "--workers", "1", "--dry-run",
+                  *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(message), proc.stderr
+    assert proc.stderr.count("\n") == 1
+
+
+SCRIPTED = str(Path(__file__).resolve().parent / "bin" / "scripted-python")
+
+
+def _fake_bench(root, out, *args, modes=""):
+    import os
+    return subprocess.run(
+        [INVOKE, "bench", "--framework", "pytorch", "--runtime", "native",
+         "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
+         "--out", str(out), *args], cwd=root, capture_output=True, text=True,
+        timeout=120, env=dict(os.environ, DLREPRO_FAKE_MODES=modes))
+
+
+def test_a_run_with_no_usable_result_exits_1(root, tmp_path):
+    """Issue 23, item 11: `invoke bench` exited 0 when every job failed;
+    now the table is printed, then one line and status 1. One ok job is
+    enough for 0."""
+    failed = _fake_bench(root, tmp_path / "a", "--network", "fcn5",
+                         "--network", "fcn8", "--threads", "1",
+                         modes="fcn5=crash,fcn8=kill")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert ": 2 error\n" in failed.stdout and "fcn8" in failed.stdout
+    assert failed.stderr.startswith("error: no job ended ok: ")
+    assert failed.stderr.count("\n") == 1
+    unsupported = _fake_bench(root, tmp_path / "b", "--network", "fcn5",
+                              "--threads", "4096")
+    assert unsupported.returncode == 1, unsupported.stdout
+    assert "1 unsupported" in unsupported.stdout
+    mixed = _fake_bench(root, tmp_path / "c", "--network", "fcn5",
+                        "--network", "fcn8", "--threads", "1",
+                        modes="fcn8=crash")
+    assert mixed.returncode == 0, mixed.stdout + mixed.stderr
+
+
+def test_a_convergence_run_with_no_usable_result_exits_1(root, tmp_path):
+    proc = invoke(root, "converge", "--framework", "pytorch", "--network",
+                  "fcn-r", "--synthetic", "--train-samples", "256",
+                  "--test-samples", "64", "--global-batch-size", "64",
+                  "--epochs", "50", "--workers", "1", "--timeout", "1",
+                  "--runtime", "native", "--out", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "timeout" in proc.stdout
+    assert proc.stderr.startswith("error: no convergence run ended ok or "
+                                  "diverged: ")
+    assert proc.stderr.count("\n") == 1

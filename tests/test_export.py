@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from test_faults import small_disk  # noqa: F401 (a fixture)
+
 ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
 SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
@@ -55,3 +57,38 @@ def test_export_needs_a_destination(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr == ("error: give --csv FILE, --sqlite FILE, --db URL "
                            "or several\n")
+
+
+def _fill(folder):
+    with open(folder / "filler", "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+
+
+def test_a_full_disk_leaves_no_file_behind_and_the_old_one_whole(
+        tmp_path, small_disk):  # noqa: F811
+    """Issue 23, item 12: on a full disk `export` and `report --html` left
+    a 0-byte file where the user asked for the output."""
+    bench(tmp_path)
+    kept = small_disk / "kept.db"
+    proc = invoke("export", "--out", str(tmp_path), "--sqlite", str(kept))
+    assert proc.returncode == 0, proc.stderr
+    before = kept.read_bytes()
+    _fill(small_disk)
+    for task, flag, name in (("export", "--csv", "new.csv"),
+                             ("export", "--sqlite", "new.db"),
+                             ("export", "--sqlite", "kept.db"),
+                             ("report", "--html", "new.html")):
+        proc = invoke(task, "--out", str(tmp_path), flag,
+                      str(small_disk / name))
+        assert proc.returncode == 2, (name, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith("error: cannot write "), proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler",
+                                                            "kept.db"]
+    assert kept.read_bytes() == before

@@ -1,10 +1,18 @@
 """Tables from results: one row per cell, one unit per column, the
 side-by-side comparison, and cells measured in several processes."""
+import csv
+import json
 import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from dlrepro.bench import aggregate, report
+from dlrepro.run import runfolder
+from harness import stats as hstats
 
 
 def pair(framework, network, status="ok", times=(0.24, 0.25, 0.26),
@@ -83,3 +91,66 @@ def test_side_by_side_needs_two_frameworks():
 def test_status_counts():
     assert report.status_counts([pair("a", "x"), pair("b", "x", "oom"),
                                  pair("c", "x")]) == {"ok": 2, "oom": 1}
+
+
+# --- on the real command line ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
+
+
+def invoke(*args):
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _retime(run_dir, network, series):
+    """Give the processes of `network` these per-iteration times, with the
+    warnings the harness writes for them."""
+    entries = [e for e in runfolder.read_run(run_dir)["jobs"]
+               if e["spec"]["network"] == network]
+    for entry, times in zip(entries, series):
+        path = run_dir / entry["file"]
+        result = json.loads(path.read_text())
+        result["timing"]["per_iteration_s"] = list(times)
+        result["warnings"] = hstats.warnings_for(list(times), 1)
+        path.write_text(json.dumps(result))
+
+
+def test_the_interval_is_students_t_in_the_table_csv_and_sqlite(tmp_path):
+    """Issue 23, item 13: process means 0.0187, 0.0194, 0.0439 s gave the
+    interval (0.0, 0.0635) beside a symmetric ±130.6%, and the note quoted
+    the first process's CV (9.2%) beside the pooled CV column (5.4%)."""
+    proc = invoke("bench", "--framework", "pytorch", "--runtime", "native",
+                  "--python", SCRIPTED, "--network", "fcn5", "--network",
+                  "fcn8", "--iterations", "4", "--warmup", "1", "--threads",
+                  "1", "--repeat", "3", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    _retime(run_dir, "fcn5", [(m,) * 4 for m in (0.0187, 0.0194, 0.0439)])
+    _retime(run_dir, "fcn8",
+            [(0.0092, 0.0108) * 2] + [(0.0099, 0.0101) * 2] * 2)
+    proc = invoke("report", "--out", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["network"]: r for r in json.loads(proc.stdout)}
+    # scipy.stats.t.interval(0.95, 2, mean, sem) of these three means
+    low, high = -0.00831757699692199, 0.06298424366358865
+    mean = (0.0187 + 0.0194 + 0.0439) / 3
+    assert rows["fcn5"]["95% CI"] == f"±{(high - mean) / mean:.1%}"
+    assert rows["fcn5"]["note"].startswith("95% CI reaches below 0 (-8.32 ms)")
+    assert rows["fcn8"]["CV"] == "5.4%"
+    assert rows["fcn8"]["note"].startswith(
+        "high variation: within-process CV 5.4% exceeds 5%")
+    db, table = tmp_path / "cells.db", tmp_path / "cells.csv"
+    proc = invoke("export", "--out", str(tmp_path), "--csv", str(table),
+                  "--sqlite", str(db))
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db) as con:
+        (stored,) = con.execute("SELECT ci95_low_s, ci95_high_s FROM cells "
+                                "WHERE network = 'fcn5'").fetchall()
+    (written,) = [(float(r["ci95_low_s"]), float(r["ci95_high_s"]))
+                  for r in csv.DictReader(open(table))
+                  if r["network"] == "fcn5"]
+    for interval in (stored, written):
+        assert interval == pytest.approx((low, high), rel=1e-9)

@@ -145,3 +145,68 @@ def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
     assert rows == []
     assert [u.reason for u in unmatched] == [
         "different thread count: 2 against 1"]
+
+
+# --- refused before any table ---------------------------------------------
+
+GOLDEN_RUNS = ROOT / "tests" / "golden" / "runs"
+SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
+
+
+def _compare(*args):
+    return subprocess.run([INVOKE, "compare", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _refused(proc, *phrases):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+
+
+def test_runs_of_different_kinds_are_not_compared(tmp_path):
+    """Issue 23, item 3: a convergence run's cell (pytorch fcn-r, batch 16,
+    1 thread) was matched against the bench cell of the same fields, with
+    a ratio, a p-value and --fail-slower applied to it."""
+    converge = tmp_path / "converge-v0"
+    shutil.copytree(GOLDEN_RUNS / "converge-v0", converge)
+    proc = subprocess.run(
+        [INVOKE, "bench", "--framework", "pytorch", "--runtime", "native",
+         "--python", SCRIPTED, "--network", "fcn-r", "--batch-size", "16",
+         "--threads", "1", "--iterations", "3", "--warmup", "1", "--out",
+         str(tmp_path / "bench")], cwd=ROOT, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    bench = (tmp_path / "bench" / "latest").resolve()
+    _refused(_compare("--run", str(converge), "--against", str(bench),
+                      "--fail-slower", "1"),
+             f"run {converge.name} is a convergence run", "not compared")
+    _refused(_compare("--run", str(bench), "--against", str(converge)),
+             f"base run {converge.name} is a convergence run")
+    _refused(_compare("--run", str(converge)), "convergence run")
+
+
+@pytest.mark.parametrize("flags,message", [
+    (("--min-change", "inf"), "--min-change must be a finite number"),
+    (("--min-change", "nan"), "--min-change must be a finite number"),
+    (("--fail-slower", "inf"), "--fail-slower must be a finite number"),
+    (("--fail-slower", "-5"), "--fail-slower must be positive"),
+])
+def test_compare_checks_its_thresholds_before_any_table(tmp_path, flags,
+                                                        message):
+    """Issue 23, item 12: --min-change inf was accepted (and called no
+    difference at all); a bad --fail-slower was refused only after the
+    table was printed."""
+    run = tmp_path / "bench-v1"
+    shutil.copytree(GOLDEN_RUNS / "bench-v1", run)
+    _refused(_compare("--run", str(run), "--against", str(run), *flags),
+             message)
+
+
+def test_fail_slower_needs_a_base_run(tmp_path):
+    run = tmp_path / "bench-v1"
+    shutil.copytree(GOLDEN_RUNS / "bench-v1", run)
+    _refused(_compare("--run", str(run), "--fail-slower", "10"),
+             "--fail-slower needs --against")

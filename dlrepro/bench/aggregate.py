@@ -13,7 +13,7 @@ so. Pure functions over result dicts; no I/O.
 import math
 from typing import NamedTuple, Optional
 
-from harness.stats import t_quantile_975
+from harness.stats import CV_WARNING, high_variation, t_quantile_975
 
 BETWEEN = "between-process"
 WITHIN = "within-process"
@@ -94,13 +94,27 @@ def cell_stats(cell, results):
     total_s = math.fsum(samples)
     return CellStats(cell=cell, processes=len(results), samples=samples,
                      process_means=means, mean_s=overall,
-                     # A time is never negative: with two or three
-                     # processes t's interval can reach below 0.
-                     ci95_s=(max(overall - half, 0.0), overall + half),
+                     # Student's t as it is, even below 0 (with two or
+                     # three disagreeing processes): clipping it would hide
+                     # how little the processes pin the mean down.
+                     ci95_s=(overall - half, overall + half),
                      ci_basis=basis,
                      between_sd_s=between, within_sd_s=within,
                      samples_per_s=(cell["global_batch_size"] * len(samples)
                                     / total_s if total_s else None))
+
+
+def warnings(stats):
+    """What the cell's combined figures warn of: an interval reaching below
+    0, a high pooled within-process CV."""
+    found = []
+    if stats.ci95_s[0] < 0:
+        found.append(f"95% CI reaches below 0 ({stats.ci95_s[0] * 1e3:.2f} "
+                     f"ms): the processes disagree; raise --repeat")
+    if stats.mean_s and stats.within_sd_s / stats.mean_s > CV_WARNING:
+        found.append(high_variation(stats.within_sd_s / stats.mean_s,
+                                    "within-process CV"))
+    return found
 
 
 def run_stats(pairs):

@@ -3,10 +3,11 @@ written as CSV or into a SQLite database (merged by run and cell, so the
 runs of several machines can be gathered into one file and queried)."""
 import csv
 import sqlite3
-from pathlib import Path
+from contextlib import closing
 
 from harness.spec import CELL_FIELDS
 
+from dlrepro import outfile
 from dlrepro.bench import aggregate, report
 from dlrepro.errors import UserError
 
@@ -66,26 +67,27 @@ def _value(value):
 
 
 def write_csv(path, all_rows):
-    try:
-        with open(path, "w", newline="") as handle:
+    with outfile.replacing(path) as tmp:
+        with open(tmp, "w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=FIELDS)
             writer.writeheader()
             for row in all_rows:
                 writer.writerow({k: _value(row[k]) for k in FIELDS})
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}")
 
 
 def write_sqlite(path, all_rows):
-    """Insert or replace the rows in table `cells` (key: run_id, cell_id)."""
+    """Insert or replace the rows in table `cells` (key: run_id, cell_id),
+    in a copy of the database that replaces it once complete."""
     columns = ", ".join(f'"{k}"' for k in FIELDS)
-    try:
-        with sqlite3.connect(Path(path)) as db:
-            db.execute(f"CREATE TABLE IF NOT EXISTS cells ({columns}, "
-                       f"PRIMARY KEY (run_id, cell_id))")
-            db.executemany(
-                f"INSERT OR REPLACE INTO cells ({columns}) VALUES "
-                f"({', '.join('?' for _ in FIELDS)})",
-                [tuple(_value(row[k]) for k in FIELDS) for row in all_rows])
-    except sqlite3.Error as exc:
-        raise UserError(f"cannot write {path}: {exc}")
+    with outfile.replacing(path, start_from_existing=True) as tmp:
+        try:
+            with closing(sqlite3.connect(tmp)) as db, db:
+                db.execute(f"CREATE TABLE IF NOT EXISTS cells ({columns}, "
+                           f"PRIMARY KEY (run_id, cell_id))")
+                db.executemany(
+                    f"INSERT OR REPLACE INTO cells ({columns}) VALUES "
+                    f"({', '.join('?' for _ in FIELDS)})",
+                    [tuple(_value(row[k]) for k in FIELDS)
+                     for row in all_rows])
+        except sqlite3.Error as exc:
+            raise UserError(f"cannot write {path}: {exc}")

@@ -6,7 +6,8 @@ dry run prints exactly what a real run would do.
 import itertools
 from typing import NamedTuple, Optional
 
-from harness.spec import CELL_FIELDS
+from harness.errors import HarnessError
+from harness.spec import CELL_FIELDS, check_batch
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
@@ -117,6 +118,10 @@ def build(suite, options, m, host):
                 "compile": options.compile or group.get("compile"),
             }
             assert tuple(cell) == CELL_FIELDS
+            try:
+                check_batch(batch, framework, network)
+            except HarnessError as exc:
+                raise UserError(str(exc))
             if cell["compile"] not in (None, "none") and cell["warmup"] < 1:
                 raise UserError(f"--compile {cell['compile']} compiles in the "
                                 f"first iteration: give --warmup 1 or more")
@@ -210,7 +215,8 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
         device=device, threads=parse.counts(threads, "--threads"),
         iterations=parse.optional_count(iterations, "--iterations"),
         warmup=parse.optional_count(warmup, "--warmup", minimum=0),
-        runtime=runtime, seed=parse.count(seed, "--seed", minimum=0),
+        runtime=runtime,
+        seed=parse.count(seed, "--seed", minimum=0, maximum=spec.MAX_SEED),
         clock_policy=clock_policy,
         timeout_s=parse.optional_count(timeout, "--timeout"),
         repeat=parse.optional_count(repeat, "--repeat"),

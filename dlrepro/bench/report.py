@@ -4,6 +4,8 @@ One row per cell, whatever number of processes measured it (`--repeat`):
 its mean and confidence interval come from dlrepro.bench.aggregate. Times
 are in milliseconds throughout a column, never a mix of units.
 """
+from harness.stats import HIGH_VARIATION
+
 from dlrepro.bench import aggregate
 
 COLUMNS = ("framework", "network", "device", "batch", "threads", "status",
@@ -25,14 +27,18 @@ def status_of(members):
     return f"{worst} {statuses.count(worst)}/{len(statuses)}"
 
 
-def _note(members):
+def _note(members, stats):
+    """A failed process's message, else the first warning: the cell's
+    own (its interval, its pooled CV) before its processes', whose CV
+    warnings are each one process's and would contradict the CV column."""
     for entry, result in members:
         if entry["status"] != "ok" and entry.get("message"):
             return entry["message"]
+    notes = aggregate.warnings(stats) if stats else []
     for _, result in members:
-        if result and result.get("warnings"):
-            return result["warnings"][0]
-    return ""
+        notes += [w for w in (result or {}).get("warnings") or ()
+                  if not w.startswith(HIGH_VARIATION)]
+    return notes[0] if notes else ""
 
 
 def precision_of(spec, members):
@@ -72,7 +78,7 @@ def summary_rows(pairs):
     for spec, members in aggregate.cells(pairs):
         ok = aggregate.ok_results(members)
         stats = aggregate.cell_stats(ok[0]["cell"], ok) if ok else None
-        note = _note(members)
+        note = _note(members, stats)
         rows.append((
             spec["framework"], spec["network"], spec["device"],
             str(spec["global_batch_size"]),

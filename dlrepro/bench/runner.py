@@ -2,7 +2,7 @@
 folder."""
 from dlrepro import hostinfo, matrix as matrix_mod
 from dlrepro.bench import plan as plan_mod, suites
-from dlrepro.errors import UserError
+from dlrepro.errors import NoUsableResult, UserError
 from dlrepro.run import pipeline, runfolder
 
 
@@ -46,3 +46,23 @@ def summary(run_dir, only_ids=None):
     if only_ids is not None:
         pairs = [p for p in pairs if p[0]["id"] in only_ids]
     return record, pairs
+
+
+def load_bench_run(run_dir, what="run"):
+    """(record, pairs) of a bench run; a run of another kind is refused in
+    one line, since its cells are not bench cells even where their fields
+    match (a convergence run's timing covers training epochs)."""
+    record, pairs = runfolder.load_run(run_dir)
+    if record["kind"] != "bench":
+        kind = {"converge": "convergence"}.get(record["kind"], record["kind"])
+        raise UserError(f"{what} {run_dir.name} is a {kind} run: "
+                        f"invoke compare compares bench runs only; runs of "
+                        f"different kinds are not compared")
+    return record, pairs
+
+
+def check_usable(run_dir, pairs):
+    """NoUsableResult when no job of the run ended ok."""
+    if not any(entry["status"] == "ok" for entry, _result in pairs):
+        raise NoUsableResult(f"no job ended ok: {run_dir} holds no usable "
+                             f"result")

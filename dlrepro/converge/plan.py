@@ -5,7 +5,7 @@ from pathlib import Path
 
 from harness import datasets as hd
 from harness.errors import HarnessError
-from harness.spec import check_split
+from harness.spec import MAX_SEED, check_batch, check_split
 
 from dlrepro import matrix as matrix_mod, parse
 from dlrepro.converge.datasets import DEFAULT_DATA_DIR
@@ -41,7 +41,8 @@ def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
     matrix = matrix if matrix is not None else matrix_mod.load()
     _check_choices(matrix, frameworks, networks, device, runtime)
     nodes = check_nodes(nodes, workers, runtime, executor)
-    seed = parse.count(0 if seed is None else seed, "--seed", minimum=0)
+    seed = parse.count(0 if seed is None else seed, "--seed", minimum=0,
+                       maximum=MAX_SEED)
     threads = parse.optional_count(threads, "--threads")
     limits = {"train_samples": parse.optional_count(train_samples,
                                                     "--train-samples"),
@@ -59,9 +60,13 @@ def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
         run_epochs = parse.optional_count(epochs, "--epochs") or \
             PAPER_EPOCHS[network]
         data = _data_spec(network, data_dir, synthetic, checksums, limits)
+        check_full_batch(batch, data)
         for count in workers:
             try:
                 check_split(batch, count)
+                for framework in frameworks:
+                    check_batch(batch // count, framework, network,
+                                "a worker's batch")
             except HarnessError as exc:
                 raise UserError(str(exc))
         for framework in frameworks:
@@ -82,6 +87,18 @@ def plan(frameworks, networks, workers, *, device="cpu", global_batch=None,
                     spec["nodes"] = nodes
                 jobs.append(job_for(spec, timeout_s))
     return jobs
+
+
+def check_full_batch(batch, data):
+    """Training drops the incomplete last batch: a global batch larger than
+    the training samples leaves no batch at all."""
+    known = [n for n in (data.get("train_samples"),
+                         hd.DATASETS[data["name"]].train_count)
+             if n is not None]
+    if known and batch > min(known):
+        raise UserError(f"a global batch of {batch} samples is larger than "
+                        f"the {min(known)} training samples of "
+                        f"{data['name']}: not one batch to train on")
 
 
 def check_nodes(nodes, workers, runtime, executor):

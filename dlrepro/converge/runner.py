@@ -10,7 +10,7 @@ from harness import resultfile
 
 from dlrepro import ROOT
 from dlrepro.converge import summary as summary_mod
-from dlrepro.errors import UserError
+from dlrepro.errors import NoUsableResult, UserError
 from dlrepro.run import pipeline, runfolder
 
 DEFAULT_OUT = ROOT / "results"
@@ -44,6 +44,18 @@ def finish(run_dir):
     summary = summary_mod.summarise(_results(pairs))
     resultfile.write_atomic(str(run_dir / "convergence.json"), summary)
     return record, pairs, summary
+
+
+# A diverged run is a finding: its curve up to the divergence is kept.
+USABLE = ("ok", "diverged")
+
+
+def check_usable(run_dir, pairs, only_ids):
+    """NoUsableResult when no job in `only_ids` ended ok or diverged."""
+    if not any(entry["status"] in USABLE for entry, _result in pairs
+               if entry["id"] in only_ids):
+        raise NoUsableResult(f"no convergence run ended ok or diverged: "
+                             f"{run_dir} holds no usable result")
 
 
 def latest_run(out=DEFAULT_OUT):

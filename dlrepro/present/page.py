@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from dlrepro import outfile
 from dlrepro.bench import aggregate, compare, report
 from dlrepro.converge import summary as converge_summary
 from dlrepro.errors import UserError
@@ -305,11 +306,8 @@ def write(path, run_dirs):
     text = build(runs)
     data = text.encode("utf-8")  # the size on disk, not in characters
     path = Path(path)
-    try:
-        path.write_bytes(data)
-    except OSError as exc:
-        raise UserError(f"cannot write the report to {path}: "
-                        f"{exc.strerror or exc}")
+    with outfile.replacing(path, label=f"the report to {path}") as tmp:
+        tmp.write_bytes(data)
     count = text.count("<figure class=")
     return (f"report: {path} ({count} figure{'s' * (count != 1)}, "
             f"{len(data) // 1024} KiB)")
