@@ -7,7 +7,7 @@ import html
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dlrepro.errors import UserError
+from dlrepro import outfile
 from dlrepro.history import machines as machines_mod
 from dlrepro.present import page as report_page
 from dlrepro.present import style
@@ -169,11 +169,10 @@ def build(target, across, over_time, filters, now=None):
 
 def write(path, text):
     path = Path(path)
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserError(f"cannot write the page to {path}: "
-                        f"{exc.strerror or exc}")
+    # Whole or not at all, like `report --html` (a full disk left a torn
+    # page in place of the last one).
+    with outfile.replacing(path, label=f"the page to {path}") as tmp:
+        tmp.write_text(text, encoding="utf-8")
     count = text.count("<figure class=")
     return (f"history page: {path} ({count} figure{'s' * (count != 1)}, "
             f"{len(text.encode()) // 1024} KiB)")
