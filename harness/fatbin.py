@@ -62,12 +62,28 @@ def containers(data):
     return found
 
 
-def architectures(entries):
-    """{"sass": ["sm_70", ...], "ptx": ["compute_90", ...]} of entries."""
-    sass = sorted({arch for kind, arch in entries if kind in MACHINE_CODE})
-    ptx = sorted({arch for kind, arch in entries if kind == PTX})
-    return {"sass": ["sm_{}".format(a) for a in sass],
-            "ptx": ["compute_{}".format(a) for a in ptx]}
+def architectures(found):
+    """{"sass": [...], "ptx": [...]} of containers `found`: the
+    architectures the library was built for, each present in at least half
+    of its fat binaries (one per compiled source file), and as
+    "sass_partial"/"ptx_partial" those a few sources add on their own
+    (PyTorch builds one sm_89 kernel beside its arch list)."""
+    counts = {}
+    for container in found:
+        for key in {_kind(kind, arch) for kind, arch in container}:
+            if key[0] != "other":
+                counts[key] = counts.get(key, 0) + 1
+    result = {"sass": [], "ptx": [], "sass_partial": [], "ptx_partial": []}
+    for (kind, arch), count in sorted(counts.items()):
+        name = "{}_{}".format("sm" if kind == "sass" else "compute", arch)
+        full = 2 * count >= len(found)
+        result[kind if full else kind + "_partial"].append(name)
+    return result
+
+
+def _kind(kind, arch):
+    return ("sass" if kind in MACHINE_CODE else
+            "ptx" if kind == PTX else "other", arch)
 
 
 def read_file(path):
@@ -85,9 +101,9 @@ def read_file(path):
             data.close()
     if not found:
         return None
-    entries = [entry for container in found for entry in container]
-    result = {"containers": len(found), "entries": len(entries)}
-    result.update(architectures(entries))
+    result = {"containers": len(found),
+              "entries": sum(len(container) for container in found)}
+    result.update(architectures(found))
     return result
 
 
@@ -118,9 +134,20 @@ def scan(roots):
     return report
 
 
+# NVIDIA's own libraries, which a framework may bundle (CNTK's wheel carries
+# cuDNN, cuBLAS, NCCL...): they are not the framework's kernels.
+NVIDIA_LIBRARIES = ("libcu", "libnccl", "libnv", "libnpp", "libcaffe2_nvrtc")
+
+
+def is_nvidia_library(path):
+    return os.path.basename(path).startswith(NVIDIA_LIBRARIES)
+
+
 def main_library(report):
-    """The path of the library with the most kernel entries: the
-    framework's own kernel library (libtorch_cuda.so, libCntk.Math...)."""
-    if not report:
+    """The path of the framework's own kernel library (libtorch_cuda.so,
+    libCntk.Math...): of the libraries that are not NVIDIA's, the one with
+    the most kernel entries."""
+    own = [path for path in sorted(report) if not is_nvidia_library(path)]
+    if not own:
         return None
-    return max(sorted(report), key=lambda path: report[path]["entries"])
+    return max(own, key=lambda path: report[path]["entries"])

@@ -43,7 +43,23 @@ def test_containers_amid_other_bytes_and_header_sizes_of_newer_toolkits(
         b"\0" * 5, container(entry(2, 100, size=112), entry(1, 120, size=80))))
     assert fatbin.read_file(str(library)) == {
         "containers": 2, "entries": 4, "sass": ["sm_70", "sm_100"],
-        "ptx": ["compute_70", "compute_120"]}
+        "ptx": ["compute_70", "compute_120"], "sass_partial": [],
+        "ptx_partial": []}
+
+
+def test_an_architecture_few_sources_add_is_partial(tmp_path):
+    """The arch list applies to every source file; one file may add an
+    architecture for a kernel of its own (PyTorch: one sm_89 kernel in 397
+    fat binaries)."""
+    general = [container(entry(2, 80), entry(2, 90)) for _ in range(3)]
+    special = container(entry(2, 80), entry(2, 89), entry(2, 90),
+                        entry(1, 90), entry(0x40, 90))
+    library = tmp_path / "libk.so"
+    library.write_bytes(elf(*general, special))
+    kernels = fatbin.read_file(str(library))
+    assert (kernels["sass"], kernels["sass_partial"]) == \
+        (["sm_80", "sm_90"], ["sm_89"])
+    assert (kernels["ptx"], kernels["ptx_partial"]) == ([], ["compute_90"])
 
 
 def test_a_stray_magic_or_a_damaged_container_is_not_read_as_kernels(
@@ -79,6 +95,15 @@ def test_the_command_names_the_library_with_most_kernels(tmp_path):
     assert report["main"] == str(tmp_path / "libmain.so.2")
     assert report["libraries"][report["main"]]["ptx"] == ["compute_90"]
     assert len(report["libraries"]) == 2
+
+
+def test_a_bundled_nvidia_library_is_not_the_frameworks_own():
+    report = {"/w/libs/libcudnn.so.7": {"entries": 1642},
+              "/w/libs/libnccl.so.2": {"entries": 293},
+              "/w/libs/libCntk.Math-2.7.so": {"entries": 96},
+              "/w/libs/libCntk.Core-2.7.so": {"entries": 12}}
+    assert fatbin.main_library(report) == "/w/libs/libCntk.Math-2.7.so"
+    assert fatbin.main_library({"/w/libcublas.so.12": {"entries": 9}}) is None
 
 
 def test_a_module_that_is_not_here_is_one_line():

@@ -61,9 +61,10 @@ def test_each_difference_is_named_with_both_sides():
     made["comparisons"] = gpucheck.comparisons(entry, labels, made)
     wrong = {row["field"] for row in gpucheck.differences(made)}
     assert wrong == {"cudnn (label vs library)",
-                     "cudnn (matrix vs harness versions)", "sass", "ptx"}
+                     "cudnn (matrix vs harness versions)", "sass",
+                     "ptx (newest)"}
     lines = gpucheck.summary_lines(made)
-    assert "  DIFFERS ptx: matrix [], image ['compute_90']" in lines
+    assert "  DIFFERS ptx (newest): matrix [], image ['compute_90']" in lines
 
 
 def test_the_probes_in_a_cpu_image(pytorch_image):

@@ -10,7 +10,7 @@ no GPU, the repository's harness mounted read-only, as a cell runs):
   their version calls with the versions its labels give;
 - the GPU architectures read from the framework's kernel library (its fat
   binaries' SASS and PTX entries, harness.fatbin) equal the matrix's `sass`
-  and `ptx`, on which the compatibility gate decides;
+  and `ptx` (the newest PTX), on which the compatibility gate decides;
 - a small CPU cell runs in it where the framework can run on a CPU.
 
 A difference means the matrix (and with it the gate) is wrong: the report
@@ -50,6 +50,14 @@ for top in ("/opt", "/usr"):
         dirs[:] = [d for d in dirs if d not in ("share", "include", "src")]
         found.extend(os.path.join(folder, name) for name in sorted(files))
 versions, sources = cudalibs.library_versions(paths=found)
+# CUDA 10's cudaRuntimeGetVersion answers 35 (no driver) without a GPU:
+# then the file name's version (libcudart.so.10.0), said as such.
+for key, prefix, _symbol in cudalibs.LIBRARIES:
+    path = cudalibs.find_loaded(prefix, found)
+    suffix = path.split(".so.", 1)[-1] if path and ".so." in path else ""
+    if versions[key] is None and suffix.count(".") >= 1:
+        versions[key] = suffix
+        sources[key] = "the file name " + path + " (" + sources[key] + ")"
 print(json.dumps({"versions": versions, "sources": sources}))
 """
 CPU_CELL = {"network": "fcn5", "dataset": "synthetic", "batch_size": 16,
@@ -118,6 +126,8 @@ def kernels(tag, framework):
     main = report["main"]
     found = report["libraries"].get(main) or {"sass": [], "ptx": []}
     return {"main": main, "sass": found["sass"], "ptx": found["ptx"],
+            "sass_partial": found.get("sass_partial", []),
+            "ptx_partial": found.get("ptx_partial", []),
             "libraries": report["libraries"],
             "why_not": None if main else "no library with GPU kernels found"}
 
@@ -175,7 +185,11 @@ def comparisons(entry, labels, report):
     ptx = report["kernels"]["ptx"]
     rows.append(_compare("sass", sorted(entry["sass"], key=_arch_number),
                          sass))
-    rows.append(_compare("ptx", [entry["ptx"]] if entry["ptx"] else [], ptx))
+    # The matrix names the newest PTX only: older PTX runs on no device
+    # that the newest does not, except where machine code already runs.
+    newest = max(ptx, key=_arch_number) if ptx else ""
+    rows.append(_compare("ptx (newest)", [entry["ptx"]] if entry["ptx"]
+                         else [], [newest] if newest else []))
     return rows
 
 
@@ -219,7 +233,11 @@ def summary_lines(report):
                                          for k in ("cuda", "cudnn", "nccl")),
              f"  kernels ({kernels['main'] or kernels['why_not']}): sass "
              f"{','.join(kernels['sass'] or []) or '-'}; ptx "
-             f"{','.join(kernels['ptx'] or []) or '-'}",
+             f"{','.join(kernels['ptx'] or []) or '-'}"
+             + (f" (in a few sources only: "
+                f"{','.join(kernels.get('sass_partial', []) + kernels.get('ptx_partial', []))})"
+                if kernels.get("sass_partial") or kernels.get("ptx_partial")
+                else ""),
              f"  cpu cell: {report['cpu_cell']['status'] or '-'}"
              + (f" ({report['cpu_cell']['why_not']})"
                 if report["cpu_cell"]["why_not"] else "")]
