@@ -245,9 +245,12 @@ def test_build_failure_names_the_log_and_shows_its_end(demo, docker_client,
                            log=lambda _m: None)
     plan = images.plan("broken", "cpu", demo, base_image=test_base,
                        client=docker_client, name_prefix=PREFIX)
+    before = _dangling()
     with pytest.raises(images.BuildFailed) as info:
         images.build(plan, client=docker_client, wheelhouse_root=house,
                      logs_dir=tmp_path / "logs", log=lambda _m: None)
+    # What the failed build made is gone too.
+    assert _dangling() - before == set()
     message = str(info.value)
     first = message.splitlines()[0]
     assert first.startswith("build of broken/cpu failed:")

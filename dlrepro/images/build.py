@@ -288,6 +288,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
             error = first_line(exc)
             log_file.write(f"ERROR: {error}\n")
     if error or image_id is None:
+        drop_stage_images(client, None, steps)
         # The engine colours a RUN step's stderr with terminal escapes.
         text = re.sub(r"\x1b\[[0-9;]*m", "", log_path.read_text())
         tail = [line for line in text.strip().splitlines() if line.strip()][-8:]
@@ -306,14 +307,17 @@ STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$", re.MULTILINE)
 def drop_stage_images(client, image_id, steps):
     """Remove what the build's throwaway stages left as untagged images
     (the install stage holds the wheelhouse and the unpacked packages:
-    ~10 GB for a GPU image). The final image's own ancestry stays, so an
+    ~10 GB for a GPU image), and what a failed build left (`image_id`
+    None). The final image's own ancestry stays, so an
     unchanged rebuild is still a no-op by tag; a changed recipe reinstalls
     the packages instead of reusing the install stage's layers."""
     import docker
-    kept = {entry["Id"].split(":")[-1]
-            for entry in client.api.history(image_id)
-            if entry.get("Id", "<missing>") != "<missing>"}
-    kept.add(image_id.split(":")[-1])
+    kept = set()
+    if image_id is not None:  # None: the build failed, nothing is kept
+        kept = {entry["Id"].split(":")[-1]
+                for entry in client.api.history(image_id)
+                if entry.get("Id", "<missing>") != "<missing>"}
+        kept.add(image_id.split(":")[-1])
     for step in reversed(steps):
         if any(full.startswith(step) for full in kept):
             continue
