@@ -4,7 +4,11 @@ PyTorch CPU image (Python 3.11) and the CNTK image (Python 3.6, where the
 harness's fat-binary reader must run too). The GPU images themselves are
 checked by `invoke check-image`, outside the per-commit CI
 (tests/test_gpu_images.py, DLREPRO_GPU_IMAGES=1)."""
+import json
+
 import pytest
+
+from conftest import ROOT
 
 from dlrepro import matrix
 from dlrepro.images import gpucheck
@@ -52,6 +56,21 @@ def test_an_image_that_holds_what_the_matrix_says_agrees():
         "  agrees with the matrix and its labels"
 
 
+def test_a_version_the_harness_cannot_report_is_said_not_a_difference():
+    entry = matrix.load()["tensorflow"]["cuda"]
+    labels = {"org.dlrepro.cuda": "12.5", "org.dlrepro.cudnn": "9.3.0",
+              "org.dlrepro.nccl": "2.27.7"}
+    found = {"cuda": "12.5", "cudnn": "9.3.0", "nccl": "2.27.7"}
+    said = {"cuda": "12.5.1", "cudnn": "9", "nccl": None, "version_sources":
+            {"nccl": "no libnccl is loaded in this process"}}
+    made = report(["sm_60", "sm_70", "sm_80", "sm_89"], ["compute_90"],
+                  found, said)
+    made["comparisons"] = gpucheck.comparisons(entry, labels, made)
+    assert gpucheck.differences(made) == []
+    assert "  not reported by harness versions: nccl (no libnccl is loaded "\
+        "in this process)" in gpucheck.summary_lines(made)
+
+
 def test_each_difference_is_named_with_both_sides():
     entry = matrix.load()["pytorch"]["cuda"]
     labels = {"org.dlrepro.cuda": "12.8", "org.dlrepro.cudnn": "9.10.2",
@@ -85,3 +104,17 @@ def test_the_kernel_reader_runs_on_python_36(cntk_image):
     # error on the image's Python 3.6.
     assert kernels == {"main": None, "sass": [], "ptx": [], "libraries": {},
                        "why_not": "no library with GPU kernels found"}
+
+
+CHECKED = sorted((ROOT / "docs" / "measurements").glob("image-checks-*/*.json"))
+
+
+@pytest.mark.parametrize("path", CHECKED, ids=[p.stem for p in CHECKED])
+def test_the_matrix_says_what_the_images_checked_here_hold(path):
+    """The reports of `invoke check-image` kept in docs/measurements: the
+    matrix (and so the gate) must still agree with what each image was
+    found to hold; an edit to the matrix that contradicts one fails here."""
+    report = json.loads(path.read_text())
+    entry = matrix.load()[report["framework"]][report["profile"]]
+    rows = gpucheck.comparisons(entry, report["labels"], report)
+    assert [row for row in rows if row["agrees"] is False] == []

@@ -116,6 +116,7 @@ def check_images(framework, profile, build_missing=True, log=print):
         image = client.images.get(tag)
         report = gpucheck.check(fw, prof, tag, m[fw][prof], image.labels or {})
         report["image_size_bytes"] = image.attrs.get("Size")
+        report["labels"] = dict(sorted((image.labels or {}).items()))
         report["checked_at"] = _now()
         gpucheck.write_report(
             ROOT / "build" / "image-checks" / f"{fw}-{prof}.json", report)

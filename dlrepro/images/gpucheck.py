@@ -179,8 +179,15 @@ def comparisons(entry, labels, report):
         label = labels.get(render.LABEL_PREFIX + key)
         rows.append(_compare(f"{key} (label vs library)", label,
                              found.get(key)))
-        rows.append(_compare(f"{key} (matrix vs harness versions)",
-                             entry[key], said.get(key)))
+        row = _compare(f"{key} (matrix vs harness versions)", entry[key],
+                       said.get(key))
+        if said.get(key) is None and entry[key]:
+            # What a framework does not load without a GPU (TensorFlow's
+            # NCCL) it cannot report; the library row above checks the file.
+            row["agrees"] = None
+            row["why_not"] = (said.get("version_sources") or {}).get(
+                key, "not reported")
+        rows.append(row)
     sass = report["kernels"]["sass"]
     ptx = report["kernels"]["ptx"]
     rows.append(_compare("sass", sorted(entry["sass"], key=_arch_number),
@@ -198,7 +205,11 @@ def _arch_number(text):
 
 
 def differences(report):
-    return [row for row in report["comparisons"] if not row["agrees"]]
+    return [row for row in report["comparisons"] if row["agrees"] is False]
+
+
+def unreported(report):
+    return [row for row in report["comparisons"] if row["agrees"] is None]
 
 
 def gpu_targets(matrix, framework=None):
@@ -241,6 +252,8 @@ def summary_lines(report):
              f"  cpu cell: {report['cpu_cell']['status'] or '-'}"
              + (f" ({report['cpu_cell']['why_not']})"
                 if report["cpu_cell"]["why_not"] else "")]
+    lines += [f"  not reported by harness versions: {row['field'].split()[0]}"
+              f" ({row['why_not']})" for row in unreported(report)]
     wrong = differences(report)
     lines += [f"  DIFFERS {row['field']}: matrix {row['matrix']!r}, image "
               f"{row['image']!r}" for row in wrong] or \
