@@ -186,7 +186,7 @@ def comparisons(entry, labels, report):
             # NCCL) it cannot report; the library row above checks the file.
             row["agrees"] = None
             row["why_not"] = (said.get("version_sources") or {}).get(
-                key, "not reported")
+                key, report["versions"].get("why_not") or "not reported")
         rows.append(row)
     sass = report["kernels"]["sass"]
     ptx = report["kernels"]["ptx"]
