@@ -71,6 +71,21 @@ def test_a_version_the_harness_cannot_report_is_said_not_a_difference():
         "in this process)" in gpucheck.summary_lines(made)
 
 
+def test_a_library_the_matrix_says_is_absent_must_be_absent():
+    entry = dict(matrix.load()["caffe"]["cuda"])
+    assert entry["cudnn"] == ""  # Ubuntu's caffe-cuda is built without it
+    labels = {"org.dlrepro.cuda": entry["cuda"], "org.dlrepro.cudnn": "",
+              "org.dlrepro.nccl": ""}
+    found = {"cuda": "9.1", "cudnn": None, "nccl": None}
+    made = report(entry["sass"], [], found, dict(found))
+    made["comparisons"] = gpucheck.comparisons(entry, labels, made)
+    assert gpucheck.differences(made) == []
+    made["libraries"]["versions"]["cudnn"] = "7.6.5"
+    made["comparisons"] = gpucheck.comparisons(entry, labels, made)
+    assert [r["field"] for r in gpucheck.differences(made)] == \
+        ["cudnn (label vs library)"]
+
+
 def test_each_difference_is_named_with_both_sides():
     entry = matrix.load()["pytorch"]["cuda"]
     labels = {"org.dlrepro.cuda": "12.8", "org.dlrepro.cudnn": "9.10.2",
