@@ -164,8 +164,9 @@ def env(c, framework=None, profile="cpu"):
     help={
         "framework": "framework to run (repeatable, or comma-separated)",
         "all": "run every framework in dockerfiles/matrix.toml",
-        "profile": "matrix profile (default: cpu for CPU cells, the first GPU "
-                   "profile for GPU cells)",
+        "profile": "matrix profile (default: cpu for CPU cells; for GPU "
+                   "cells the first profile the compatibility gate admits "
+                   "on the GPUs found, docs/gpu.md)",
         "suite": "suite name from benchmarks/suites or a path to a suite "
                  "file (default: smoke)",
         "network": "only these networks (repeatable); networks outside the "
@@ -224,7 +225,9 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
     host = runner.current_host()
     if executor == "slurm":  # cells run on the partition's nodes, not here
         from dlrepro.run import slurm
-        host = plan.Host(*slurm.largest_node(partition))
+        host = plan.Host(*slurm.largest_node(partition), gpus_unseen=(
+            "the cells run on Slurm's nodes, whose GPUs are not seen from "
+            "here; --profile names one"))
     suite_data, jobs = runner.make_plan(suite, options, m, host)
     runtime_options = {"python": python} if python else {}
     executor_ = _executor(
@@ -619,6 +622,28 @@ def build(c, framework=None, profile="", all=False, base_image=None,
                           ca_bundle, proxy)
     if note:
         print(note, file=sys.stderr)
+
+@task(help={"framework": "check this framework's GPU images (default: "
+                         "every framework's)",
+            "profile": "only this GPU profile",
+            "no_build": "check only images already built"})
+@user_errors
+def check_image(c, framework=None, profile="", no_build=False):
+    """Check GPU images without a GPU: imports, versions, CUDA libraries
+    and kernel architectures against the matrix (docs/images.md).
+
+    Builds a missing image first (several GB and minutes each): run it
+    outside the per-commit CI. Exits 1 when an image and the matrix
+    disagree."""
+    from dlrepro.images import commands
+    reports, lines = commands.check_images(framework, profile,
+                                           build_missing=not no_build)
+    _print_lines(lines)
+    from dlrepro.images import gpucheck
+    if any(gpucheck.differences(r) for r in reports):
+        raise Exit("an image disagrees with dockerfiles/matrix.toml (above)",
+                   code=1)
+
 
 @task(iterable=["framework"], help=_TARGETS_HELP)
 @user_errors

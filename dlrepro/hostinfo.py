@@ -2,14 +2,29 @@
 from harness.provenance import usable_cpus  # noqa: F401 (one definition)
 
 
+def gpus():
+    """NVML's view of each GPU of this host (index, name,
+    compute_capability, driver_version, ...); [] without a driver or
+    without nvidia-ml-py. Every GPU, as a container runtime may be given
+    any of them."""
+    from harness import nvml as nvml_mod
+    try:
+        nvml, _reason = nvml_mod.Nvml.open()
+    except Exception:  # a broken library is no GPU
+        return []
+    if nvml is None:
+        return []
+    try:
+        driver, cuda = nvml_mod.system_versions(nvml)
+        count = nvml.call("nvmlDeviceGetCount")
+        return [nvml_mod.device_info(nvml, index, driver, cuda)[1]
+                for index in range(count)]
+    except Exception:  # NVML answered nvmlInit but not the device calls
+        return []
+    finally:
+        nvml.close()
+
+
 def gpu_count():
     """GPUs NVML can see (0 without a driver or without nvidia-ml-py)."""
-    try:
-        import pynvml
-        pynvml.nvmlInit()
-    except Exception:  # no library, no driver: no GPUs
-        return 0
-    try:
-        return pynvml.nvmlDeviceGetCount()
-    finally:
-        pynvml.nvmlShutdown()
+    return len(gpus())

@@ -4,6 +4,7 @@
     python -m harness converge --spec SPEC --out RESULT.json
     python -m harness networks
     python -m harness versions --framework pytorch [--device gpu]
+    python -m harness kernels [--module torch] [PATH ...]
 
 SPEC is a JSON file, or `-` for standard input: {"cell": {...},
 "container": {...} or null}. Exit status: 0 when a result file was written
@@ -67,6 +68,23 @@ def _versions(args):
     return 0
 
 
+def _kernels(args):
+    import importlib.util
+    from . import fatbin
+    roots = list(args.paths)
+    for name in args.module:
+        # find_spec locates a package without importing it: the check runs
+        # where the framework cannot start (no driver).
+        found = importlib.util.find_spec(name)
+        if found is None or not found.submodule_search_locations:
+            raise HarnessError("no package {} here".format(name))
+        roots.extend(found.submodule_search_locations)
+    report = fatbin.scan(roots)
+    print(json.dumps({"libraries": report, "main": fatbin.main_library(report)},
+                     indent=2, sort_keys=True))
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m harness")
     commands = parser.add_subparsers(dest="command")
@@ -85,6 +103,12 @@ def main(argv=None):
     versions.add_argument("--framework", required=True)
     versions.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
     versions.set_defaults(func=_versions)
+    kernels = commands.add_parser(
+        "kernels", help="GPU architectures of the libraries' fat binaries")
+    kernels.add_argument("--module", action="append", default=[],
+                         help="a package whose folder to scan (repeatable)")
+    kernels.add_argument("paths", nargs="*", help="files or folders to scan")
+    kernels.set_defaults(func=_kernels)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_usage(sys.stderr)

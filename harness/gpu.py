@@ -62,6 +62,8 @@ class CellGpus(object):
         self.active = cell["device"] == "gpu"
         spec = spec if isinstance(spec, dict) else {}
         self.stack = compat.check_stack(spec.get("stack"))
+        # How the host chose this profile for the GPUs it found, if it did.
+        self.profile_choice = spec.get("profile_choice")
         self.state_path = clocks.state_path(out_path, spec.get("clock_state"))
         self.module = module
         self.environ = os.environ if environ is None else environ
@@ -118,6 +120,8 @@ class CellGpus(object):
                  compat.UNKNOWN, compat.NATIVE)
         block = min(checks, key=lambda c: order.index(c["verdict"]))
         block["extra_warmup"] = 0
+        if self.profile_choice is not None:
+            block["profile_choice"] = self.profile_choice
         self.verdict = block["verdict"]
         result["compatibility"] = block
         self.warnings.extend(block["warnings"])

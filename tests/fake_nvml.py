@@ -21,7 +21,7 @@ Generations (presets below):
 - GeForce (GTX 980, GTX 1080): no autoboost switch, no application clocks,
   no locked clocks: nothing can disable boost through NVML.
 - Pascal Tesla (P100): no autoboost switch (NOT_SUPPORTED), application clocks.
-- Volta and newer (V100, A100, H100, H200): locked clocks and application
+- Volta and newer (V100, A100, H100, H200, B200): locked clocks and application
   clocks, energy counter. configure(missing=OLD_DRIVER_MISSING): a driver
   (410) from before nvmlDeviceSetGpuLockedClocks and the event-reasons call.
 - `configure(root=False)`: every set/reset call answers NO_PERMISSION.
@@ -225,6 +225,14 @@ def hopper_h200(**extra):
                    (3201, 1980), {3201: _clock_list(1980, 345, 15, (1590,))},
                    locked=True, energy=True, memory_gib=141, power_w=700,
                    mig=[0, 0], **extra)
+
+
+def blackwell_b200(**extra):
+    return _device("NVIDIA B200", NVML_DEVICE_ARCH_BLACKWELL, (10, 0), 1965,
+                   3996, (3996, 1965),
+                   {3996: _clock_list(1965, 345, 15, (1500,))}, locked=True,
+                   energy=True, memory_gib=180, power_w=1000, mig=[0, 0],
+                   **extra)
 
 
 # Functions a driver older than R418 (where locked clocks and the event-reason

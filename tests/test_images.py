@@ -208,6 +208,36 @@ def test_wheelhouse_build_then_network_build_with_host_ca(
         _remove(docker_client, plan.tag)
 
 
+def _dangling():
+    return set(docker("images", "--filter", "dangling=true", "--quiet",
+                      "--no-trunc").stdout.split())
+
+
+def test_a_build_leaves_only_its_image_behind(demo, docker_client, test_base,
+                                             tmp_path):
+    """The install stage (wheelhouse, unpacked packages: ~10 GB for a GPU
+    image) is thrown away, not left as a dangling image; the base stays."""
+    house = tmp_path / "wheelhouse"
+    wheelhouse.make("demo", "cpu", demo["demo"]["cpu"], root=house,
+                    log=lambda _m: None)
+    plan = images.plan("demo", "cpu", demo, base_image=test_base,
+                       client=docker_client, name_prefix=PREFIX)
+    _remove(docker_client, plan.tag)
+    before = _dangling()
+    try:
+        # nocache: every stage is made by this build, none found in cache.
+        images.build(plan, client=docker_client, wheelhouse_root=house,
+                     logs_dir=tmp_path / "logs", log=lambda _m: None,
+                     nocache=True)
+        assert _dangling() - before == set()
+        assert images.local_image(docker_client, test_base) is not None
+        assert docker("run", "--rm", "--network", "none", plan.tag,
+                      "/opt/venv/bin/python", "-c",
+                      "import six").returncode == 0
+    finally:
+        _remove(docker_client, plan.tag)
+
+
 def test_build_failure_names_the_log_and_shows_its_end(demo, docker_client,
                                                        test_base, tmp_path):
     house = tmp_path / "wheelhouse"
@@ -215,9 +245,12 @@ def test_build_failure_names_the_log_and_shows_its_end(demo, docker_client,
                            log=lambda _m: None)
     plan = images.plan("broken", "cpu", demo, base_image=test_base,
                        client=docker_client, name_prefix=PREFIX)
+    before = _dangling()
     with pytest.raises(images.BuildFailed) as info:
         images.build(plan, client=docker_client, wheelhouse_root=house,
                      logs_dir=tmp_path / "logs", log=lambda _m: None)
+    # What the failed build made is gone too.
+    assert _dangling() - before == set()
     message = str(info.value)
     first = message.splitlines()[0]
     assert first.startswith("build of broken/cpu failed:")

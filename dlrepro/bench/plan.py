@@ -10,6 +10,7 @@ from harness.errors import HarnessError
 from harness.spec import CELL_FIELDS, check_batch
 
 from dlrepro import matrix as matrix_mod
+from dlrepro.bench import gpuprofile
 from dlrepro.errors import UserError
 from dlrepro.run.job import Job, Placement
 
@@ -40,6 +41,11 @@ class Options(NamedTuple):
 class Host(NamedTuple):
     cpus: int
     gpus: int
+    # NVML's view of each GPU (dlrepro.hostinfo.gpus): what a GPU cell's
+    # profile is chosen for when --profile names none.
+    gpu_devices: tuple = ()
+    # Why the GPUs are not looked at (the cells run elsewhere), if so.
+    gpus_unseen: Optional[str] = None
 
 
 def cell_id(cell):
@@ -58,14 +64,20 @@ def cell_id(cell):
     return "-".join(parts)
 
 
-def _profile(m, framework, device, requested):
+def _profile(m, framework, device, requested, host, choices):
+    """(profile, the GPU profile Choice or None) of a cell."""
+    if requested is None and device == "gpu":
+        if framework not in choices:
+            choices[framework] = gpuprofile.choose(
+                m, framework, host.gpu_devices, host.gpus_unseen)
+        return choices[framework].profile, choices[framework]
     if requested is None:
-        return matrix_mod.default_profile(m, framework, device)
+        return matrix_mod.default_profile(m, framework, device), None
     entry = matrix_mod.entry(m, framework, requested)
     if entry["device"] != device:
         raise UserError(f"profile {framework}/{requested} is for "
                         f"{entry['device']} cells, not {device}")
-    return requested
+    return requested, None
 
 
 def build(suite, options, m, host):
@@ -82,6 +94,7 @@ def build(suite, options, m, host):
         if missing:
             groups.append(dict(suite["groups"][0], networks=missing))
     planned = {}
+    choices = {}
     for group in groups:
         device = options.device or group["device"]
         frameworks = [f for f in options.frameworks
@@ -96,9 +109,11 @@ def build(suite, options, m, host):
         for framework, network, batch, threads, gpus in itertools.product(
                 frameworks, group["networks"], batch_sizes, thread_counts,
                 gpu_counts):
+            profile, choice = _profile(m, framework, device, options.profile,
+                                       host, choices)
             cell = {
                 "framework": framework,
-                "profile": _profile(m, framework, device, options.profile),
+                "profile": profile,
                 "network": network,
                 "dataset": "synthetic",
                 "batch_size": batch,
@@ -126,9 +141,12 @@ def build(suite, options, m, host):
                 raise UserError(f"--compile {cell['compile']} compiles in the "
                                 f"first iteration: give --warmup 1 or more")
             repeat = options.repeat or group.get("repeat", 1)
+            skip = _skip_reason(cell, host)
+            if skip is None and choice is not None and not choice.admitted:
+                skip = choice.reason
             for process in range(1, repeat + 1):
                 item = job_for(cell, options.timeout_s or group["timeout_s"],
-                               _skip_reason(cell, host), process)
+                               skip, process, choice)
                 previous = planned.get(item.id)
                 if previous is not None and previous.spec != cell:
                     raise UserError(f"suite {suite['name']} defines cell "
@@ -140,16 +158,18 @@ def build(suite, options, m, host):
     return list(planned.values())
 
 
-def job_for(cell, timeout_s, skip_reason=None, process=1):
+def job_for(cell, timeout_s, skip_reason=None, process=1, choice=None):
     """The job of one process of a cell: the first keeps the cell's id, so
-    a run resumed with a larger --repeat adds processes to it."""
+    a run resumed with a larger --repeat adds processes to it. `choice`:
+    how its GPU profile was chosen (recorded in its result)."""
     suffix = f"-p{process}" if process > 1 else ""
     return Job(id=cell_id(cell) + suffix, kind="bench", spec=cell,
                timeout_s=timeout_s,
                placement=Placement(cell["framework"], cell["profile"],
                                    cell["device"], cell["threads"],
                                    cell["gpus"], cell["clock_policy"]),
-               skip_reason=skip_reason)
+               skip_reason=skip_reason,
+               profile_choice=choice.as_record() if choice else None)
 
 
 def _skip_reason(cell, host):
@@ -163,8 +183,17 @@ def _skip_reason(cell, host):
 
 
 def format_plan(plan):
-    """Lines describing a plan, for --dry-run."""
-    lines = [f"{len(plan)} cells:"]
+    """Lines describing a plan, for --dry-run: its GPU profiles chosen and
+    why, then every cell."""
+    choices = {}
+    for item in plan:
+        if item.profile_choice is not None:
+            choices.setdefault(item.spec["framework"], item.profile_choice)
+    lines = []
+    if choices:
+        lines.append("GPU profiles (--profile names another):")
+        lines += gpuprofile.format_records(choices)
+    lines.append(f"{len(plan)} cells:")
     for item in plan:
         c = item.spec
         note = f"  [unsupported: {item.skip_reason}]" if item.skip_reason else ""

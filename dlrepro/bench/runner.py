@@ -24,7 +24,9 @@ def select_frameworks(m, frameworks, all_frameworks):
 
 
 def current_host():
-    return plan_mod.Host(cpus=hostinfo.usable_cpus(), gpus=hostinfo.gpu_count())
+    gpus = tuple(hostinfo.gpus())
+    return plan_mod.Host(cpus=hostinfo.usable_cpus(), gpus=len(gpus),
+                         gpu_devices=gpus)
 
 
 def make_plan(suite_name, options, m, host):

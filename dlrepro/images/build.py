@@ -267,6 +267,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
     import docker
     image_id = None
     error = None
+    steps = []
     with open(log_path, "w") as log_file:
         try:
             stream = client.api.build(
@@ -276,6 +277,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
             for chunk in stream:
                 if "stream" in chunk:
                     log_file.write(chunk["stream"])
+                    steps += STEP_IMAGE.findall(chunk["stream"])
                 if "error" in chunk:
                     error = chunk["error"].strip()
                     log_file.write(f"ERROR: {error}\n")
@@ -286,6 +288,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
             error = first_line(exc)
             log_file.write(f"ERROR: {error}\n")
     if error or image_id is None:
+        drop_stage_images(client, None, steps)
         # The engine colours a RUN step's stderr with terminal escapes.
         text = re.sub(r"\x1b\[[0-9;]*m", "", log_path.read_text())
         tail = [line for line in text.strip().splitlines() if line.strip()][-8:]
@@ -293,7 +296,39 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
             f"build of {plan_.framework}/{plan_.profile} failed: "
             f"{error or 'no image produced'} (log: {show_path(log_path)})\n  "
             + "\n  ".join(tail))
+    drop_stage_images(client, image_id, steps)
     return image_id
+
+
+# The classic builder prints " ---> ID" for the image of every step.
+STEP_IMAGE = re.compile(r"^ ---> ([0-9a-f]{12,64})\s*$", re.MULTILINE)
+
+
+def drop_stage_images(client, image_id, steps):
+    """Remove what the build's throwaway stages left as untagged images
+    (the install stage holds the wheelhouse and the unpacked packages:
+    ~10 GB for a GPU image), and what a failed build left (`image_id`
+    None). The final image's own ancestry stays, so an
+    unchanged rebuild is still a no-op by tag; a changed recipe reinstalls
+    the packages instead of reusing the install stage's layers."""
+    import docker
+    kept = set()
+    if image_id is not None:  # None: the build failed, nothing is kept
+        kept = {entry["Id"].split(":")[-1]
+                for entry in client.api.history(image_id)
+                if entry.get("Id", "<missing>") != "<missing>"}
+        kept.add(image_id.split(":")[-1])
+    for step in reversed(steps):
+        if any(full.startswith(step) for full in kept):
+            continue
+        try:
+            if client.api.inspect_image(step).get("RepoTags"):
+                continue  # a named image (a base): never ours to remove
+            # Its untagged parents go with it, down to the first image
+            # something else still uses (the shared `system` stage).
+            client.api.remove_image(step)
+        except docker.errors.APIError:
+            pass  # already gone with a child, or still used elsewhere
 
 
 def pull_base(client, ref, log=print):

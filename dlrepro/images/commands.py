@@ -89,3 +89,42 @@ def pin(framework, profile, every, host):
         path = matrix_mod.lock_path(fw, prof)
         path.write_text(pylock.lock_profile_text(fw, prof, m[fw][prof]))
         yield str(path.relative_to(ROOT))
+
+
+def check_images(framework, profile, build_missing=True, log=print):
+    """Check GPU images (dlrepro.images.gpucheck): each GPU profile of
+    `framework` (or of every framework), built first when missing. Writes
+    build/image-checks/<framework>-<profile>.json; returns the reports and
+    the lines to print."""
+    from dlrepro.images import gpucheck
+    m = matrix_mod.load()
+    pairs = gpucheck.gpu_targets(m, framework)
+    if profile:
+        pairs = [p for p in pairs if p[1] == profile]
+        if not pairs:
+            raise UserError(f"{framework or 'no framework'} has no GPU "
+                            f"profile {profile!r}")
+    client = images.engine()
+    reports, lines = [], []
+    for fw, prof in pairs:
+        try:
+            tag = images.ensure(fw, prof, m, client=client,
+                                build_missing=build_missing, log=log)
+        except UserError as exc:
+            lines.append(f"{fw}/{prof}: not checked: {exc}")
+            continue
+        image = client.images.get(tag)
+        report = gpucheck.check(fw, prof, tag, m[fw][prof], image.labels or {})
+        report["image_size_bytes"] = image.attrs.get("Size")
+        report["labels"] = dict(sorted((image.labels or {}).items()))
+        report["checked_at"] = _now()
+        gpucheck.write_report(
+            ROOT / "build" / "image-checks" / f"{fw}-{prof}.json", report)
+        reports.append(report)
+        lines += gpucheck.summary_lines(report)
+    return reports, lines
+
+
+def _now():
+    from harness.blocks import utc_now
+    return utc_now()

@@ -40,6 +40,9 @@ class Job(NamedTuple):
     # Why the job cannot run on this host: it is recorded `unsupported`
     # without starting anything.
     skip_reason: Optional[str] = None
+    # How a GPU cell's profile was chosen (dlrepro.bench.gpuprofile), for
+    # its result; not part of what it measures.
+    profile_choice: Optional[dict] = None
 
     @property
     def harness_command(self):

@@ -303,7 +303,10 @@ def spec_file(job, container, matrix):
     """What the harness is told: the job's spec plus facts it cannot know
     itself."""
     entry = matrix_mod.entry(matrix, *job.placement.target)
+    extra = {"profile_choice": job.profile_choice} if job.profile_choice \
+        else {}
     return {
+        **extra,
         job.spec_key: job.spec,
         "container": container,
         # Relative to the result file, so it lands on the host side of a
