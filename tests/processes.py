@@ -27,19 +27,32 @@ def start(argv, **popen_kwargs):
     return proc
 
 
+# How long a process gets to end after SIGTERM before SIGKILL: the docker
+# client of an image's Python passes SIGTERM on to its container, while
+# its SIGKILL would leave the container running.
+GRACE_S = 30
+
+
 def end(proc, group=False):
-    """Kill `proc` (its process group when `group`) unless it has ended,
-    reap it and close its pipes. A group whose leader has been reaped is
-    left alone: its id may since name someone else's."""
-    if proc.poll() is None:
+    """SIGTERM to `proc` (its process group when `group`) unless it has
+    ended, SIGKILL after GRACE_S; reap it and close its pipes. A group
+    whose leader has been reaped is left alone: its id may since name
+    someone else's."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
         try:
             if group:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, signum)
             else:
-                proc.kill()
+                proc.send_signal(signum)
         except ProcessLookupError:
             pass
-        proc.wait()
+        try:
+            proc.wait(GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.wait()
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()

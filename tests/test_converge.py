@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import processes
 from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
@@ -150,6 +151,17 @@ class _PartTrainer(common.Trainer):
     def evaluate(self):
         self.clock.now += 2.0
         return 1.0, 0.5
+
+
+def test_the_progress_interval_of_launched_workers_can_be_set():
+    assert common.progress_every_s({}) == common.PROGRESS_EVERY_S
+    assert common.progress_every_s({common.PROGRESS_ENV: "0"}) == 0.0
+    with pytest.raises(HarnessError, match="^DLREPRO_PROGRESS_EVERY_S must "
+                       "be a number of seconds >= 0, got 'soon'$"):
+        common.progress_every_s({common.PROGRESS_ENV: "soon"})
+    plan = {"node_rank": 0}
+    assert common.worker_progress("c.json", plan, environ={
+        common.PROGRESS_ENV: "0"}).due(0.0)
 
 
 class _SlowProgress(common.Progress):
@@ -628,50 +640,61 @@ def _launched_curves(log_path, limit_s=300):
     raise AssertionError("no launch line: " + log_path.read_text())
 
 
+def _under_way(seen, per_epoch):
+    """Whether the curves the workers wrote show epoch 1 done and a later
+    epoch with some iterations measured and half of them still to go (for
+    the SIGTERM to arrive before that epoch ends). Rank 0 writes them after
+    every iteration here (PROGRESS_ENV 0)."""
+    seen = seen or {}
+    current = seen.get("in_progress") or {}
+    return bool(seen.get("epochs")) and current.get("epoch", 0) >= 2 and \
+        0 < len(current["seconds"]) <= per_epoch // 2
+
+
 @pytest.mark.parametrize("framework, loss_of", [("pytorch", "part"),
                                                 ("cntk", "global")])
 def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
         framework, loss_of, root, tmp_path, framework_python, schema):
     """One node, 2 workers under a launcher (PyTorch: torchrun; CNTK:
     mpirun, in its image), SIGTERM (the host's timeout, Slurm's cancel)
-    once epoch 1 is done: the result keeps epoch 1's curve, the iterations
-    measured since, and says it is partial."""
-    spec = _plan([framework], ["fcn-r"], [2], global_batch=32, epochs=3,
-                 threads=2, synthetic=True, train_samples=2048,
+    once epoch 1 is done and a later one under way: the result keeps the
+    epochs done, the iterations measured since, and says it is partial."""
+    # Many epochs: the test stops the run once the workers' curves show
+    # an epoch after the first under way, however long that takes (CNTK's
+    # iterations took 30 s and more on a loaded machine, 0.15 s alone).
+    per_epoch = 24
+    spec = _plan([framework], ["fcn-r"], [2], global_batch=32, epochs=20,
+                 threads=2, synthetic=True, train_samples=32 * per_epoch,
                  test_samples=64)[0]
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
     log_path, out = tmp_path / "log", tmp_path / "out.json"
     with open(log_path, "w") as log:
-        harness = subprocess.Popen(
+        harness = processes.start(
             [str(framework_python(framework)), "-s", "-m", "harness",
              "converge", "--spec", str(spec_path), "--out", str(out)],
             cwd=root, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(root)))
+            env=dict(os.environ, PYTHONPATH=str(root),
+                     **{common.PROGRESS_ENV: "0"}))
     try:
         curves = _launched_curves(log_path)
-        seen = None
-        for _ in range(3000):
-            seen = common.read_partial(curves)
-            if seen and seen["epochs"]:
-                break
+        deadline = time.monotonic() + 1200
+        while not _under_way(common.read_partial(curves), per_epoch):
             assert harness.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, common.read_partial(curves)
             time.sleep(0.1)
-        assert seen and len(seen["epochs"]) == 1, seen
-        time.sleep(1.5)  # some iterations of epoch 2 (64 take ~10 s here)
         harness.send_signal(signal.SIGTERM)
-        status = harness.wait(60)
+        status = harness.wait(120)
     finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait()
+        # SIGTERM first: CNTK's docker client passes it on to the
+        # container, which its SIGKILL would leave running.
+        processes.end(harness)
     assert status == 143, log_path.read_text()
     result = json.loads(out.read_text())
     jsonschema.validate(result, schema)
     assert result["status"] == "error"
     assert result["error"]["type"] == "Terminated"
     block = result["convergence"]
-    per_epoch = 2048 // 32
     assert block["partial"] is True
     assert [e["epoch"] for e in block["per_epoch"]][:1] == [1]
     done = len(block["per_epoch"])
