@@ -19,12 +19,13 @@ import tempfile
 from pathlib import Path
 
 from dockerenv import cntk_image_or_skip
+from harness.frameworks.dataparallel import PROGRESS_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = ROOT / "build" / "test-pythons" / "cntk-cpu"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 # What the tests' subprocesses are given besides their arguments.
-PASSED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED")
+PASSED_ENV = ("PYTHONPATH", "PYTHONUNBUFFERED", PROGRESS_ENV)
 ENV_OVERRIDE = "DLREPRO_CNTK_PYTHON"
 
 

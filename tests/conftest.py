@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import processes
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -33,3 +35,15 @@ def make_cell():
         cell.update(overrides)
         return cell
     return make
+
+
+@pytest.fixture(autouse=True)
+def no_process_outlives_its_test():
+    """What a test started with processes.start and left running (it
+    failed, or stopped waiting) is killed here, as in a `finally`: a
+    forgotten harness would slow every test after it."""
+    marked = processes.mark()
+    try:
+        yield
+    finally:
+        processes.end_since(marked)

@@ -27,6 +27,9 @@ from harness import frameworks, throughput  # noqa: E402
 from tests.fake_backend import Backend, Script  # noqa: E402
 
 
+SLOW_STEP = "fake harness: slow step\n"
+
+
 class SleepingScript(Script):
     def clock(self):
         return time.monotonic()
@@ -77,6 +80,10 @@ def main(mode, spec_path, out):
                     step = session.step
 
                     def slow_step():
+                        # A line a test can wait for: the cell is measuring
+                        # (its SIGTERM handler is in place).
+                        sys.stderr.write(SLOW_STEP)
+                        sys.stderr.flush()
                         time.sleep(1.0)
                         return step()
                     session.step = slow_step

@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+import processes
 from dlrepro import ROOT, matrix
 from dlrepro.run import pipeline, runfolder
 from dlrepro.bench import plan
@@ -98,9 +99,9 @@ def start(rt, job, run_dir, argv=None):
     launch = rt.launch(job, run_dir)
     log = run_dir / f"{job.id}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(argv or launch.argv, cwd=launch.cwd,
-                                env=launch.env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = processes.start(argv or launch.argv, cwd=launch.cwd,
+                               env=launch.env, stdout=out,
+                               stderr=subprocess.STDOUT)
     return launch, proc, log
 
 

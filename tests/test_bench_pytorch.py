@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import processes
 from harness import networks, provenance
 from dlrepro import matrix
 from dlrepro.images import envs
@@ -97,10 +98,10 @@ def test_sigterm_keeps_the_iterations_measured(root, tmp_path, pytorch_python):
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     out = tmp_path / "r.json"
     env = dict(os.environ, PYTHONPATH=str(root))
-    proc = subprocess.Popen([str(pytorch_python), "-m", "harness", "run",
-                             "--spec", str(tmp_path / "spec.json"),
-                             "--out", str(out)], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = processes.start([str(pytorch_python), "-m", "harness", "run",
+                            "--spec", str(tmp_path / "spec.json"),
+                            "--out", str(out)], cwd=root, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     time.sleep(15)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 143
@@ -116,8 +117,8 @@ def test_killed_sweep_keeps_finished_cells_and_resumes(root, tmp_path,
             "--out", str(tmp_path), "--network", "alexnet-r", "--network",
             "fcn-r", "--network", "fcn5", "--iterations", "3", "--warmup", "1",
             "--threads", "1"]
-    sweep = subprocess.Popen(args, cwd=root, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    sweep = processes.start(args, cwd=root, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 300
     run_dir, done = None, []
     while time.monotonic() < deadline and not done:

@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 import fake_nvml
+import processes
 from harness import clocks, resultfile
 from harness.errors import HarnessError
 from harness.nvml import Nvml, device_info
@@ -317,8 +318,11 @@ def test_undo_runs_only_allowed_calls(tmp_path):
 
 STANDIN = '''"""Stand-in for a GPU framework in tests: the real PyTorch
 backend, with `gpu` cells computed on the CPU (there is no GPU here; NVML is
-faked). FAIL_AT=n makes step n raise the error a failing GPU would."""
+faked). FAIL_AT=n makes step n raise the error a failing GPU would; the
+file TIMED_MARK is made once the steps after the first TIMED_AFTER (the
+timed iterations) have run for a second."""
 import os
+import time
 from harness.frameworks.pytorch import backend as _real
 
 NAME = _real.NAME
@@ -349,7 +353,27 @@ def prepare(network, batch_size, device, seed, batch=None):
                                    "was encountered")
             return step()
         session.step = failing
+    mark = os.environ.get("TIMED_MARK")
+    if mark:
+        session.step = _marking(session.step, mark,
+                                int(os.environ["TIMED_AFTER"]))
     return session
+
+
+def _marking(step, mark, warmup):
+    count, first = [0], [None]
+
+    def marked():
+        loss = step()
+        count[0] += 1
+        if count[0] > warmup:
+            now = time.monotonic()
+            if first[0] is None:
+                first[0] = now
+            elif now - first[0] >= 1.0 and not os.path.exists(mark):
+                open(mark, "w").close()
+        return loss
+    return marked
 '''
 
 DRIVER = ("import sys\n"
@@ -385,34 +409,33 @@ def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
         spec["stack"] = stack
     (tmp_path / "cell.spec.json").write_text(json.dumps(spec))
     env["PYTHONUNBUFFERED"] = "1"
+    env["TIMED_MARK"] = str(tmp_path / "timing")
+    env["TIMED_AFTER"] = str(cell["warmup"])
     env.update(env_extra or {})
-    log = open(str(tmp_path / "cell.log"), "w")
-    proc = subprocess.Popen(
-        [python, "-c", DRIVER, "run", "--spec",
-         str(tmp_path / "cell.spec.json"), "--out",
-         str(tmp_path / "cell.json")],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with open(str(tmp_path / "cell.log"), "w") as log:
+        proc = processes.start(
+            [python, "-c", DRIVER, "run", "--spec",
+             str(tmp_path / "cell.spec.json"), "--out",
+             str(tmp_path / "cell.json")],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     return proc, {"state": tmp_path / "cell.clock-state.json",
                   "result": tmp_path / "cell.json", "fake": Path(state),
-                  "log": tmp_path / "cell.log"}
+                  "log": tmp_path / "cell.log", "timing": tmp_path / "timing"}
 
 
-def wait_until_timing(proc, paths, timeout=120):
-    """Until the clocks are changed and the timed iterations have begun."""
+def wait_until_timing(proc, paths, timeout=300):
+    """Until the clocks are changed and the timed iterations have run for a
+    second (the stand-in says so)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             pytest.fail("the cell ended early:\n" + paths["log"].read_text())
-        try:
+        if paths["timing"].exists():
             state = json.loads(paths["state"].read_text())
-        except (OSError, ValueError):
-            state = {}
-        if state.get("status") == "changed":
-            time.sleep(2.0)  # into the timed iterations
+            assert state.get("status") == "changed", state
             return state
         time.sleep(0.1)
-    proc.kill()
-    pytest.fail("the cell did not change clocks in time:\n" +
+    pytest.fail("the cell was not timing in time:\n" +
                 paths["log"].read_text())
 
 

@@ -17,12 +17,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import processes
 from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
 from dlrepro.converge import summary as conv_summary
-from dlrepro.run import runfolder, runtimes
+from dlrepro.run import executor, pipeline, runfolder, runtimes
 from dlrepro.errors import UserError
 from harness import spec as hspec
 from harness import figures, resultfile
@@ -150,6 +151,17 @@ class _PartTrainer(common.Trainer):
     def evaluate(self):
         self.clock.now += 2.0
         return 1.0, 0.5
+
+
+def test_the_progress_interval_of_launched_workers_can_be_set():
+    assert common.progress_every_s({}) == common.PROGRESS_EVERY_S
+    assert common.progress_every_s({common.PROGRESS_ENV: "0"}) == 0.0
+    with pytest.raises(HarnessError, match="^DLREPRO_PROGRESS_EVERY_S must "
+                       "be a number of seconds >= 0, got 'soon'$"):
+        common.progress_every_s({common.PROGRESS_ENV: "soon"})
+    plan = {"node_rank": 0}
+    assert common.worker_progress("c.json", plan, environ={
+        common.PROGRESS_ENV: "0"}).due(0.0)
 
 
 class _SlowProgress(common.Progress):
@@ -530,13 +542,46 @@ def test_task_bad_inputs(root, tmp_path, mnist):
     assert not list(tmp_path.glob("converge-*"))
 
 
+class TimeoutInTraining(executor.LocalExecutor):
+    """The job's timeout strikes once its workers have written curves with
+    two or more iterations in them: inside training, however long a
+    loaded machine takes to start them (a timeout of 20 s from the start
+    can strike before they train)."""
+
+    def run(self, launch, log_path, timeout_s):
+        self.log_path = log_path
+        return super().run(launch, log_path, timeout_s)
+
+    def wait(self, proc, timeout_s):
+        deadline = time.monotonic() + timeout_s
+        curves = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            curves = curves or _named_curves(self.log_path)
+            if curves and _iterations_written(curves) >= 2:
+                break
+            time.sleep(0.1)
+        if proc.poll() is not None:
+            return proc.returncode
+        raise subprocess.TimeoutExpired(proc.args, timeout_s)
+
+
+def _iterations_written(curves_path):
+    seen = common.read_partial(curves_path) or {}
+    current = seen.get("in_progress") or {}
+    return len(seen.get("iteration_s", [])) + len(current.get("seconds", []))
+
+
 def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
+    # 50 epochs: far more than run before the timeout strikes.
     jobs = conv_plan.plan(["pytorch"], ["fcn-r"], [2], global_batch=64,
                           epochs=50, threads=2, synthetic=True,
                           train_samples=4096, test_samples=64,
-                          runtime="native", timeout=20)
-    run_dir, results = conv.run(jobs, tmp_path,
-                                _native(framework_python("pytorch")))
+                          runtime="native", timeout=600)
+    run_dir = pipeline.start(conv.run_of(jobs, tmp_path, "test"),
+                             _native(framework_python("pytorch")),
+                             executor=TimeoutInTraining())
+    _record, pairs, _summary = conv.finish(run_dir)
+    results = {entry["id"]: result for entry, result in pairs}
     record = json.loads((run_dir / "run.json").read_text())
     assert record["jobs"][0]["status"] == "timeout"
     result = results["pytorch-fcn-r-w2"]
@@ -549,27 +594,61 @@ def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
     # What the workers measured before the timeout is kept (the workers
     # write their curves as they grow; docs/multinode.md).
     assert result["convergence"]["partial"] is True
-    assert result["convergence"]["completed_iterations"] > 0
+    assert result["convergence"]["completed_iterations"] >= 2
     assert result["timing"]["per_iteration_s"]
-    # No worker outlives the run: nothing runs with the run's plan file.
+    # No worker outlives the run: soon nothing runs with the run's plan
+    # file (a worker SIGKILLed with its launcher's group takes a moment
+    # to go on a loaded machine; an orphan would train on).
     log = (run_dir / "pytorch-fcn-r-w2.log").read_text()
     plan = log.split("--plan ", 1)[1].split()[0]
-    leftovers = subprocess.run(["pgrep", "-f", plan], capture_output=True,
-                               text=True)
-    assert leftovers.stdout.strip() == ""
+    assert _gone(plan, 30), _running(plan)
+
+
+def _running(needle):
+    return subprocess.run(["pgrep", "-f", needle], capture_output=True,
+                          text=True).stdout.split()
+
+
+def _gone(needle, limit_s):
+    """Whether no process's command line holds `needle` within limit_s."""
+    deadline = time.monotonic() + limit_s
+    while _running(needle):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _named_curves(log_path):
+    """The workers' curves file, once the harness's log names it (the
+    `--out CURVES` of its launch line); else None."""
+    text = log_path.read_text() if log_path.exists() else ""
+    if "launching: " in text and " --out " in text:
+        return Path(text.split("launching: ", 1)[1].split(
+            " --out ", 1)[1].split()[0])
+    return None
 
 
 def _launched_curves(log_path, limit_s=300):
-    """The workers' curves file (`--out CURVES` of the launch line in the
-    harness's log), once the log names it."""
+    """The workers' curves file, once the harness's log names it."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        text = log_path.read_text()
-        if "launching: " in text and " --out " in text:
-            return Path(text.split("launching: ", 1)[1].split(
-                " --out ", 1)[1].split()[0])
+        curves = _named_curves(log_path)
+        if curves:
+            return curves
         time.sleep(0.1)
     raise AssertionError("no launch line: " + log_path.read_text())
+
+
+def _under_way(seen, per_epoch):
+    """Whether the curves the workers wrote show epoch 1 done and a later
+    epoch with some iterations measured and half of them still to go (for
+    the SIGTERM to arrive before that epoch ends). Rank 0 writes them after
+    every iteration here (PROGRESS_ENV 0)."""
+    seen = seen or {}
+    current = seen.get("in_progress") or {}
+    return bool(seen.get("epochs")) and current.get("epoch", 0) >= 2 and \
+        0 < len(current["seconds"]) <= per_epoch // 2
 
 
 @pytest.mark.parametrize("framework, loss_of", [("pytorch", "part"),
@@ -578,44 +657,44 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
         framework, loss_of, root, tmp_path, framework_python, schema):
     """One node, 2 workers under a launcher (PyTorch: torchrun; CNTK:
     mpirun, in its image), SIGTERM (the host's timeout, Slurm's cancel)
-    once epoch 1 is done: the result keeps epoch 1's curve, the iterations
-    measured since, and says it is partial."""
-    spec = _plan([framework], ["fcn-r"], [2], global_batch=32, epochs=3,
-                 threads=2, synthetic=True, train_samples=2048,
+    once epoch 1 is done and a later one under way: the result keeps the
+    epochs done, the iterations measured since, and says it is partial."""
+    # Many epochs: the test stops the run once the workers' curves show
+    # an epoch after the first under way, however long that takes (CNTK's
+    # iterations took 30 s and more on a loaded machine, 0.15 s alone).
+    per_epoch = 24
+    spec = _plan([framework], ["fcn-r"], [2], global_batch=32, epochs=20,
+                 threads=2, synthetic=True, train_samples=32 * per_epoch,
                  test_samples=64)[0]
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
     log_path, out = tmp_path / "log", tmp_path / "out.json"
     with open(log_path, "w") as log:
-        harness = subprocess.Popen(
+        harness = processes.start(
             [str(framework_python(framework)), "-s", "-m", "harness",
              "converge", "--spec", str(spec_path), "--out", str(out)],
             cwd=root, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(root)))
+            env=dict(os.environ, PYTHONPATH=str(root),
+                     **{common.PROGRESS_ENV: "0"}))
     try:
         curves = _launched_curves(log_path)
-        seen = None
-        for _ in range(3000):
-            seen = common.read_partial(curves)
-            if seen and seen["epochs"]:
-                break
+        deadline = time.monotonic() + 1200
+        while not _under_way(common.read_partial(curves), per_epoch):
             assert harness.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, common.read_partial(curves)
             time.sleep(0.1)
-        assert seen and len(seen["epochs"]) == 1, seen
-        time.sleep(1.5)  # some iterations of epoch 2 (64 take ~10 s here)
         harness.send_signal(signal.SIGTERM)
-        status = harness.wait(60)
+        status = harness.wait(120)
     finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait()
+        # SIGTERM first: CNTK's docker client passes it on to the
+        # container, which its SIGKILL would leave running.
+        processes.end(harness)
     assert status == 143, log_path.read_text()
     result = json.loads(out.read_text())
     jsonschema.validate(result, schema)
     assert result["status"] == "error"
     assert result["error"]["type"] == "Terminated"
     block = result["convergence"]
-    per_epoch = 2048 // 32
     assert block["partial"] is True
     assert [e["epoch"] for e in block["per_epoch"]][:1] == [1]
     done = len(block["per_epoch"])

@@ -30,6 +30,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import processes
 from dlrepro import ROOT, matrix
 from dlrepro.bench import plan
 from dlrepro.errors import UserError
@@ -108,8 +109,8 @@ def start(rt, job, run_dir):
     launch = rt.launch(job, run_dir)
     log = run_dir / f"{job.id}.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(launch.argv, cwd=launch.cwd, env=launch.env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = processes.start(launch.argv, cwd=launch.cwd, env=launch.env,
+                               stdout=out, stderr=subprocess.STDOUT)
     return launch, proc, log
 
 
@@ -509,7 +510,7 @@ def test_build_bench_and_render_read_one_base_substitution(cntk_image, root,
 def test_ctrl_c_stops_the_container_and_says_how_to_resume(cntk_image, root,
                                                            tmp_path):
     env = cli_env(**{docker_runtime.BASE_OVERRIDES_ENV: BASE_OVERRIDES})
-    proc = subprocess.Popen(
+    proc = processes.start(
         [INVOKE, "bench", "--runtime", "docker", "--framework", "cntk",
          "--network", "fcn-r", "--iterations", str(10 ** 7), "--warmup", "0",
          "--threads", "1", "--out", str(tmp_path)],

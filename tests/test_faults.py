@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import fake_harness
 import memcgroup
+import processes
 from _frameworks import framework_python  # noqa: F401 (a fixture)
 from memcgroup import memory_cgroup  # noqa: F401 (a fixture)
 from dlrepro.run import runfolder
@@ -36,9 +38,9 @@ def invoke(*args, modes="", timeout=120):
 
 
 def start(*args, modes=""):
-    return subprocess.Popen([INVOKE, *args], cwd=ROOT, env=_env(modes),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return processes.start([INVOKE, *args], cwd=ROOT, env=_env(modes),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
 
 
 def bench(out, *networks, modes="", extra=()):
@@ -70,6 +72,16 @@ def harness_pids(run_dir):
         if str(run_dir) in cmdline and "scripted-python" in cmdline:
             pids.append(int(proc.name))
     return pids
+
+
+def slow_steps(run_dir, network):
+    """How many steps the cell of `network`, in mode slow, has begun."""
+    try:
+        log = (Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1.log"
+               ).read_text()
+    except FileNotFoundError:
+        return 0
+    return log.count(fake_harness.SLOW_STEP)
 
 
 def statuses(run_dir):
@@ -273,7 +285,8 @@ def test_ctrl_c_stops_the_cell_says_what_was_kept_and_exits_130(tmp_path):
                  "--network", "fcn8", modes="fcn8=slow")
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        (tmp_path / "latest").resolve())
-    wait_for(lambda: harness_pids(run_dir) and
+    # fcn8 runs after fcn5, and run.json is written before either
+    wait_for(lambda: slow_steps(run_dir, "fcn8") and
              statuses(run_dir)["fcn5"] == "ok")
     os.killpg(proc.pid, signal.SIGINT)
     _out, err = proc.communicate(timeout=60)

@@ -13,6 +13,7 @@ import time
 import jsonschema
 import pytest
 
+import processes
 from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
@@ -198,12 +199,12 @@ def start_node(python, root, conv, cluster, out, log=None):
     env = dict(os.environ, PYTHONPATH=str(root))
     sink = subprocess.PIPE if log is None else open(str(log), "w")
     try:
-        return subprocess.Popen([str(python), "-s", "-m", "harness",
-                                 "converge", "--spec", str(spec_path),
-                                 "--out", str(out)],
-                                cwd=root, env=env, stdout=sink,
-                                stderr=subprocess.STDOUT if log else sink,
-                                universal_newlines=True)
+        return processes.start([str(python), "-s", "-m", "harness",
+                                "converge", "--spec", str(spec_path),
+                                "--out", str(out)],
+                               cwd=root, env=env, stdout=sink,
+                               stderr=subprocess.STDOUT if log else sink,
+                               universal_newlines=True)
     finally:
         if log is not None:
             sink.close()
@@ -219,15 +220,29 @@ def finish(process, limit):
     return process.returncode, err
 
 
-def run_nodes(python, root, conv, tmp, nodes, timeout_s=120, limit=600):
+# The rendezvous timeout of runs whose nodes all come: it only ever ends a
+# run whose peer never comes, so a long one costs these nothing, while a
+# loaded machine can take a node past 120 s to start (import the framework,
+# read the data, start ps-lite's scheduler and server for MXNet).
+RENDEZVOUS_S = 600
+
+
+def run_nodes(python, root, conv, tmp, nodes, timeout_s=RENDEZVOUS_S,
+              limit=900):
     """Results of all nodes (rank order) and the wall time."""
     port = free_port()
     outs = [tmp / "node{}.json".format(r) for r in range(nodes)]
     start = time.monotonic()
-    processes = [start_node(python, root, conv,
-                            cluster_object(nodes, r, port, timeout_s), out)
-                 for r, out in enumerate(outs)]
-    ends = [finish(p, limit) for p in processes]
+    started = [start_node(python, root, conv,
+                          cluster_object(nodes, r, port, timeout_s), out)
+               for r, out in enumerate(outs)]
+    try:
+        ends = [finish(p, limit) for p in started]
+    finally:
+        # One node past its limit leaves the others waiting for it (a
+        # module fixture's processes outlive the test that made them).
+        for p in started:
+            processes.end(p)
     wall = time.monotonic() - start
     for (status, err) in ends:
         assert status == 0, err

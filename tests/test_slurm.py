@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+import fake_harness
+import processes
 from dlrepro.errors import UserError
 from dlrepro.run import runfolder, slurm
 from dockerenv import (BASE_OVERRIDES, PREFIX,  # noqa: F401 (fixtures)
@@ -122,10 +124,10 @@ def invoke(*args, modes="", timeout=300, env=None):
 
 
 def start(*args, modes=""):
-    proc = subprocess.Popen([INVOKE, *args], cwd=ROOT,
-                            env=dict(os.environ, DLREPRO_FAKE_MODES=modes),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = processes.start([INVOKE, *args], cwd=ROOT,
+                           env=dict(os.environ, DLREPRO_FAKE_MODES=modes),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
     STARTED.append(proc)
     return proc
 
@@ -176,6 +178,12 @@ def task_state(task):
         if token.startswith("JobState="):
             return token.split("=", 1)[1]
     return None
+
+
+def slow_steps(out, network):
+    """How many steps the task of `network`, in mode slow, has begun."""
+    logs = list(latest(out).glob(f"*-{network}-*.log"))
+    return sum(log.read_text().count(fake_harness.SLOW_STEP) for log in logs)
 
 
 def running(out, network):
@@ -434,6 +442,15 @@ def _read_until(fd, marker, seconds=120):
     return seen.decode(errors="replace")
 
 
+def _end_child(pid):
+    """SIGKILL and reap the child `pid`, not yet reaped."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+
+
 def test_ctrl_c_on_a_terminal_asks_then_cancels(tmp_path):
     """On a terminal, Ctrl-C asks before scancel; a yes cancels the task,
     whose cell then ends as cancelled, keeping what it measured."""
@@ -441,17 +458,18 @@ def test_ctrl_c_on_a_terminal_asks_then_cancels(tmp_path):
     pid, fd = pty.fork()
     if pid == 0:  # the child: invoke on the terminal
         try:
+            processes.sigint_at_default()
             os.chdir(ROOT)
             os.environ["DLREPRO_FAKE_MODES"] = "fcn8=slow"
             os.execv(INVOKE, [INVOKE] + fake(out, "fcn8", iterations=60))
         finally:
             os._exit(127)
+    status = None
     try:
         task = wait_for(lambda: running(out, "fcn8"))
-        # Some iterations measured (1 s each): the task's own start (Python,
-        # the matrix, the runtime, the harness) took over 6 s on a loaded
-        # CI machine, so the margin is wide; the cell has 60.
-        time.sleep(15)
+        # Some iterations measured: the warm-up's step and two timed ones
+        # begun (1 s each; the cell has 60).
+        wait_for(lambda: slow_steps(out, "fcn8") >= 3)
         os.write(fd, b"\x03")  # Ctrl-C, as the terminal sends it
         _read_until(fd, b"[y/N]")
         os.write(fd, b"y\n")
@@ -459,6 +477,8 @@ def test_ctrl_c_on_a_terminal_asks_then_cancels(tmp_path):
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
+        if status is None:  # not reaped: a wait above failed
+            _end_child(pid)
     assert os.WEXITSTATUS(status) == 130, said
     assert "were cancelled" in said
     assert task_state(task) == "CANCELLED"

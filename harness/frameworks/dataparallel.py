@@ -105,8 +105,11 @@ class Trainer(object):
 
 
 # How often the rank that writes the curves writes them within an epoch
-# (besides every epoch's end), between two iterations.
+# (besides every epoch's end), between two iterations. PROGRESS_ENV sets
+# another interval for launched workers: 0 writes after every iteration,
+# for tests that must see an epoch under way however fast the machine.
 PROGRESS_EVERY_S = 5.0
+PROGRESS_ENV = "DLREPRO_PROGRESS_EVERY_S"
 
 
 class Progress(object):
@@ -460,12 +463,29 @@ def write_curves(out_path, curves, trainer, plan):
     resultfile.write_atomic(out_path, resultfile.json_safe(curves))
 
 
-def worker_progress(out_path, plan, writes=True):
+def worker_progress(out_path, plan, writes=True, environ=None):
     """The Progress of a launched worker: the rank that writes the curves
     (`writes`) writes them as they grow; mid-epoch only on node 0 (another
     node's write between iterations would stall node 0's next one)."""
     return Progress(out_path if writes else None,
-                    mid_epoch=plan.get("node_rank", 0) == 0)
+                    mid_epoch=plan.get("node_rank", 0) == 0,
+                    every_s=progress_every_s(environ))
+
+
+def progress_every_s(environ=None):
+    """PROGRESS_ENV's interval, else PROGRESS_EVERY_S."""
+    environ = os.environ if environ is None else environ
+    given = environ.get(PROGRESS_ENV)
+    if given is None:
+        return PROGRESS_EVERY_S
+    try:
+        every_s = float(given)
+    except ValueError:
+        every_s = -1.0
+    if not every_s >= 0:
+        raise HarnessError("{} must be a number of seconds >= 0, got "
+                           "{!r}".format(PROGRESS_ENV, given))
+    return every_s
 
 
 def train_worker(make_trainer, plan, out_path):

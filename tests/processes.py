@@ -1,0 +1,69 @@
+"""Processes a test starts: Ctrl-C reaches them whatever the test runner's
+own SIGINT, and none outlives its test (tests/conftest.py ends what a test
+left running, pass or fail)."""
+import os
+import signal
+import subprocess
+
+_STARTED = []
+
+
+def sigint_at_default():
+    """In the child, before exec: SIGINT at its default. A test runner
+    started with SIGINT ignored (a background job of a non-interactive
+    shell is) passes SIG_IGN on to every process it starts; Python then
+    installs no KeyboardInterrupt handler, and the Ctrl-C a test sends is
+    lost."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start(argv, **popen_kwargs):
+    """subprocess.Popen(argv, ...) with SIGINT at its default, ended when
+    the test ends if it is still running (its whole process group when
+    it was started in a session of its own)."""
+    proc = subprocess.Popen(argv, preexec_fn=sigint_at_default,
+                            **popen_kwargs)
+    _STARTED.append((proc, bool(popen_kwargs.get("start_new_session"))))
+    return proc
+
+
+# How long a process gets to end after SIGTERM before SIGKILL: the docker
+# client of an image's Python passes SIGTERM on to its container, while
+# its SIGKILL would leave the container running.
+GRACE_S = 30
+
+
+def end(proc, group=False):
+    """SIGTERM to `proc` (its process group when `group`) unless it has
+    ended, SIGKILL after GRACE_S; reap it and close its pipes. A group
+    whose leader has been reaped is left alone: its id may since name
+    someone else's."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            if group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def mark():
+    """Where the processes a test is about to start begin (for end_since)."""
+    return len(_STARTED)
+
+
+def end_since(marked):
+    """End every process start() started since mark() said `marked`."""
+    while len(_STARTED) > marked:
+        end(*_STARTED.pop())
