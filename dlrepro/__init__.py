@@ -5,6 +5,7 @@ subprocess (native virtual environment) or a container; it may import the
 harness's pure, standard-library modules (network descriptions, result
 format), never the other way round.
 """
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,3 +16,14 @@ def show_path(path):
     messages), else as it is."""
     path = Path(path)
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def git_revision():
+    """The commit of this checkout ("" outside a git checkout): what a run
+    and an image record as the dlrepro that made them."""
+    try:
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                              capture_output=True, text=True)
+    except OSError:  # no git on this machine
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""

@@ -135,6 +135,10 @@ def test_two_machines_give_the_same_rows_in_sqlite_and_postgresql(
     assert {c["machine"] for c in cells} == {
         TWIN, f"{run[0]} ({run[1]} CPUs, {run[2]})"}
     assert {c["phase_times"] for c in cells} == {None}
+    # Which dlrepro made each run: this checkout's commit.
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
+                          capture_output=True, text=True).stdout.strip()
+    assert {r["dlrepro_commit"] for r in table(lite, "runs")} == {head}
     fcn5 = sorted((c["run_id"], c["mean_s"]) for c in cells
                   if c["network"] == "fcn5" and c["machine"] == TWIN)
     assert [m for _r, m in fcn5] == pytest.approx([0.01, 0.01, 0.012, 0.012])

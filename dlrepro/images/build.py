@@ -21,12 +21,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from dlrepro import ROOT, matrix as matrix_mod, show_path
+from dlrepro import ROOT, git_revision, matrix as matrix_mod, show_path
 from dlrepro.images import render
 from dlrepro.images import wheelhouse as wheelhouse_mod
 from dlrepro.errors import UserError
@@ -153,12 +152,6 @@ def plan(framework, profile, matrix, *, base_image=None, locked=False,
 
 
 # --- build ------------------------------------------------------------------------------
-
-def git_revision():
-    proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT,
-                          capture_output=True, text=True)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
 
 def build_labels(plan_):
     """Labels added at build time (the static ones are in the Dockerfile)."""

@@ -36,6 +36,7 @@ from harness.blocks import utc_now
 from harness.spec import (CELL_DEFAULTS, CONVERGENCE_DEFAULTS,
                           convergence_cell)
 
+from dlrepro import git_revision
 from dlrepro.errors import UserError
 
 RUN_SCHEMA_VERSION = 2
@@ -265,6 +266,8 @@ def new_record(run_dir, kind, command, runtime, jobs, suite=None,
         "runtime": runtime,
         "executor": executor,
         "host": host_info(),
+        # The dlrepro that made the run ("" outside a git checkout).
+        "dlrepro_commit": git_revision() or None,
         "started_at": utc_now(),
         "finished_at": None,
         "status": "running",
