@@ -598,3 +598,104 @@ def test_tensorflow_reads_slurms_step_through_its_resolver(
         universal_newlines=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == expected
+
+
+# --- MXNet: the kvstore's keys hold the weights before the first gradient -----
+
+MXNET_WORKER = """
+import hashlib, json, sys
+plan = json.loads(sys.argv[1])
+from harness.frameworks import dataparallel
+from harness.frameworks.mxnet import backend, parallel
+build = backend.build_model
+
+
+def perturbed(network, ctx=None):
+    # Node 1's own draw made different: only a broadcast from ps-lite's
+    # rank 0 can give the two nodes one model.
+    model = build(network, ctx)
+    if plan["node_rank"] == 1:
+        for param in model.collect_params().values():
+            param.set_data(param.data() * 2 + 1)
+    return model
+
+
+backend.build_model = perturbed
+data = dataparallel.load_data(plan["data"], plan["seed"])
+trainer = parallel._Trainer(plan, data)
+mx = trainer.mx
+params = list(trainer.model.collect_params().values())
+digest = hashlib.sha1()
+for param in params:
+    digest.update(param.data().asnumpy().tobytes())
+pending = len(trainer.trainer._params_to_init)
+before = after = None
+if not pending:
+    # What the server holds for key 0 before any gradient: the weights.
+    first = trainer.trainer._params[0]
+    held = mx.nd.zeros(first.shape)
+    trainer.kvstore.pull(0, out=held)
+    before = bool((held == first.data()).min().asscalar())
+    # After one round of gradient pushes the server, which only sums, holds
+    # their sum: a pull of the key from then on returns gradients.
+    trainer.kvstore.pushpull(
+        0, mx.nd.ones(first.shape) * (plan["node_rank"] + 1))
+    trainer.kvstore.pull(0, out=held)
+    after = float(held.mean().asscalar())
+print(json.dumps({"digest": digest.hexdigest(), "key_holds_weights": before,
+                  "pending": pending, "key_after_gradients": after}))
+"""
+
+
+def test_mxnet_nodes_hold_rank_0s_weights_before_the_first_gradient(
+        root, tmp_path, framework_python):
+    """Every node trains from ps-lite worker 0's weights from the first
+    step on, even where a node's own draw differs: the MXNet trainer
+    initialises the kvstore's keys (worker 0's init, a pull into every
+    node's weights) and waits, before training, instead of leaving it to
+    Gluon's first step, whose forward and backward run on each node's own
+    draw. And the server's side of the order: before any gradient a key
+    holds the weights; after one round of pushes, their sum
+    (docs/multinode.md, "Per framework", MXNet)."""
+    from harness.frameworks.mxnet import parallel as mxparallel
+    python = str(framework_python("mxnet"))
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(root), OMP_NUM_THREADS="1",
+               MXNET_CPU_WORKER_NTHREADS="1")
+    base = {"nodes": 2, "workers_per_node": 1, "network": "fcn-r",
+            "device": "cpu", "workers": 2, "global_batch_size": 8,
+            "epochs": 1, "seed": 3, "threads": 1,
+            "data": {"source": "synthetic", "name": "mnist",
+                     "train_samples": 16, "test_samples": 8}}
+    processes = []
+    try:
+        for role in ("scheduler", "server"):
+            processes.append(subprocess.Popen(
+                [python, "-c", "import mxnet"],
+                env=mxparallel._ps_env(env, cluster_object(2, 0, port),
+                                       role)))
+        workers = []
+        for rank in (0, 1):
+            cluster = cluster_object(2, rank, port, timeout_s=60)
+            plan = dict(base, node_rank=rank, cluster=cluster)
+            workers.append(subprocess.Popen(
+                [python, "-s", "-c", MXNET_WORKER, json.dumps(plan)],
+                cwd=root, env=mxparallel._ps_env(env, cluster, "worker"),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                universal_newlines=True))
+            processes.append(workers[-1])
+        outs = []
+        for worker in workers:
+            out, err = worker.communicate(timeout=300)
+            assert worker.returncode == 0, err
+            outs.append(json.loads(out.splitlines()[-1]))
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    assert [o["pending"] for o in outs] == [0, 0]
+    assert [o["key_holds_weights"] for o in outs] == [True, True]
+    assert outs[0]["digest"] == outs[1]["digest"]
+    # The sum of both nodes' gradients (1 + 2), on both.
+    assert [o["key_after_gradients"] for o in outs] == [3.0, 3.0]

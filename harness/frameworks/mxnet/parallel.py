@@ -17,11 +17,14 @@ trains the node's contiguous part of each global batch (global ranks
 node_rank * workers_per_node + i). The server only sums (no optimizer on
 it: update_on_kvstore=False), every worker pulls the sum of all gradients
 and applies the update itself with Trainer.step(global batch): the global
-batch's mean gradient, as on one node. The epoch's losses are summed the
-same way (one push and pull per epoch). ps-lite waits for its peers without
-a limit, so the worker reports when its kvstore is up and the node gives up
-after the cluster's timeout_s if it does not; a peer lost later blocks the
-others until the job's time limit (ps-lite does not fail a blocked pull).
+batch's mean gradient, as on one node. The Trainer's keys are initialised
+from ps-lite's worker 0 and pulled into every node's weights before
+training (_broadcast_before_training), not inside its first step. The
+epoch's losses are summed the same way (one push and pull per epoch).
+ps-lite waits for its peers without a limit, so the worker reports when
+its kvstore is up and the node gives up after the cluster's timeout_s if
+it does not; a peer lost later blocks the others until the job's time
+limit (ps-lite does not fail a blocked pull).
 """
 import os
 import subprocess
@@ -29,6 +32,7 @@ import sys
 import time
 
 from .. import arrays, dataparallel
+from ...errors import HarnessError
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
@@ -89,6 +93,8 @@ class _Trainer(dataparallel.Trainer):
             self.model.collect_params(), "sgd",
             {"learning_rate": self.network.learning_rate,
              "momentum": self.network.momentum}, **options)
+        if self.nodes > 1:
+            _broadcast_before_training(mx, self.trainer)
         self._losses_ready = False
 
     def _split(self, values):
@@ -161,6 +167,27 @@ class _Trainer(dataparallel.Trainer):
             correct += int((predicted == y[:real]).sum())
             count += y[:real].size
         return total / n, correct / float(count)
+
+
+def _broadcast_before_training(mx, trainer):
+    """Every parameter's kvstore key initialised from ps-lite's worker 0
+    and pulled into every node's weights, finished before training.
+
+    Gluon's Trainer does this inside its first step(), after that step's
+    forward and backward have run on each node's own draw of the weights:
+    the first gradient of a node whose draw differed would be summed in
+    unnoticed. Done here, every node trains from worker 0's weights from
+    the first step on, and the kvstore's keys hold weights until the first
+    gradients reach the server (which only sums: from then on they hold
+    gradient sums). Uses the Trainer's own initialisation (MXNet 1.x
+    private methods; no public one exists)."""
+    trainer._init_kvstore()
+    trainer._init_params()
+    if trainer._params_to_init:
+        raise HarnessError("MXNet's Trainer left parameters with deferred "
+                           "initialisation: {}".format(", ".join(
+                               p.name for p in trainer._params_to_init)))
+    mx.nd.waitall()
 
 
 def _pad(values, size):
