@@ -58,8 +58,10 @@ GATE = [
     ("a100", "8.0", "580.95.05", compat.NATIVE, "sm_80"),
     ("l4-sm89-uses-sm80", "8.9", "580.95.05", compat.NATIVE, "sm_80"),
     ("b200", "10.0", "580.95.05", compat.NATIVE, "sm_100"),
-    ("rtx5090-through-ptx", "12.0", "580.95.05", compat.PTX_JIT,
-     "compute_120"),
+    # jaxlib's plugin carries sm_120 machine code (read from its libraries,
+    # docs/images.md), so an RTX 5090 needs no PTX JIT.
+    ("rtx5090", "12.0", "580.95.05", compat.NATIVE, "sm_120"),
+    ("gb10-sm121-uses-sm120", "12.1", "580.95.05", compat.NATIVE, "sm_120"),
     ("k80", "3.7", "470.256.02", compat.DRIVER_TOO_OLD, None),
     ("t4-sm75-uses-sm70", "7.5", "535.54.03", compat.NATIVE, "sm_70"),
 ]
