@@ -161,8 +161,10 @@ def test_a_convergence_job_that_cannot_run_ends_in_a_valid_result(tmp_path):
     never starts gets a host-made result that the schema accepts, in a
     run folder of kind `converge`."""
     from dlrepro.converge import plan as conv_plan
+    # As many samples as one global batch (planning refuses fewer).
     jobs = conv_plan.plan(["pytorch"], ["fcn-r"], [1], synthetic=True,
-                          train_samples=64, test_samples=16, runtime="native")
+                          train_samples=1024, test_samples=16,
+                          runtime="native")
     jobs = [jobs[0]._replace(skip_reason="no GPUs here")]
     runtime = ScriptedRuntime()
     run = pipeline.Run(kind="converge", jobs=jobs, out=tmp_path,
