@@ -154,3 +154,19 @@ def test_the_interval_is_students_t_in_the_table_csv_and_sqlite(tmp_path):
                   if r["network"] == "fcn5"]
     for interval in (stored, written):
         assert interval == pytest.approx((low, high), rel=1e-9)
+
+
+def test_an_interval_below_0_says_what_to_raise():
+    """Between processes the fix is more processes; within one process
+    (no --repeat) more iterations."""
+    cell = {"global_batch_size": 16}
+    spread = [{"timing": {"per_iteration_s": [0.001, 0.001, 0.3]}}]
+    within = aggregate.cell_stats(cell, spread)
+    assert within.ci_basis == aggregate.WITHIN and within.ci95_s[0] < 0
+    assert aggregate.warnings(within)[0].endswith(
+        "its iterations spread too far; raise --iterations")
+    means = [{"timing": {"per_iteration_s": [m, m]}}
+             for m in (0.0187, 0.0194, 0.0439)]
+    between = aggregate.cell_stats(cell, means)
+    assert aggregate.warnings(between)[0].endswith(
+        "the processes disagree; raise --repeat")

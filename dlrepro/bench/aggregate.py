@@ -109,8 +109,11 @@ def warnings(stats):
     0, a high pooled within-process CV."""
     found = []
     if stats.ci95_s[0] < 0:
+        why = ("the processes disagree; raise --repeat"
+               if stats.ci_basis == BETWEEN else
+               "its iterations spread too far; raise --iterations")
         found.append(f"95% CI reaches below 0 ({stats.ci95_s[0] * 1e3:.2f} "
-                     f"ms): the processes disagree; raise --repeat")
+                     f"ms): {why}")
     if stats.mean_s and stats.within_sd_s / stats.mean_s > CV_WARNING:
         found.append(high_variation(stats.within_sd_s / stats.mean_s,
                                     "within-process CV"))
