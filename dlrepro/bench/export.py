@@ -41,7 +41,12 @@ def _stats(ok):
         return {k: None for k in ("processes", "mean_s", "ci95_low_s",
                                   "ci95_high_s", "ci_basis", "between_sd_s",
                                   "within_sd_s", "samples_per_s")}
-    stats = aggregate.cell_stats(ok[0]["cell"], ok)
+    return stat_columns(aggregate.cell_stats(ok[0]["cell"], ok))
+
+
+def stat_columns(stats):
+    """A cell's combined figures (aggregate.CellStats) as row columns: the
+    CSV's and SQLite's, and the results database's."""
     return {"processes": stats.processes, "mean_s": stats.mean_s,
             "ci95_low_s": stats.ci95_s[0], "ci95_high_s": stats.ci95_s[1],
             "ci_basis": stats.ci_basis, "between_sd_s": stats.between_sd_s,

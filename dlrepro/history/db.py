@@ -21,6 +21,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 from harness.spec import CELL_FIELDS
 
 from dlrepro.bench import aggregate, report
+from dlrepro.bench.export import stat_columns
 from dlrepro.errors import UserError
 from dlrepro.history import schema
 
@@ -183,12 +184,8 @@ def _stats(ok):
     if not ok:
         return {}
     stats = aggregate.cell_stats(ok[0]["cell"], ok)
-    return {"processes": stats.processes, "mean_s": stats.mean_s,
-            "ci95_low_s": stats.ci95_s[0], "ci95_high_s": stats.ci95_s[1],
-            "ci_basis": stats.ci_basis, "between_sd_s": stats.between_sd_s,
-            "within_sd_s": stats.within_sd_s,
-            "samples_per_s": stats.samples_per_s,
-            "process_means_s": stats.process_means}
+    return dict(stat_columns(stats),
+                process_means_s=stats.process_means)
 
 
 def _provenance(result):
