@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_faults import small_disk  # noqa: F401 (a fixture)
+from test_faults import fill, small_disk  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -59,16 +59,6 @@ def test_export_needs_a_destination(tmp_path):
                            "or several\n")
 
 
-def _fill(folder):
-    with open(folder / "filler", "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
-
-
 def test_a_full_disk_leaves_no_file_behind_and_the_old_one_whole(
         tmp_path, small_disk):  # noqa: F811
     """Issue 23, item 12: on a full disk `export` and `report --html` left
@@ -78,7 +68,7 @@ def test_a_full_disk_leaves_no_file_behind_and_the_old_one_whole(
     proc = invoke("export", "--out", str(tmp_path), "--sqlite", str(kept))
     assert proc.returncode == 0, proc.stderr
     before = kept.read_bytes()
-    _fill(small_disk)
+    fill(small_disk)
     for task, flag, name in (("export", "--csv", "new.csv"),
                              ("export", "--sqlite", "new.db"),
                              ("export", "--sqlite", "kept.db"),

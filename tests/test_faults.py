@@ -170,6 +170,17 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def fill(folder):
+    """Write into `folder` until its disk is full."""
+    with open(folder / "filler", "wb") as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+                handle.flush()
+        except OSError:
+            pass
+
+
 def test_a_full_disk_is_one_line_and_resume_keeps_what_was_measured(small_disk):
     """Fault 3: a full disk under --out gave an OSError traceback, left
     run.json `running` and a valid result listed `pending`, and resume

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dlrepro.run import runfolder
-from test_faults import (BENCH, INVOKE, ROOT, bench, harness_pids, invoke,
-                         row, small_disk, start, statuses, wait_for)
+from test_faults import (BENCH, INVOKE, ROOT, bench, fill, harness_pids,
+                         invoke, row, small_disk, start, statuses, wait_for)
 
 __all__ = ["small_disk"]  # a fixture, used by name
 
@@ -229,16 +229,6 @@ def test_a_deeply_nested_result_is_that_jobs_error(tmp_path):
         assert proc.returncode == 0, proc.stderr
     assert "0 of 1 jobs already done" in again.stdout, again.stdout
     assert statuses(run_dir) == {"fcn5": "ok"}
-
-
-def fill(folder):
-    with open(folder / "filler", "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
 
 
 def test_a_disk_full_from_the_start_is_one_line_and_leaves_latest(
