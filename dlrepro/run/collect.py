@@ -8,7 +8,6 @@ from pathlib import Path
 
 from harness import provenance, resultfile
 from harness.blocks import new_result, utc_now
-from harness.spec import convergence_cell
 
 from dlrepro.run import runfolder
 
@@ -36,9 +35,7 @@ def _cell_of(job):
     """The result's `cell` block: the job's cell, or the one the harness
     derives from a convergence spec (no iterations ran: one, as the
     schema's minimum)."""
-    if job.kind == "bench":
-        return job.spec
-    return convergence_cell(job.spec, job.spec["data"]["name"], 2)
+    return job.type.result_cell(job.spec)
 
 
 def last_words(log_path):
@@ -84,10 +81,7 @@ def collect(job, run_dir, exit, launch, container):
 def _timed_out(job, result, container):
     done = len(((result or {}).get("timing") or {}).get(
         "per_iteration_s") or [])
-    message = f"stopped at its {job.timeout_s} s timeout"
-    if job.kind == "bench":
-        message = (f"cell exceeded its {job.timeout_s} s timeout after "
-                   f"{done} of {job.spec['iterations']} timed iterations")
+    message = job.type.timeout_message(job.spec, job.timeout_s, done)
     if result is None:
         result = synthesized(job, "timeout", "Timeout", message, container)
     result["status"] = "timeout"

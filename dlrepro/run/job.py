@@ -1,14 +1,12 @@
 """A job: one harness process that ends in one result file.
 
-Bench cells and convergence runs are both jobs; they differ only in which
-harness command runs them and under which key their spec goes to it.
-Everything else (run folders, runtimes, executors, collection, resume,
-progress) treats them alike.
+Bench cells and convergence runs are both jobs; what differs between them
+is their kind (run/kinds.py). Everything else (run folders, runtimes,
+engines, collection, resume, progress) treats them alike.
 """
 from typing import NamedTuple, Optional
 
-# kind -> (harness command, key of the spec in the spec file)
-KINDS = {"bench": ("run", "cell"), "converge": ("converge", "convergence")}
+from dlrepro.run.kinds import KINDS
 
 
 class Placement(NamedTuple):
@@ -45,15 +43,19 @@ class Job(NamedTuple):
     profile_choice: Optional[dict] = None
 
     @property
+    def type(self):
+        """The job's kind (run/kinds.py): what differs between kinds."""
+        return KINDS[self.kind]
+
+    @property
     def harness_command(self):
-        return KINDS[self.kind][0]
+        return self.type.harness_command
 
     @property
     def spec_key(self):
-        return KINDS[self.kind][1]
+        return self.type.spec_key
 
     @property
     def nodes(self):
         """How many nodes the job spans (a multi-node convergence run)."""
-        return int(self.spec.get("nodes", 1)) if self.kind == "converge" \
-            else 1
+        return self.type.nodes(self.spec)

@@ -19,6 +19,7 @@ from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import collect, gpu_restore, runfolder
 from dlrepro.run.executor import LocalExecutor
+from dlrepro.run.kinds import KINDS
 
 STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
               "ptx", "min_driver")
@@ -125,8 +126,7 @@ def resumable(out, kind):
     try:
         return runfolder.resolve_run(out, "latest", kind)
     except UserError:
-        label = "convergence" if kind == "converge" else kind
-        raise UserError(f"no {label} run under {out} to resume; run without "
+        raise UserError(f"no {KINDS[kind].label} run under {out} to resume; run without "
                         f"--resume")
 
 

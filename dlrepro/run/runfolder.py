@@ -33,15 +33,13 @@ from pathlib import Path
 
 from harness import resultfile
 from harness.blocks import utc_now
-from harness.spec import (CELL_DEFAULTS, CONVERGENCE_DEFAULTS,
-                          convergence_cell)
 
 from dlrepro import git_revision
 from dlrepro.errors import UserError
+from dlrepro.run.kinds import KINDS, kind_of_spec
 
 RUN_SCHEMA_VERSION = 2
-LATEST = {"bench": "latest", "converge": "latest-converge"}
-KINDS = tuple(LATEST)
+LATEST = {kind.name: kind.latest for kind in KINDS.values()}
 # A job with one of these statuses is not run again by --resume; `error`
 # and `timeout` may be transient, so they are retried.
 DONE_STATUSES = ("ok", "oom", "unsupported", "diverged")
@@ -148,9 +146,8 @@ def resolve_run(out, run="latest", kind="bench"):
     path = out / run
     if not (path / "run.json").exists():
         if run in LATEST.values():
-            command = "converge" if kind == "converge" else "bench"
             raise UserError(f"no {kind} run under {out} yet; run `invoke "
-                            f"{command}` first")
+                            f"{KINDS[kind].task}` first")
         hint = (f"; for the run folder {run} here, give --run ./{run}"
                 if (Path(run) / "run.json").exists() else "")
         raise UserError(f"no run {run!r} under {out}{hint}")
@@ -444,7 +441,7 @@ def finished_on_disk(run_dir, entry, spec):
     if not_its_own(entry, result, spec):
         return None
     asked = asked_spec(run_dir, entry["id"])
-    if asked is None and _is_cell(spec):
+    if asked is None and kind_of_spec(spec) is KINDS["bench"]:
         # The spec file is gone; the result's own cell, just checked,
         # says what was measured.
         return result
@@ -483,14 +480,8 @@ def expected_cell(spec):
     spec is its cell; a convergence job's cell is derived from its spec
     (harness.spec.convergence_cell) less what the data and the run's
     length decide (dataset label, iterations, warm-up)."""
-    if _is_cell(spec):
-        return _with_defaults(spec)
-    try:
-        cell = convergence_cell(_with_defaults(spec), None, 2)
-    except (KeyError, TypeError, ZeroDivisionError):
-        return {}
-    return {k: v for k, v in cell.items()
-            if k not in ("dataset", "iterations", "warmup")}
+    kind = kind_of_spec(spec)
+    return kind.expected_cell(spec) if kind else {}
 
 
 def set_aside_if_foreign(run_dir, job_id, spec):
@@ -507,19 +498,10 @@ def set_aside_if_foreign(run_dir, job_id, spec):
     return f"{problem}: set aside as {kept.name}, to be measured again"
 
 
-def _is_cell(spec):
-    return isinstance(spec, dict) and "batch_size" in spec
-
-
 def _with_defaults(spec):
-    """A bench cell written before precision and compile were fields ran
-    the frameworks' defaults, which is what those fields now say; a
-    convergence spec written before nodes was a field ran on one node."""
-    if _is_cell(spec):
-        return dict(CELL_DEFAULTS, **spec)
-    if isinstance(spec, dict) and "workers" in spec:
-        return dict(CONVERGENCE_DEFAULTS, **spec)
-    return spec
+    """`spec` as its kind fills in fields added since it was written."""
+    kind = kind_of_spec(spec)
+    return kind.with_defaults(spec) if kind else spec
 
 
 def _canonical(value):

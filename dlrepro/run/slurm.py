@@ -346,10 +346,7 @@ def arrays(jobs):
     for job in jobs:
         resources = []
         nodes = job.nodes
-        cpus = job.placement.threads
-        if cpus is None and job.kind == "converge" and \
-                job.placement.device == "cpu":
-            cpus = job.spec["workers"]  # at least a core per worker
+        cpus = job.type.cores(job.spec, job.placement)
         if nodes > 1:
             # One task per node, each with its node's share.
             resources += [f"--nodes={nodes}", "--ntasks-per-node=1"]
