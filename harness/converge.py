@@ -25,8 +25,8 @@ dataparallel.run_epochs, launch) with `convergence.partial` true.
 """
 import sys
 
-from . import (frameworks, gpu, lifecycle, networks, provenance, stats,
-               threads)
+from . import (frameworks, gpu, lifecycle, networks, phases, provenance,
+               stats, threads)
 from . import figures
 from .blocks import loss_block, model_block, new_result, parameter_note, \
     timing_block
@@ -56,6 +56,7 @@ def run_convergence(spec, out_path, log=_log):
     """Run the convergence spec; write and return its result."""
     if not isinstance(spec, dict):
         raise HarnessError("a spec must be a JSON object")
+    ready = phases.new_block(phases.CONVERGENCE)
     conv = validate_convergence(spec.get("convergence"))
     cluster = validate_cluster(spec.get("cluster"), conv)
     module, backend = _modules(conv["framework"])
@@ -70,10 +71,12 @@ def run_convergence(spec, out_path, log=_log):
     # Before any framework loads: thread pools read these at import.
     threads.apply(worker_threads)
     data = dataparallel.load_data(conv["data"], conv["seed"])
+    phases.mark(ready, "data_loaded")
     per_epoch = dataparallel.check_plan(conv, data.train.count)
     total = per_epoch * conv["epochs"]
     cell = convergence_cell(conv, data.info["label"], total)
     result = new_result(cell, spec.get("container"))
+    result["phases"] = ready
     # GPU runs: the NVML inventory and the stack's compatibility gate, as
     # throughput cells have them (no clock control, no telemetry).
     gpus = gpu.CellGpus(cell, spec, out_path)
@@ -100,6 +103,7 @@ def run_convergence(spec, out_path, log=_log):
         if refusal:
             raise Unsupported(refusal)
         _check_devices(module, conv)
+        phases.stamp(result, "device_ready")
         log("{} {} x{} on {} ({}), {} epochs of {} iterations{}".format(
             conv["framework"], conv["network"], conv["workers"],
             conv["device"], data.info["label"], conv["epochs"], per_epoch,
@@ -114,6 +118,7 @@ def run_convergence(spec, out_path, log=_log):
             if isinstance(partial, dict):
                 cut.append(partial)
             raise
+        phases.stamp(result, "trained")
         trained.append(curves)
         _record_framework(result, curves, conv, plan, network)
         lifecycle.set_outcome(result, curves.get("diverged_at"))

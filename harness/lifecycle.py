@@ -8,7 +8,7 @@ import signal
 import sys
 import traceback
 
-from . import blocks, resultfile
+from . import blocks, phases, resultfile
 from .errors import Terminated, Unsupported
 
 
@@ -60,7 +60,8 @@ def run(result, out_path, body, is_out_of_memory, close, finish):
     the device ran out, else `error` (the traceback to stderr, the cell's
     log). Then, always: close(result) (release devices, restore clocks),
     the previous SIGTERM handler back, finish(result) (fill in what was
-    measured), finished_at, and the result written to `out_path`.
+    measured), finished_at, and the result written to `out_path` (its
+    phases, those reached so far, stamped with the write's start).
     Returns the result."""
     previous_handler = signal.signal(signal.SIGTERM, on_sigterm)
     try:
@@ -83,6 +84,7 @@ def run(result, out_path, body, is_out_of_memory, close, finish):
         close(result)
         finish(result)
         result["finished_at"] = blocks.utc_now()
+        phases.stamp(result, "result_written")
         resultfile.write_atomic(out_path, resultfile.json_safe(result))
         signal.signal(signal.SIGTERM, previous_handler)
     return result

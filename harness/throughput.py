@@ -9,8 +9,8 @@ status with the iterations measured so far.
 import sys
 import time
 
-from . import (arithmetic, frameworks, gpu, lifecycle, networks, provenance,
-               stats, threads)
+from . import (arithmetic, frameworks, gpu, lifecycle, networks, phases,
+               provenance, stats, threads)
 from .blocks import (loss_block, model_block, new_result, parameter_note,
                      timing_block)
 from .errors import Unsupported
@@ -38,10 +38,12 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     Returns the result dict. Raises HarnessError only for a spec that cannot
     be read as a cell (nothing is written then).
     """
+    ready = phases.new_block(phases.THROUGHPUT)
     cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
     # GPU cells: NVML inventory, compatibility gate, clock policy, telemetry.
     gpus = gpu.CellGpus(cell, spec, out_path)
     result = new_result(cell, spec.get("container"))
+    result["phases"] = ready
     series = Series()
     env = result["environment"]
     # Before SIGTERM is armed (lifecycle.run): a signal while this is read
@@ -80,13 +82,18 @@ def run_cell(spec, out_path, clock=time.perf_counter):
         refusal = gpus.gate(result)
         if refusal:
             raise Unsupported(refusal)
+        phases.stamp(result, "device_ready")
         backend = load_backend(cell["framework"], configure)
         loaded.append(backend)
+        phases.stamp(result, "framework_imported")
         session = _prepare(result, backend, network, cell, options)
+        phases.stamp(result, "model_built")
         # Clocks set before the warm-up; restored in `close` (and at exit).
         warmup = gpus.apply_clocks(result, cell["warmup"])
-        run_loop(gpus.timed(session.step, warmup), cell["iterations"], warmup,
-                 series, clock)
+        step = phases.stamp_after(gpus.timed(session.step, warmup), warmup,
+                                  result, "warmup_done")
+        run_loop(step, cell["iterations"], warmup, series, clock)
+        phases.stamp(result, "timed_done")
         lifecycle.set_outcome(result, series.diverged_at,
                               " (warm-up included)")
 

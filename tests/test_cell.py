@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from harness import frameworks, spec, throughput
+from harness import frameworks, phases, spec, throughput
 from harness.errors import HarnessError, Terminated
 from dlrepro.run import runfolder as results
 from tests.fake_backend import Backend, Script
@@ -73,6 +73,8 @@ def _normalized(result):
                 "harness_path"):
         env[key] = f"<{key}>"
     r["timing"]["cpu_time_s"] = r["timing"]["cpu_utilization"] = "<cpu>"
+    r["phases"] = {name: None if at is None else "<time>"
+                   for name, at in r["phases"].items()}
     return r
 
 
@@ -86,6 +88,35 @@ def test_result_format_matches_the_golden_file(run):
         assert r == json.load(handle), (
             "the result format changed: if on purpose, bump the schema "
             "version or rerun with DLREPRO_UPDATE_GOLDEN=1")
+
+
+def test_every_phase_of_an_ok_cell_is_stamped_in_order(run, tmp_path):
+    r = run(Script([0.5, 0.3, 0.1, 0.2, 0.2, 0.1]))
+    stamps = [r["phases"][name] for name in phases.THROUGHPUT]
+    assert None not in stamps, r["phases"]
+    assert stamps == sorted(stamps)
+    # The interpreter started before the harness (it counts), and the
+    # write began before the file's last change.
+    assert r["phases"]["process_start"] < r["phases"]["harness_ready"]
+    assert stamps[-1] <= os.stat(tmp_path / "result.json").st_mtime + 0.001
+
+
+def test_a_failed_cell_keeps_the_phases_it_reached(run):
+    r = run(Script([0.1] * 6, raise_at=4, exc=MemoryError("CUDA out of memory")))
+    reached = {name for name, at in r["phases"].items() if at is not None}
+    assert reached == set(phases.THROUGHPUT) - {"timed_done"}
+
+
+def test_a_framework_that_never_imported_has_no_later_phase(
+        make_cell, monkeypatch, tmp_path):
+    def fail(name, part="backend"):
+        raise ImportError("No module named 'torch'")
+    monkeypatch.setattr(frameworks, "load", fail)
+    out = tmp_path / "r.json"
+    throughput.run_cell({"cell": make_cell()}, str(out))
+    block = json.loads(out.read_text())["phases"]
+    assert [n for n in phases.THROUGHPUT if block[n] is None] == [
+        "framework_imported", "model_built", "warmup_done", "timed_done"]
 
 
 def test_nan_loss_marks_the_cell_diverged(run):

@@ -5,7 +5,7 @@ import json
 import jsonschema
 import pytest
 
-from harness import converge, frameworks, resultfile, throughput
+from harness import converge, frameworks, phases, resultfile, throughput
 from harness.errors import Terminated, device_out_of_memory
 from tests.fake_backend import Backend, Script
 
@@ -208,3 +208,13 @@ def test_a_training_that_never_started_has_no_partial_curve(monkeypatch,
 def test_the_shared_rule_names_a_device():
     assert device_out_of_memory(RuntimeError(DEVICE_OOM["tensorflow"]))
     assert not device_out_of_memory(RuntimeError("out of memory"))
+
+
+def test_a_failed_convergence_run_keeps_the_phases_it_reached(monkeypatch,
+                                                              tmp_path):
+    r = _converge(monkeypatch, tmp_path, ValueError("no rendezvous"))
+    block = r["phases"]
+    assert set(block) == set(phases.CONVERGENCE)
+    assert block["trained"] is None
+    reached = [block[n] for n in phases.CONVERGENCE if n != "trained"]
+    assert None not in reached and reached == sorted(reached)
