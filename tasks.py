@@ -213,7 +213,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           no_wait=False):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     from dlrepro import matrix
-    from dlrepro.bench import plan, report, runner
+    from dlrepro.bench import phases, plan, report, runner
     from dlrepro.run import pipeline, progress, runtimes
     m = matrix.load()
     options = plan.options(
@@ -250,6 +250,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         return
     _print_lines(report.format_table(report.summary_rows(pairs)))
     _print_side_by_side(report, pairs)
+    _print_lines(phases.summary_lines(pairs))
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     runner.check_usable(run_dir, pairs)
@@ -281,7 +282,7 @@ def report(c, run=None, out="results", json=False, html=None):
     """Summarise a finished (or interrupted) run as a table, or runs as an
     HTML page (--html PATH)."""
     import json as json_mod
-    from dlrepro.bench import report as report_mod
+    from dlrepro.bench import phases, report as report_mod
     from dlrepro.run import runfolder
     run_dirs = runfolder.run_folders(out, run or ["latest"])
     if html:
@@ -300,6 +301,7 @@ def report(c, run=None, out="results", json=False, html=None):
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
     _print_side_by_side(report_mod, pairs)
+    _print_lines(phases.summary_lines(pairs))
     if record.get("executor") == "slurm":
         from dlrepro.run import slurm
         line = slurm.live_line(record)

@@ -1,0 +1,234 @@
+"""Where a sweep's time went: how much of it measured iterations, and what
+the rest was spent on, per framework.
+
+A job's wall time runs from its run.json entry's start (the runtime
+launching it) to its end (its result collected); inside it, its result's
+`phases` block (harness.phases) says when each phase of the harness
+ended. Each stretch between two moments is named after the phase that
+ended it. A sweep's wall time runs from its first job's start to its last
+job's end; what no job covers is the gaps between jobs. Pure: callers
+print the lines.
+"""
+import datetime
+import statistics
+import textwrap
+from dataclasses import dataclass, field
+
+from harness import phases as harness_phases
+
+# The stretch ending at each moment, by name; "end" is the job's end.
+NAMES = {
+    "process_start": "before the process",
+    "harness_ready": "interpreter",
+    "data_loaded": "data",
+    "device_ready": "device",
+    "framework_imported": "import",
+    "model_built": "model build",
+    "warmup_done": "warm-up",
+    "timed_done": "timed",
+    "trained": "training",
+    "result_written": "write and collect",
+    "end": "write and collect",
+}
+MEASURED = ("warm-up", "timed")
+GAPS = "gaps between jobs"
+UNPHASED = "jobs without phase times"
+OTHERS = "other frameworks' jobs"
+
+
+@dataclass
+class Sweep:
+    """One framework's part of a sweep, in seconds."""
+    framework: str
+    wall_s: float = 0.0
+    spent: dict = field(default_factory=dict)   # stretch name -> seconds
+    fixed_s: list = field(default_factory=list)  # per ok job with phases
+    jobs: int = 0
+    unphased: int = 0
+
+    @property
+    def measured_s(self):
+        return sum(self.spent.get(name, 0.0) for name in MEASURED)
+
+    @property
+    def fraction(self):
+        return self.measured_s / self.wall_s if self.wall_s > 0 else None
+
+
+def epoch_of(stamp):
+    """Seconds since the epoch of a 2016-08-15T12:00:00Z stamp; None for
+    none or one that does not parse."""
+    try:
+        return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ") \
+            .replace(tzinfo=datetime.timezone.utc).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def job_window(entry, block=None):
+    """(start, end) of a job in epoch seconds, or None when run.json never
+    saw it run. Its stamps are cut to the second, its wall_s is not: the
+    start lies within a second of each stamp (minus wall_s for the end)
+    and before the harness's first moment; the middle of what remains."""
+    start, end = epoch_of(entry.get("started_at")), epoch_of(
+        entry.get("finished_at"))
+    wall = entry.get("wall_s")
+    if start is None or end is None:
+        return None
+    if wall is None:
+        return start, max(end, start)
+    low, high = max(start, end - wall), min(start + 1, end + 1 - wall)
+    moments = [at for at in (block or {}).values() if at is not None]
+    if moments:
+        high = min(high, min(moments))
+        low = max(low, max(moments) - wall)
+    # Clocks that disagree (another node's) leave no room: trust the host's.
+    begin = (low + high) / 2 if low <= high else max(start, end - wall)
+    return begin, begin + wall
+
+
+def _moments(block):
+    """[(name, at)] of the phases reached, in time order; the phase a run
+    ended in (the first it did not reach) names the stretch up to the
+    write, since that is where its time went."""
+    order = [n for n in harness_phases.ORDER if n in block]
+    reached = sorted(((block[n], order.index(n), n) for n in order
+                      if block[n] is not None))
+    moments = [(n, at) for at, _i, n in reached]
+    last = [n for n, _at in moments if n != "result_written"]
+    if moments and moments[-1][0] == "result_written" and last:
+        pending = order[order.index(last[-1]) + 1:]
+        if pending and pending[0] != "result_written":
+            moments[-1] = (pending[0], moments[-1][1])
+    return moments
+
+
+def job_spent(entry, result):
+    """{stretch name: seconds} of one job, summing to its wall time; None
+    for a job without phase times or without a window."""
+    block = (result or {}).get("phases")
+    window = job_window(entry, block) if block else None
+    if not window:
+        return None
+    start, end = window
+    spent, previous = {}, start
+    for name, at in _moments(block) + [("end", end)]:
+        at = min(max(at, previous), end)
+        spent[NAMES[name]] = spent.get(NAMES[name], 0.0) + at - previous
+        previous = at
+    _split_training(spent, result)
+    return spent
+
+
+def _split_training(spent, result):
+    """A convergence run's training holds its iterations (the timing
+    block's seconds: the first as warm-up) and what the framework did
+    around them (import, model build, evaluation)."""
+    if "training" not in spent:
+        return
+    timing = result.get("timing") or {}
+    warm = sum(timing.get("warmup_s") or ())
+    timed = sum(timing.get("per_iteration_s") or ())
+    whole = spent.pop("training")
+    warm = min(warm, whole)
+    timed = min(timed, whole - warm)
+    spent["warm-up"] = spent.get("warm-up", 0.0) + warm
+    spent["timed"] = spent.get("timed", 0.0) + timed
+    spent["training, not iterations"] = whole - warm - timed
+
+
+def sweeps(pairs):
+    """[Sweep] per framework, in order of first appearance, from the
+    (entry, result) pairs of a run."""
+    jobs = []
+    for entry, result in pairs:
+        window = job_window(entry, (result or {}).get("phases"))
+        if window:
+            framework = (entry.get("spec") or {}).get("framework", "?")
+            jobs.append((framework, window, job_spent(entry, result),
+                         entry.get("status") == "ok"))
+    out = {}
+    for framework, *_rest in jobs:
+        out.setdefault(framework, Sweep(framework))
+    for sweep in out.values():
+        _fill(sweep, jobs)
+    return list(out.values())
+
+
+def _fill(sweep, jobs):
+    mine = [job[1:] for job in jobs if job[0] == sweep.framework]
+    begin = min(w[0] for w, *_rest in mine)
+    finish = max(w[1] for w, *_rest in mine)
+    sweep.wall_s = finish - begin
+    sweep.jobs = len(mine)
+    covered = 0.0
+    for (start, end), spent, ok in mine:
+        covered += end - start
+        if spent is None:
+            sweep.unphased += 1
+            _add(sweep.spent, UNPHASED, end - start)
+            continue
+        for name, seconds in spent.items():
+            _add(sweep.spent, name, seconds)
+        if ok:
+            iterations = sum(spent.get(n, 0.0) for n in MEASURED)
+            sweep.fixed_s.append(end - start - iterations)
+    others = sum(max(0.0, min(end, finish) - max(start, begin))
+                 for f, (start, end), *_rest in jobs if f != sweep.framework)
+    if others:
+        _add(sweep.spent, OTHERS, min(others, sweep.wall_s - covered))
+    _add(sweep.spent, GAPS, max(0.0, sweep.wall_s - covered - others))
+
+
+def _add(spent, name, seconds):
+    spent[name] = spent.get(name, 0.0) + seconds
+
+
+def _seconds(value):
+    if value >= 120:
+        return f"{value / 60:.1f} min"
+    return f"{value:.1f} s"
+
+
+def _jobs(count):
+    return f"{count} job" if count == 1 else f"{count} jobs"
+
+
+def _share(seconds, wall):
+    return f"{seconds / wall:.0%}" if wall > 0 else "-"
+
+
+def summary_lines(pairs):
+    """Lines saying where each framework's part of the sweep went; a note
+    alone when no result has phase times (written before they were)."""
+    found = [s for s in sweeps(pairs) if s.jobs > s.unphased]
+    if not found:
+        return ["", "where the time went: no result here has phase times "
+                "(written before the harness recorded them): not shown"]
+    lines = ["", "where the time went (first job start to last job end):"]
+    for sweep in found:
+        lines.extend(_framework_lines(sweep))
+    return lines
+
+
+def _framework_lines(sweep):
+    wall = sweep.wall_s
+    head = (f"  {sweep.framework}: {_share(sweep.measured_s, wall)} "
+            f"measured of {_seconds(wall)}, {_jobs(sweep.jobs)} (warm-up "
+            f"{_share(sweep.spent.get('warm-up', 0.0), wall)}, timed "
+            f"{_share(sweep.spent.get('timed', 0.0), wall)})")
+    # Largest first; what rounds to 0% would only lengthen the line.
+    rest = sorted(((s, n) for n, s in sweep.spent.items()
+                   if n not in MEASURED and wall > 0 and s / wall >= 0.005),
+                  reverse=True)
+    lines = [head] + textwrap.wrap(
+        ", ".join(f"{n} {_share(s, wall)}" for s, n in rest) or "-",
+        width=78, initial_indent="    rest: ", subsequent_indent=" " * 10)
+    if sweep.fixed_s:
+        lines.append(f"    fixed cost per ok job: "
+                     f"{statistics.median(sweep.fixed_s):.1f} s median "
+                     f"(its wall time less its iterations)")
+    if sweep.unphased:
+        lines.append(f"    {_jobs(sweep.unphased)} without phase times (from "
+                     f"an older harness, or written by the host): not split")
+    return lines
