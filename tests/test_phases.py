@@ -1,6 +1,10 @@
 """Where a sweep's time went (dlrepro.bench.phases), from results built on
 the real schema, and the harness's own clock reading (harness.phases)."""
 import datetime
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +175,65 @@ def test_this_process_started_before_now():
     import time
     started = harness_phases.process_start()
     assert started is not None and started <= time.time()
+
+
+# --- on the real command line ---------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
+
+
+def invoke(*args):
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_bench_and_report_say_where_the_time_went(tmp_path):
+    """Two real harness processes (the scripted backend): the end of
+    `invoke bench` and `invoke report` both give the measured fraction."""
+    proc = invoke("bench", "--framework", "pytorch", "--runtime", "native",
+                  "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
+                  "--threads", "1", "--network", "fcn5", "--network", "fcn8",
+                  "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    pattern = (r"\n  pytorch: \d+% measured of [\d.]+ (s|min), 2 jobs "
+               r"\(warm-up \d+%, timed \d+%\)\n    rest: .*interpreter")
+    assert re.search(pattern, proc.stdout), proc.stdout
+    proc = invoke("report", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "where the time went (first job start to last job end):" in \
+        proc.stdout
+    assert re.search(pattern, proc.stdout), proc.stdout
+    assert "fixed cost per ok job: " in proc.stdout
+
+
+def test_report_of_a_run_before_phase_times_says_so():
+    proc = invoke("report", "--run",
+                  str(ROOT / "tests" / "golden" / "runs" / "bench-v1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "where the time went: no result here has phase times" in \
+        proc.stdout
+
+
+def test_a_real_pytorch_cell_records_its_phases_in_order(tmp_path):
+    """One tiny cell of real PyTorch, natively: every phase is stamped, in
+    order, inside the job's own window, and importing torch takes time."""
+    from dlrepro import matrix
+    from dlrepro.images import envs
+    m = matrix.load()
+    envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"], log=lambda _: None)
+    proc = invoke("bench", "--framework", "pytorch", "--runtime", "native",
+                  "--network", "fcn5", "--batch-size", "4", "--iterations",
+                  "2", "--warmup", "1", "--threads", "1", "--out",
+                  str(tmp_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record, pairs = runfolder.load_run((tmp_path / "latest").resolve())
+    ((entry, result),) = pairs
+    block = result["phases"]
+    stamps = [block[n] for n in harness_phases.THROUGHPUT]
+    assert None not in stamps and stamps == sorted(stamps), block
+    start, end = phases.job_window(entry, block)
+    assert start <= stamps[0] and stamps[-1] <= end
+    assert block["framework_imported"] > block["device_ready"]
+    assert "1 job (warm-up" in proc.stdout
