@@ -53,7 +53,9 @@ def _normalisation(kind):
 
 
 def run_convergence(spec, out_path, log=_log):
-    """Run the convergence spec; write and return its result."""
+    """Run the convergence spec; write and return its result. Long because
+    the body and finish are closures over the one result that
+    lifecycle.run writes however the run ends, phases and curves kept."""
     if not isinstance(spec, dict):
         raise HarnessError("a spec must be a JSON object")
     ready = phases.new_block(phases.CONVERGENCE)

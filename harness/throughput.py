@@ -36,7 +36,9 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     """Run the cell described by `spec` and write its result to `out_path`.
 
     Returns the result dict. Raises HarnessError only for a spec that cannot
-    be read as a cell (nothing is written then).
+    be read as a cell (nothing is written then). Long because its steps are
+    closures over the one result that lifecycle.run writes however the
+    cell ends, so each phase is stamped and each block filled in place.
     """
     ready = phases.new_block(phases.THROUGHPUT)
     cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
