@@ -250,7 +250,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         return
     _print_lines(report.format_table(report.summary_rows(pairs)))
     _print_side_by_side(report, pairs)
-    _print_lines(phases.summary_lines(pairs))
+    _print_lines(phases.summary_lines(pairs, record))
     counts = report.status_counts(pairs)
     print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     runner.check_usable(run_dir, pairs)
@@ -301,7 +301,7 @@ def report(c, run=None, out="results", json=False, html=None):
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
     _print_side_by_side(report_mod, pairs)
-    _print_lines(phases.summary_lines(pairs))
+    _print_lines(phases.summary_lines(pairs, record))
     if record.get("executor") == "slurm":
         from dlrepro.run import slurm
         line = slurm.live_line(record)

@@ -177,6 +177,18 @@ def test_this_process_started_before_now():
     assert started is not None and started <= time.time()
 
 
+def test_the_pause_before_a_resume_is_no_part_of_the_sweep(make_cell):
+    first = cell_result(make_cell, OK)
+    later = cell_result(make_cell, shifted(OK, 3600.0))
+    pairs = [(entry_of(first, 0.2, 10.2), first),
+             (entry_of(later, 3600.2, 3610.2), later)]
+    (sweep,) = phases.sweeps(pairs, [stamp(T0 + 3000.0)])
+    assert sweep.wall_s == pytest.approx(20.0, abs=1.0)
+    assert sweep.spent[phases.GAPS] == pytest.approx(0.0, abs=1.0)
+    (whole,) = phases.sweeps(pairs)
+    assert whole.wall_s == pytest.approx(3610.0, abs=1.0)
+
+
 # --- on the real command line ---------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -237,3 +249,4 @@ def test_a_real_pytorch_cell_records_its_phases_in_order(tmp_path):
     assert start <= stamps[0] and stamps[-1] <= end
     assert block["framework_imported"] > block["device_ready"]
     assert "1 job (warm-up" in proc.stdout
+

@@ -137,9 +137,10 @@ def _split_training(spent, result):
     spent["training, not iterations"] = whole - warm - timed
 
 
-def sweeps(pairs):
+def sweeps(pairs, resumed=()):
     """[Sweep] per framework, in order of first appearance, from the
-    (entry, result) pairs of a run."""
+    (entry, result) pairs of a run; `resumed`: its run.json's resumed_at
+    stamps, since the pause before a --resume is no part of the sweep."""
     jobs = []
     for entry, result in pairs:
         window = job_window(entry, (result or {}).get("phases"))
@@ -150,16 +151,27 @@ def sweeps(pairs):
     out = {}
     for framework, *_rest in jobs:
         out.setdefault(framework, Sweep(framework))
+    restarts = sorted(filter(None, map(epoch_of, resumed)))
     for sweep in out.values():
-        _fill(sweep, jobs)
+        _fill(sweep, jobs, restarts)
     return list(out.values())
 
 
-def _fill(sweep, jobs):
+def spans(windows, restarts):
+    """[(begin, end)] of each session of a run (one, plus one per
+    --resume) that ran any of `windows`: its first start, its last end."""
+    sessions = {}
+    for start, end in windows:
+        key = sum(1 for at in restarts if at <= start)
+        begin, finish = sessions.get(key, (start, end))
+        sessions[key] = (min(begin, start), max(finish, end))
+    return [sessions[key] for key in sorted(sessions)]
+
+
+def _fill(sweep, jobs, restarts):
     mine = [job[1:] for job in jobs if job[0] == sweep.framework]
-    begin = min(w[0] for w, *_rest in mine)
-    finish = max(w[1] for w, *_rest in mine)
-    sweep.wall_s = finish - begin
+    sessions = spans([w for w, *_rest in mine], restarts)
+    sweep.wall_s = sum(end - begin for begin, end in sessions)
     sweep.jobs = len(mine)
     covered = 0.0
     for (start, end), spent, ok in mine:
@@ -174,6 +186,7 @@ def _fill(sweep, jobs):
             iterations = sum(spent.get(n, 0.0) for n in MEASURED)
             sweep.fixed_s.append(end - start - iterations)
     others = sum(max(0.0, min(end, finish) - max(start, begin))
+                 for begin, finish in sessions
                  for f, (start, end), *_rest in jobs if f != sweep.framework)
     if others:
         _add(sweep.spent, OTHERS, min(others, sweep.wall_s - covered))
@@ -198,10 +211,12 @@ def _share(seconds, wall):
     return f"{seconds / wall:.0%}" if wall > 0 else "-"
 
 
-def summary_lines(pairs):
-    """Lines saying where each framework's part of the sweep went; a note
-    alone when no result has phase times (written before they were)."""
-    found = [s for s in sweeps(pairs) if s.jobs > s.unphased]
+def summary_lines(pairs, record=None):
+    """Lines saying where each framework's part of the sweep went (the
+    run's `record` says when it was resumed); a note alone when no result
+    has phase times (written before they were)."""
+    resumed = (record or {}).get("resumed_at") or ()
+    found = [s for s in sweeps(pairs, resumed) if s.jobs > s.unphased]
     if not found:
         return ["", "where the time went: no result here has phase times "
                 "(written before the harness recorded them): not shown"]
