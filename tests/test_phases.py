@@ -83,7 +83,7 @@ def test_each_stretch_is_named_after_the_phase_that_ended_it(make_cell):
     assert spent["warm-up"] == pytest.approx(1.0)
     assert spent["timed"] == pytest.approx(2.0)
     # What the window leaves: before the process, after the write began.
-    assert spent["before the process"] + spent["write and collect"] == \
+    assert spent["before the process"] + spent["write, exit and collect"] == \
         pytest.approx(10.0 - 8.0)
 
 
@@ -94,7 +94,7 @@ def test_a_failed_job_spends_its_end_in_the_phase_it_failed_in(make_cell):
     result = cell_result(make_cell, reached, status="error")
     spent = phases.job_spent(entry_of(result, 0.2, 7.0), result)
     assert spent["import"] == pytest.approx(4.0)
-    assert "write and collect" in spent and "timed" not in spent
+    assert "write, exit and collect" in spent and "timed" not in spent
 
 
 def test_the_sweep_fraction_counts_the_gaps_between_jobs(make_cell):
@@ -155,7 +155,11 @@ def test_the_summary_names_the_fraction_and_the_rest(make_cell):
     lines = phases.summary_lines([(entry_of(result, 0.2, 10.2), result)])
     assert lines[2] == ("  pytorch: 30% measured of 10.0 s, 1 job "
                         "(warm-up 10%, timed 20%)")
-    assert lines[3].startswith("    rest: import 25%, ")
+    assert lines[3] == ("    rest: import 25%, write, exit and collect 15%, "
+                        "model build 10%,")
+    # A part is never split across lines.
+    assert lines[4] == ("          interpreter 10%, device 5%, "
+                        "before the process 5%")
     assert lines[-1].startswith("    fixed cost per ok job: 7.0 s median")
     assert max(len(line) for line in lines) <= 80
 

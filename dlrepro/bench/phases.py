@@ -11,7 +11,6 @@ print the lines.
 """
 import datetime
 import statistics
-import textwrap
 from dataclasses import dataclass, field
 
 from harness import phases as harness_phases
@@ -27,8 +26,8 @@ NAMES = {
     "warmup_done": "warm-up",
     "timed_done": "timed",
     "trained": "training",
-    "result_written": "write and collect",
-    "end": "write and collect",
+    "result_written": "write, exit and collect",
+    "end": "write, exit and collect",
 }
 MEASURED = ("warm-up", "timed")
 GAPS = "gaps between jobs"
@@ -203,6 +202,21 @@ def _seconds(value):
     return f"{value:.1f} s"
 
 
+def _packed(items, first, width=78):
+    """`items` joined by commas into lines of at most `width`, never
+    splitting an item, continued under the first one."""
+    if not items:
+        return [first + "-"]
+    lines, line = [], first + items[0]
+    for item in items[1:]:
+        if len(line) + len(item) + 3 > width:  # ", " now, "," after
+            lines.append(line + ",")
+            line = " " * len(first) + item
+        else:
+            line = f"{line}, {item}"
+    return lines + [line]
+
+
 def _jobs(count):
     return f"{count} job" if count == 1 else f"{count} jobs"
 
@@ -236,9 +250,8 @@ def _framework_lines(sweep):
     rest = sorted(((s, n) for n, s in sweep.spent.items()
                    if n not in MEASURED and wall > 0 and s / wall >= 0.005),
                   reverse=True)
-    lines = [head] + textwrap.wrap(
-        ", ".join(f"{n} {_share(s, wall)}" for s, n in rest) or "-",
-        width=78, initial_indent="    rest: ", subsequent_indent=" " * 10)
+    lines = [head] + _packed([f"{n} {_share(s, wall)}" for s, n in rest],
+                             "    rest: ")
     if sweep.fixed_s:
         lines.append(f"    fixed cost per ok job: "
                      f"{statistics.median(sweep.fixed_s):.1f} s median "
