@@ -6,8 +6,8 @@ launching it) to its end (its result collected); inside it, its result's
 `phases` block (harness.phases) says when each phase of the harness
 ended. Each stretch between two moments is named after the phase that
 ended it. A sweep's wall time runs from its first job's start to its last
-job's end; what no job covers is the gaps between jobs. Pure: callers
-print the lines.
+job's end (in each session of a resumed run); what no job covers is the
+gaps between jobs. Pure: callers print the lines.
 """
 import datetime
 import statistics
