@@ -25,7 +25,8 @@ import pytest
 import fake_harness
 import processes
 from dlrepro.errors import UserError
-from dlrepro.run import runfolder, slurm
+from dlrepro.run import runfolder
+from dlrepro.run.engines.slurm import client
 from dockerenv import (BASE_OVERRIDES, PREFIX,  # noqa: F401 (fixtures)
                        cpu_images, docker_client, test_base)
 
@@ -585,7 +586,7 @@ def test_states_come_from_sacct(tmp_path, monkeypatch):
 
     def from_sacct():
         try:
-            return slurm.states([array]).get((array, 0))
+            return client.states([array]).get((array, 0))
         except UserError:  # sacct does not know it yet, and no scontrol
             return None
     # slurmdbd records a job a few seconds after slurmctld has it.
@@ -606,7 +607,7 @@ def test_a_preempted_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     proc = start(*fake(out, "fcn8", iterations=60), modes="fcn8=slow")
     task = wait_for(lambda: running(out, "fcn8"))
     time.sleep(10)  # some iterations measured (1 s each, after start-up)
-    cpus, _ = slurm.largest_node("high")
+    cpus, _ = client.largest_node("high")
     urgent = tmp_path / "urgent.sh"
     urgent.write_text("#!/bin/sh\nsleep 1\n")
     urgent_id = subprocess.run(
