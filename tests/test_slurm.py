@@ -643,3 +643,87 @@ def test_a_cell_over_its_mem_is_oom(tmp_path):
     assert got["error"]["type"] == "OutOfMemory"
     assert "OUT_OF_MEMORY" in got["error"]["message"]
     assert record(out)["jobs"][0]["slurm"]["state"] == "OUT_OF_MEMORY"
+
+
+# --- writes ------------------------------------------------------------------
+
+COUNTING = '''
+import os, sys, traceback
+sys.path.insert(0, {root!r})
+LOG = {log!r}
+
+
+def _note(what, name):
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, ("%s %s %s %d\\n" % (what, name, _caller(), os.getpid()))
+                 .encode())
+    finally:
+        os.close(fd)
+
+
+def _caller():
+    """The first frame outside the wrapped modules: who wrote or read."""
+    for frame in reversed(traceback.extract_stack()[:-3]):
+        if not frame.filename.endswith(("resultfile.py", "runfolder.py",
+                                        "writer.py", "sitecustomize.py")):
+            return "%s:%s" % (os.path.basename(frame.filename), frame.name)
+    return "?"
+
+
+try:
+    from harness import resultfile
+    _write = resultfile.write_atomic
+
+    def write_atomic(path, obj):
+        _note("write", os.path.basename(str(path)))
+        return _write(path, obj)
+    resultfile.write_atomic = write_atomic
+except Exception:
+    pass
+try:  # the host side only (the harness may run on another Python)
+    from dlrepro.run import runfolder
+    _read = runfolder.read_result
+
+    def read_result(path):
+        found = _read(path)
+        if os.path.exists(str(path)):
+            _note("validate", os.path.basename(str(path)))
+        return found
+    runfolder.read_result = read_result
+except Exception:
+    pass
+'''
+
+
+def test_a_result_is_written_at_most_twice_and_validated_once(tmp_path):
+    """Through Slurm each result file is written by the harness and at
+    most once more on the host (its task's one write, with what the host
+    adds: a timeout, the Slurm block), and schema-validated once on the way
+    to run.json. The host's processes (the submitter, the Slurm task) count
+    their writes and validations into one log (the harness runs in the
+    runtime's own environment, without the counting)."""
+    counting = tmp_path / "counting"
+    counting.mkdir()
+    log = tmp_path / "writes.log"
+    (counting / "sitecustomize.py").write_text(COUNTING.format(
+        root=str(ROOT), log=str(log)))
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=str(counting))
+    done = invoke(*fake(out, "fcn5", "fcn8", iterations=40,
+                        extra=["--timeout", "15"]),
+                  modes="fcn8=slow", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {e["id"].split("-")[2]: e["status"]
+            for e in record(out)["jobs"]} == {"fcn5": "ok",
+                                              "fcn8": "timeout"}
+    lines = [line.split() for line in log.read_text().splitlines()]
+    for entry in record(out)["jobs"]:
+        name = entry["file"]
+        writes = [line[2] for line in lines
+                  if line[0] == "write" and line[1] == name]
+        # Validations while the run ran (not the summary's reading).
+        checks = [line[2] for line in lines if line[0] == "validate"
+                  and line[1] == name and "summary" not in line[2]]
+        assert len(writes) <= 1, (name, writes)
+        assert len(checks) == 1, (name, checks)
