@@ -6,7 +6,7 @@ ended. An engine never imports the pipeline."""
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 from dlrepro.run import runfolder
 from dlrepro.run.events import Events
