@@ -700,7 +700,7 @@ def test_a_result_is_written_at_most_twice_and_validated_once(tmp_path):
     """Through Slurm each result file is written by the harness and at
     most once more on the host (its task's one write, with what the host
     adds: a timeout, the Slurm block), and schema-validated once on the way
-    to run.json. The host's processes (the submitter, the Slurm task) count
+    to run.json; its spec file is written once. The host's processes (the submitter, the Slurm task) count
     their writes and validations into one log (the harness runs in the
     runtime's own environment, without the counting)."""
     counting = tmp_path / "counting"
@@ -727,3 +727,7 @@ def test_a_result_is_written_at_most_twice_and_validated_once(tmp_path):
                   and line[1] == name and "summary" not in line[2]]
         assert len(writes) <= 1, (name, writes)
         assert len(checks) == 1, (name, checks)
+        # Its spec file: written by the submitter, found as it is by the task.
+        spec = name.replace(".json", ".spec.json")
+        assert [line[2] for line in lines if line[0] == "write"
+                and line[1] == spec] == ["pipeline.py:_prepare_files"]

@@ -8,6 +8,7 @@ file whatever happened, and run.json is rewritten atomically after every
 job. Resume trusts the result files on disk, so nothing already measured
 is measured again even when run.json lags behind (a kill, a full disk).
 """
+import json
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -243,8 +244,20 @@ def _prepare_files(job, runtime, run_dir, matrix, extra=None):
         result_path.unlink()
     container = runtime.describe(job.placement.target)
     spec = dict(spec_file(job, container, matrix), **(extra or {}))
-    resultfile.write_atomic(str(run_dir / f"{job.id}.spec.json"), spec)
+    path = run_dir / f"{job.id}.spec.json"
+    if not _holds(path, spec):
+        resultfile.write_atomic(str(path), spec)
     return container, spec
+
+
+def _holds(path, spec):
+    """Whether the spec file says `spec` already: a Slurm task finds the
+    one its submitter wrote, and does not write it a second time."""
+    try:
+        return json.loads(path.read_text()) == json.loads(
+            resultfile.dumps(spec))
+    except (OSError, ValueError):
+        return False
 
 
 def launch_job(job, runtime, engine, run_dir, matrix, extra=None,
