@@ -700,9 +700,10 @@ def test_a_result_is_written_at_most_twice_and_validated_once(tmp_path):
     """Through Slurm each result file is written by the harness and at
     most once more on the host (its task's one write, with what the host
     adds: a timeout, the Slurm block), and schema-validated once on the way
-    to run.json; its spec file is written once. The host's processes (the submitter, the Slurm task) count
-    their writes and validations into one log (the harness runs in the
-    runtime's own environment, without the counting)."""
+    to run.json; its spec file is written once. The host's processes (the
+    submitter, the Slurm task) count their writes and validations into one
+    log (the harness runs in the runtime's own environment, without the
+    counting)."""
     counting = tmp_path / "counting"
     counting.mkdir()
     log = tmp_path / "writes.log"
