@@ -98,7 +98,7 @@ def _asking(events):
 
 def _executor(executor, suite, runtime_options, no_wait, slurm_config,
               **flags):
-    """The executor the flags ask for: None (local) or a SlurmExecutor."""
+    """The engine the flags ask for: None (local) or a SlurmEngine."""
     if executor == "local":
         given = [k for k, v in dict(flags, no_wait=no_wait,
                                     slurm_config=slurm_config).items()
@@ -110,9 +110,9 @@ def _executor(executor, suite, runtime_options, no_wait, slurm_config,
     if executor != "slurm":
         raise UserError(f"unknown executor {executor!r}; valid executors: "
                         f"local, slurm")
-    from dlrepro.run import slurm
-    return slurm.SlurmExecutor(slurm.options(flags, suite, slurm_config),
-                               runtime_options, wait=not no_wait)
+    from dlrepro.run.engines import slurm
+    return slurm.SlurmEngine(slurm.options(flags, suite, slurm_config),
+                             runtime_options, wait=not no_wait)
 
 
 def _print_side_by_side(report, pairs):
@@ -224,7 +224,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
         timeout=timeout, repeat=repeat, precision=precision, compile=compile)
     host = runner.current_host()
     if executor == "slurm":  # cells run on the partition's nodes, not here
-        from dlrepro.run import slurm
+        from dlrepro.run.engines import slurm
         host = plan.Host(*slurm.largest_node(partition), gpus_unseen=(
             "the cells run on Slurm's nodes, whose GPUs are not seen from "
             "here; --profile names one"))
@@ -303,7 +303,7 @@ def report(c, run=None, out="results", json=False, html=None):
     _print_side_by_side(report_mod, pairs)
     _print_lines(phases.summary_lines(pairs, record))
     if record.get("executor") == "slurm":
-        from dlrepro.run import slurm
+        from dlrepro.run.engines import slurm
         line = slurm.live_line(record)
         if line:
             print(line)

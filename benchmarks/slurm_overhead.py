@@ -26,7 +26,8 @@ from harness.resultfile import write_atomic  # noqa: E402
 
 from dlrepro import matrix  # noqa: E402
 from dlrepro.bench import plan, runner  # noqa: E402
-from dlrepro.run import pipeline, runfolder, slurm  # noqa: E402
+from dlrepro.run import pipeline, runfolder  # noqa: E402
+from dlrepro.run.engines import slurm  # noqa: E402
 from dlrepro.run.runtimes import get  # noqa: E402
 
 EXECUTORS = ("local", "slurm")
@@ -38,7 +39,7 @@ def sweep(executor, jobs, rt, out, m):
                        command="slurm_overhead")
     started = time.perf_counter()
     done = pipeline.start(run, rt, m, executor=None if executor == "local"
-                          else slurm.SlurmExecutor())
+                          else slurm.SlurmEngine())
     wall = time.perf_counter() - started
     _record, pairs = runfolder.load_run(done)
     cells = {}

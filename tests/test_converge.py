@@ -23,7 +23,8 @@ from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
 from dlrepro.converge import summary as conv_summary
-from dlrepro.run import executor, pipeline, runfolder, runtimes
+from dlrepro.run import pipeline, runfolder, runtimes
+from dlrepro.run.engines.local import LocalEngine
 from dlrepro.errors import UserError
 from harness import spec as hspec
 from harness import figures, resultfile
@@ -542,7 +543,7 @@ def test_task_bad_inputs(root, tmp_path, mnist):
     assert not list(tmp_path.glob("converge-*"))
 
 
-class TimeoutInTraining(executor.LocalExecutor):
+class TimeoutInTraining(LocalEngine):
     """The job's timeout strikes once its workers have written curves with
     two or more iterations in them: inside training, however long a
     loaded machine takes to start them (a timeout of 20 s from the start

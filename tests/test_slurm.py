@@ -25,7 +25,8 @@ import pytest
 import fake_harness
 import processes
 from dlrepro.errors import UserError
-from dlrepro.run import runfolder, slurm
+from dlrepro.run import runfolder
+from dlrepro.run.engines.slurm import client
 from dockerenv import (BASE_OVERRIDES, PREFIX,  # noqa: F401 (fixtures)
                        cpu_images, docker_client, test_base)
 
@@ -585,7 +586,7 @@ def test_states_come_from_sacct(tmp_path, monkeypatch):
 
     def from_sacct():
         try:
-            return slurm.states([array]).get((array, 0))
+            return client.states([array]).get((array, 0))
         except UserError:  # sacct does not know it yet, and no scontrol
             return None
     # slurmdbd records a job a few seconds after slurmctld has it.
@@ -606,7 +607,7 @@ def test_a_preempted_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     proc = start(*fake(out, "fcn8", iterations=60), modes="fcn8=slow")
     task = wait_for(lambda: running(out, "fcn8"))
     time.sleep(10)  # some iterations measured (1 s each, after start-up)
-    cpus, _ = slurm.largest_node("high")
+    cpus, _ = client.largest_node("high")
     urgent = tmp_path / "urgent.sh"
     urgent.write_text("#!/bin/sh\nsleep 1\n")
     urgent_id = subprocess.run(
@@ -642,3 +643,92 @@ def test_a_cell_over_its_mem_is_oom(tmp_path):
     assert got["error"]["type"] == "OutOfMemory"
     assert "OUT_OF_MEMORY" in got["error"]["message"]
     assert record(out)["jobs"][0]["slurm"]["state"] == "OUT_OF_MEMORY"
+
+
+# --- writes ------------------------------------------------------------------
+
+COUNTING = '''
+import os, sys, traceback
+sys.path.insert(0, {root!r})
+LOG = {log!r}
+
+
+def _note(what, name):
+    fd = os.open(LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, ("%s %s %s %d\\n" % (what, name, _caller(), os.getpid()))
+                 .encode())
+    finally:
+        os.close(fd)
+
+
+def _caller():
+    """The first frame outside the wrapped modules: who wrote or read."""
+    for frame in reversed(traceback.extract_stack()[:-3]):
+        if not frame.filename.endswith(("resultfile.py", "runfolder.py",
+                                        "writer.py", "sitecustomize.py")):
+            return "%s:%s" % (os.path.basename(frame.filename), frame.name)
+    return "?"
+
+
+try:
+    from harness import resultfile
+    _write = resultfile.write_atomic
+
+    def write_atomic(path, obj):
+        _note("write", os.path.basename(str(path)))
+        return _write(path, obj)
+    resultfile.write_atomic = write_atomic
+except Exception:
+    pass
+try:  # the host side only (the harness may run on another Python)
+    from dlrepro.run import runfolder
+    _read = runfolder.read_result
+
+    def read_result(path):
+        found = _read(path)
+        if os.path.exists(str(path)):
+            _note("validate", os.path.basename(str(path)))
+        return found
+    runfolder.read_result = read_result
+except Exception:
+    pass
+'''
+
+
+def test_a_result_is_written_at_most_twice_and_validated_once(tmp_path):
+    """Through Slurm each result file is written by the harness and at
+    most once more on the host (its task's one write, with what the host
+    adds: a timeout, the Slurm block), and schema-validated once on the way
+    to run.json; its spec file is written once. The host's processes (the
+    submitter, the Slurm task) count their writes and validations into one
+    log (the harness runs in the runtime's own environment, without the
+    counting)."""
+    counting = tmp_path / "counting"
+    counting.mkdir()
+    log = tmp_path / "writes.log"
+    (counting / "sitecustomize.py").write_text(COUNTING.format(
+        root=str(ROOT), log=str(log)))
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=str(counting))
+    done = invoke(*fake(out, "fcn5", "fcn8", iterations=40,
+                        extra=["--timeout", "15"]),
+                  modes="fcn8=slow", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {e["id"].split("-")[2]: e["status"]
+            for e in record(out)["jobs"]} == {"fcn5": "ok",
+                                              "fcn8": "timeout"}
+    lines = [line.split() for line in log.read_text().splitlines()]
+    for entry in record(out)["jobs"]:
+        name = entry["file"]
+        writes = [line[2] for line in lines
+                  if line[0] == "write" and line[1] == name]
+        # Validations while the run ran (not the summary's reading).
+        checks = [line[2] for line in lines if line[0] == "validate"
+                  and line[1] == name and "summary" not in line[2]]
+        assert len(writes) <= 1, (name, writes)
+        assert len(checks) == 1, (name, checks)
+        # Its spec file: written by the submitter, found as it is by the task.
+        spec = name.replace(".json", ".spec.json")
+        assert [line[2] for line in lines if line[0] == "write"
+                and line[1] == spec] == ["pipeline.py:_prepare_files"]

@@ -6,7 +6,8 @@ import pytest
 
 from dlrepro.bench import plan
 from dlrepro.errors import UserError
-from dlrepro.run import slurm
+from dlrepro.run.engines import slurm
+from dlrepro.run.engines.slurm import client, submit
 
 
 @pytest.mark.parametrize("text, indices", [
@@ -14,7 +15,7 @@ from dlrepro.run import slurm
     ("[1,3-4]", [1, 3, 4]), ("[0-2%1]", [0, 1, 2]),
 ])
 def test_task_ranges_as_slurm_writes_them(text, indices):
-    assert slurm.task_ids(text) == indices
+    assert client.task_ids(text) == indices
 
 
 def test_flags_over_suite_over_config_file(tmp_path):
@@ -62,17 +63,17 @@ def test_jobs_asking_for_the_same_resources_share_an_array():
     jobs = [_job("fcn5", 1), _job("fcn8", 1), _job("lstm", 2),
             _job("alexnet", None, "gpu", 2)]
     groups = {a.resources: [j.spec["network"] for j in a.jobs]
-              for a in slurm.arrays(jobs)}
+              for a in submit.arrays(jobs)}
     assert groups == {("--cpus-per-task=1",): ["fcn5", "fcn8"],
                       ("--cpus-per-task=2",): ["lstm"],
                       ("--gpus=2",): ["alexnet"]}
 
 
 def test_time_limit_defaults_to_the_timeout_plus_margins():
-    executor = slurm.SlurmExecutor(slurm.Options(partition="p", exclusive=True,
-                                                 gpu_freq="high"))
-    [array] = slurm.arrays([_job("fcn5", 1)])
-    args = executor.sbatch_args(array, None, 60)
+    options = slurm.Options(partition="p", exclusive=True,
+                                    gpu_freq="high")
+    [array] = submit.arrays([_job("fcn5", 1)])
+    args = submit.sbatch_args(options, array, None, 60)
     assert "--time=12" in args  # 60 s + 30 s grace + 600 s, in minutes
     assert {"--partition=p", "--exclusive", "--gpu-freq=high",
             "--no-requeue", "--cpus-per-task=1"} <= set(args)
@@ -94,21 +95,20 @@ def test_a_multi_node_job_is_its_own_cell_with_a_task_per_node(tmp_path):
     assert (one.id, two.id) == ("pytorch-fcn-r-w2", "pytorch-fcn-r-w2-n2")
     assert "nodes" not in one.spec and two.spec["nodes"] == 2
     groups = {a.resources: [j.id for j in a.jobs]
-              for a in slurm.arrays([one, two])}
+              for a in submit.arrays([one, two])}
     assert groups == {("--cpus-per-task=2",): [one.id],
                       ("--nodes=2", "--ntasks-per-node=1",
                        "--cpus-per-task=1"): [two.id]}
-    executor = slurm.SlurmExecutor()
-    arrays = slurm.arrays([one, two])
-    single = executor._script(tmp_path, tmp_path / "s.json", arrays[0])
-    multi = executor._script(tmp_path, tmp_path / "s.json", arrays[1])
+    arrays = submit.arrays([one, two])
+    single = submit.script(tmp_path, tmp_path / "s.json", arrays[0])
+    multi = submit.script(tmp_path, tmp_path / "s.json", arrays[1])
     assert "-m dlrepro.run.slurmtask" in single and "srun" not in single
     assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 " \
            "--ntasks-per-node=1 " in multi
     assert "-m dlrepro.run.slurmnode" in multi
     # Threads are the total: each node gets its share.
     four, = _converge_jobs([4], 2, threads=4)
-    [array] = slurm.arrays([four])
+    [array] = submit.arrays([four])
     assert "--cpus-per-task=2" in array.resources
 
 
@@ -161,19 +161,19 @@ def _fold(tmp_path, own, side):
     """Node 0's result `own` and node 1's `side` ((status, type, message)
     or None: none written) folded as node 0 folds them."""
     from harness import resultfile
-    from dlrepro.run import collect, slurmnode
+    from dlrepro.run import slurmnode, writer
     job, = _converge_jobs([2], 2)
     cluster = {"nodes": 2, "node_rank": 0, "hosts": ["n1", "n2"],
                "addresses": ["10.0.0.1", "10.0.0.2"], "interface": "eth0",
                "coordinator": "10.0.0.1", "port": 29500, "network": "x"}
     tmp_path.mkdir()
     path = tmp_path / f"{job.id}.json"
-    resultfile.write_atomic(str(path), collect.synthesized(job, *own))
+    resultfile.write_atomic(str(path), writer.synthesized(job, *own))
     if side:
         (tmp_path / "nodes").mkdir()
         resultfile.write_atomic(
             str(slurmnode.side_path(tmp_path, job.id, 1)),
-            collect.synthesized(job._replace(id=job.id + ".node1"), *side))
+            writer.synthesized(job._replace(id=job.id + ".node1"), *side))
     status = slurmnode.fold(path, job, cluster, tmp_path, wait_s=0)
     result = json.loads(path.read_text())
     assert result["status"] == status

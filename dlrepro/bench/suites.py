@@ -109,7 +109,7 @@ def parse(data, path):
         merged.update(checked)
         resolved.append(merged)
     # [slurm]: sbatch options for --executor slurm, checked by
-    # dlrepro.run.slurm when used.
+    # dlrepro.run.engines.slurm when used.
     return {"name": data["name"], "description": data.get("description", ""),
             "path": str(path), "groups": resolved,
             "slurm": data.get("slurm")}

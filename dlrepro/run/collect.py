@@ -1,41 +1,16 @@
 """A job's final result: the harness's own file when it wrote a valid
 one, else one synthesized from what the host knows (exit status, the
 runtime's post-mortem, the log), so that every job ends in exactly one
-schema-valid result file, written once."""
-import os
+schema-valid result file. Validated here once; the caller writes it (at
+most once, with whatever it adds) through dlrepro.run.writer."""
 import signal
 from pathlib import Path
 
-from harness import provenance, resultfile
-from harness.blocks import new_result, utc_now
-
 from dlrepro.run import runfolder
+from dlrepro.run.writer import set_aside, synthesized
 
 HARNESS_ERROR = "harness: error:"
 KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)
-
-
-def synthesized(job, status, error_type, message, container=None):
-    """A result for a job whose harness never wrote one (never started, or
-    died first). Host facts only; framework fields stay null."""
-    result = new_result(_cell_of(job), container)
-    env = result["environment"]
-    host = provenance.host_environment()
-    for key in ("host", "os", "cpu_model", "harness_version", "harness_digest"):
-        env[key] = host[key]
-    env["python_version"] = None
-    env["recorded_by"] = "host"
-    result["status"] = status
-    result["error"] = {"type": error_type, "message": message}
-    result["finished_at"] = utc_now()
-    return result
-
-
-def _cell_of(job):
-    """The result's `cell` block: the job's cell, or the one the harness
-    derives from a convergence spec (no iterations ran: one, as the
-    schema's minimum)."""
-    return job.type.result_cell(job.spec)
 
 
 def last_words(log_path):
@@ -53,15 +28,15 @@ def last_words(log_path):
 
 
 def collect(job, run_dir, exit, launch, container):
-    """The job's final result, written to run_dir/<id>.json."""
+    """(the job's final result, whether it differs from run_dir/<id>.json:
+    the caller must write it)."""
     path = Path(run_dir) / f"{job.id}.json"
     log = Path(run_dir) / f"{job.id}.log"
     result, rewrite = None, True
     if path.exists():
         result, problem = runfolder.read_result(path)
         if problem:
-            kept = path.with_suffix(".invalid.json")
-            os.replace(path, kept)
+            kept = set_aside(path)
             result = synthesized(
                 job, "error", "InvalidResult",
                 f"{problem}; kept as {kept.name}; the harness said: "
@@ -73,9 +48,7 @@ def collect(job, run_dir, exit, launch, container):
         result = _timed_out(job, result, container)
     elif result is None:
         result = _died(job, exit, launch, log, container)
-    if rewrite:
-        resultfile.write_atomic(str(path), result)
-    return result
+    return result, rewrite
 
 
 def _timed_out(job, result, container):

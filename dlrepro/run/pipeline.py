@@ -8,7 +8,7 @@ file whatever happened, and run.json is rewritten atomically after every
 job. Resume trusts the result files on disk, so nothing already measured
 is measured again even when run.json lags behind (a kill, a full disk).
 """
-import time
+import json
 from pathlib import Path
 from typing import NamedTuple, Optional
 
@@ -17,39 +17,13 @@ from harness.blocks import utc_now
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import collect, gpu_restore, runfolder
-from dlrepro.run.executor import LocalExecutor
+from dlrepro.run import collect, gpu_restore, runfolder, writer
+from dlrepro.run.engines import ENGINES, Context, LocalEngine
+from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
 
 STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
               "ptx", "min_driver")
-
-
-class Interrupted(Exception):
-    """Ctrl-C stopped the run: the running job was stopped, run.json says
-    `interrupted`, every finished result is kept."""
-
-    def __init__(self, run_dir, kept, stopped="the running job was stopped"):
-        super().__init__(f"interrupted: kept {kept} finished job(s) in "
-                         f"{run_dir}")
-        self.run_dir = run_dir
-        self.kept = kept
-        # What became of the jobs in flight (a batch executor may leave
-        # them queued).
-        self.stopped = stopped
-
-
-class Events:
-    """What a run reports as it goes; the default reports nothing."""
-
-    def log(self, message):
-        pass
-
-    def start(self, index, total, job):
-        pass
-
-    def finish(self, index, total, job, entry):
-        pass
 
 
 class Run(NamedTuple):
@@ -64,12 +38,12 @@ class Run(NamedTuple):
 
 
 def start(run, runtime, matrix=None, events=None, executor=None):
-    """Execute `run` with `runtime`; returns the run folder."""
+    """Execute `run` with `runtime` through `executor` (an Engine, named
+    by --executor; the local one by default); returns the run folder."""
     events = events or Events()
     matrix = matrix if matrix is not None else matrix_mod.load()
-    executor = executor or LocalExecutor()
-    if hasattr(executor, "check"):
-        executor.check(run.jobs)
+    engine = executor or LocalEngine()
+    engine.check(run.jobs)
     runtime.check()
     runtime.ready([job for job in run.jobs if not job.skip_reason])
     if run.resume:
@@ -81,10 +55,10 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     try:
         with runfolder.locked(run_dir):
             record, done = _open_record(run, run_dir, runtime, events,
-                                        executor.name)
+                                        engine)
             _publish(run, run_dir, record)
             published = True
-            _execute_or_fail(run, runtime, executor, run_dir, record, matrix,
+            _execute_or_fail(run, runtime, engine, run_dir, record, matrix,
                              events, done)
     except OSError as exc:
         if published or exc.errno not in runfolder.WRITE_FAILURES:
@@ -106,10 +80,10 @@ def _publish(run, run_dir, record):
     runfolder.point_latest(run.out, run_dir, run.kind)
 
 
-def _execute_or_fail(run, runtime, executor, run_dir, record, matrix, events,
+def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
                      done):
     try:
-        _execute(run.jobs, runtime, executor, run_dir, record, matrix,
+        _execute(run.jobs, runtime, engine, run_dir, record, matrix,
                  events, done)
     except OSError as exc:
         if exc.errno not in runfolder.WRITE_FAILURES:
@@ -130,11 +104,11 @@ def resumable(out, kind):
                         f"--resume")
 
 
-def _open_record(run, run_dir, runtime, events, executor="local"):
+def _open_record(run, run_dir, runtime, events, engine):
     if not run.resume:
         return runfolder.new_record(run_dir, run.kind, run.command,
                                     runtime.name, run.jobs, run.suite,
-                                    executor), {}
+                                    engine.name), {}
     record = runfolder.read_run(run_dir)
     if record["kind"] != run.kind:
         raise UserError(f"{run_dir} is a {record['kind']} run, not a "
@@ -142,19 +116,20 @@ def _open_record(run, run_dir, runtime, events, executor="local"):
     if record["runtime"] != runtime.name:
         raise UserError(f"the latest run used runtime {record['runtime']}; "
                         f"resume it with --runtime {record['runtime']}")
-    if record.get("executor") == "slurm" and executor != "slurm":
-        # Its tasks may still be in Slurm: only the Slurm executor knows
-        # to wait for them instead of running their jobs a second time.
-        raise UserError("the latest run used --executor slurm; resume it "
-                        "with --executor slurm")
-    if record.get("executor") != "slurm":
+    before = ENGINES.get(record.get("executor") or "local", LocalEngine)
+    if before.detached and before.name != engine.name:
+        # Its jobs may still run there: only that engine knows to wait
+        # for them instead of running them a second time.
+        raise UserError(f"the latest run used --executor {before.name}; "
+                        f"resume it with --executor {before.name}")
+    if not before.detached:
         # Nobody else writes this folder now (it is locked, no job runs
-        # yet): a temp file here is a write cut short by a kill. A Slurm
-        # run's tasks may still be writing theirs on their nodes.
+        # yet): a temp file here is a write cut short by a kill. A
+        # detached engine's jobs may still be writing theirs elsewhere.
         runfolder.remove_stale_temps(run_dir)
     done = merge(record, run.jobs, run_dir, events.log)
     record["resumed_at"].append(utc_now())
-    record["executor"] = executor
+    record["executor"] = engine.name
     events.log(f"resuming {run_dir}: {len(done)} of {len(run.jobs)} jobs "
                f"already done")
     return record, done
@@ -195,26 +170,28 @@ def _close(run_dir, record, status):
         pass  # a full disk: resume reads the result files themselves
 
 
-def _execute(jobs, runtime, executor, run_dir, record, matrix, events, done):
-    by_id = {e["id"]: e for e in record["jobs"]}
-    total = len(jobs)
-    if getattr(executor, "batch", False):
-        return _execute_batch(jobs, runtime, executor, run_dir, record,
-                              matrix, events, done)
+def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
+    """Prepare the jobs' runtimes, then let the engine run them; run.json
+    ends with the engine's status ("submitted" leaves it open)."""
     try:
         reasons, failures = _prepare(jobs, runtime, events, done)
-        for index, job in enumerate(jobs, 1):
-            entry = by_id[job.id]
-            if job.id not in done:
-                events.start(index, total, job)
-                _run_one(job, entry, runtime, executor, run_dir, matrix,
-                         reasons, failures)
-                runfolder.write_run(run_dir, record)
-            events.finish(index, total, job, entry)
+        status = engine.execute(Context(
+            jobs=jobs, runtime=runtime, run_dir=Path(run_dir), record=record,
+            done=done, events=events,
+            cannot_run=lambda job: writer.unrunnable(
+                run_dir, job, reasons.get(job.placement.target),
+                failures.get(job.placement.target)),
+            prepare=lambda job: _prepare_files(job, runtime, run_dir, matrix),
+            launch=lambda job, engine: launch_job(job, runtime, engine,
+                                                  run_dir, matrix)))
     except KeyboardInterrupt:
         _close(run_dir, record, "interrupted")
-        raise Interrupted(run_dir, _kept(run_dir, record))
-    _close(run_dir, record, "complete")
+        raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
+    if status == "submitted":
+        record["status"] = status
+        runfolder.write_run(run_dir, record)
+    else:
+        _close(run_dir, record, status)
 
 
 def _kept(run_dir, record):
@@ -223,41 +200,6 @@ def _kept(run_dir, record):
     return sum(1 for entry in record["jobs"]
                if runfolder.finished_on_disk(run_dir, entry, entry["spec"])
                is not None)
-
-
-def _execute_batch(jobs, runtime, executor, run_dir, record, matrix, events,
-                   done):
-    """A batch executor (Slurm) runs the jobs elsewhere: here each job is
-    prepared, ended at once when it cannot run, or given its spec file;
-    the executor submits the rest and waits for them (or not)."""
-    try:
-        reasons, failures = _prepare(jobs, runtime, events, done)
-
-        def local_result(job):
-            target = job.placement.target
-            if job.skip_reason or reasons.get(target):
-                return _write(run_dir, job, collect.synthesized(
-                    job, "unsupported", "Unsupported",
-                    job.skip_reason or reasons[target]))
-            if target in failures:
-                return _write(run_dir, job, collect.synthesized(
-                    job, "error", "SetupFailed", failures[target]))
-            return None
-
-        status = executor.execute(
-            jobs, runtime, run_dir, record, events, done, local_result,
-            lambda job: _prepare_files(job, runtime, run_dir, matrix))
-    except KeyboardInterrupt:
-        _close(run_dir, record, "interrupted")
-        left = getattr(executor, "left_running", None)
-        raise Interrupted(run_dir, _kept(run_dir, record), (
-            f"Slurm job(s) {', '.join(left)} left queued or running"
-            if left else "its queued and running Slurm tasks were cancelled"))
-    if status == "submitted":
-        record["status"] = "submitted"
-        runfolder.write_run(run_dir, record)
-    else:
-        _close(run_dir, record, status)
 
 
 def _prepare(jobs, runtime, events, done):
@@ -273,30 +215,6 @@ def _prepare(jobs, runtime, events, done):
             failures[target] = str(exc)
             events.log(f"{target[0]}/{target[1]}: {exc}")
     return reasons, failures
-
-
-def _run_one(job, entry, runtime, executor, run_dir, matrix, reasons,
-             failures):
-    entry["started_at"] = utc_now()
-    started = time.monotonic()
-    target = job.placement.target
-    if job.skip_reason or reasons.get(target):
-        result = _write(run_dir, job, collect.synthesized(
-            job, "unsupported", "Unsupported",
-            job.skip_reason or reasons[target]))
-    elif target in failures:
-        result = _write(run_dir, job, collect.synthesized(
-            job, "error", "SetupFailed", failures[target]))
-    else:
-        result = launch_job(job, runtime, executor, run_dir, matrix)
-    entry.update(status=result["status"], finished_at=utc_now(),
-                 wall_s=round(time.monotonic() - started, 3),
-                 message=(result["error"] or {}).get("message"))
-
-
-def _write(run_dir, job, result):
-    resultfile.write_atomic(str(Path(run_dir) / f"{job.id}.json"), result)
-    return result
 
 
 def spec_file(job, container, matrix):
@@ -326,20 +244,36 @@ def _prepare_files(job, runtime, run_dir, matrix, extra=None):
         result_path.unlink()
     container = runtime.describe(job.placement.target)
     spec = dict(spec_file(job, container, matrix), **(extra or {}))
-    resultfile.write_atomic(str(run_dir / f"{job.id}.spec.json"), spec)
+    path = run_dir / f"{job.id}.spec.json"
+    if not _holds(path, spec):
+        resultfile.write_atomic(str(path), spec)
     return container, spec
 
 
-def launch_job(job, runtime, executor, run_dir, matrix, extra=None):
-    """Run one job to its final result: here, or in a Slurm task (or one
-    node's part of it: `extra` adds its "cluster" to the spec file)."""
+def _holds(path, spec):
+    """Whether the spec file says `spec` already: a Slurm task finds the
+    one its submitter wrote, and does not write it a second time."""
+    try:
+        return json.loads(path.read_text()) == json.loads(
+            resultfile.dumps(spec))
+    except (OSError, ValueError):
+        return False
+
+
+def launch_job(job, runtime, engine, run_dir, matrix, extra=None,
+               write=True):
+    """Run one job here to its final result: in a local run, or in a Slurm
+    task (or one node's part of it: `extra` adds its "cluster" to the spec
+    file). The host writes the result at most once after the harness did;
+    with `write` False not at all: the caller adds to it and writes it."""
     run_dir = Path(run_dir)
-    result_path = run_dir / f"{job.id}.json"
+    result_path = writer.result_path(run_dir, job.id)
     container, spec = _prepare_files(job, runtime, run_dir, matrix, extra)
     launch = runtime.launch(job, run_dir)
     try:
-        exit = executor.run(launch, run_dir / f"{job.id}.log", job.timeout_s)
-        result = collect.collect(job, run_dir, exit, launch, container)
+        exit = engine.run(launch, run_dir / f"{job.id}.log", job.timeout_s)
+        result, changed = collect.collect(job, run_dir, exit, launch,
+                                          container)
     finally:
         runtime.cleanup(job, run_dir)
     # A harness killed mid-job cannot restore the GPU clocks it changed:
@@ -347,5 +281,7 @@ def launch_job(job, runtime, executor, run_dir, matrix, extra=None):
     message = gpu_restore.after_cell(result_path, spec["clock_state"])
     if message:
         result["warnings"].append(message)
-        _write(run_dir, job, result)
+        changed = True
+    if changed and write:
+        writer.write_result(result_path, result)
     return result

@@ -3,7 +3,7 @@ job elsewhere (CI logs, pipes)."""
 import contextlib
 import sys
 
-from dlrepro.run.pipeline import Events
+from dlrepro.run.events import Events
 
 
 class Eta:

@@ -10,7 +10,7 @@ their addresses by resolving them, the interface that holds this node's
 address, a base port derived from the Slurm job id (checked free on node 0,
 where the rendezvous listens), and which network the harness is on. Then it
 runs the harness the way a one-node task does (dlrepro.run.slurmtask:
-runtime.launch, LocalExecutor, collect, annotate), on the node's network
+runtime.launch, the local engine, collect, annotate), on the node's network
 instead of none; SLURM_* reach the harness in its environment.
 
 Node 0 writes the job's result, RUN_DIR/<job>.json; node r > 0 writes a
@@ -31,13 +31,13 @@ import sys
 import time
 from pathlib import Path
 
-from harness import networks, resultfile
+from harness import networks
 from harness.errors import HarnessError
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import collect, pipeline, runfolder, runtimes, slurmtask
-from dlrepro.run.executor import LocalExecutor
+from dlrepro.run import pipeline, runfolder, runtimes, slurmtask, writer
+from dlrepro.run.engines.local import LocalEngine
 
 SIDE_DIR = "nodes"
 # Base ports: PORT_BASE + (job id mod PORT_SLOTS) * PORT_SPAN; a framework
@@ -222,7 +222,7 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     failed = [e for e in entries[1:] if e["status"] != "ok" and not (
         result and e["status"] == result["status"] == "timeout")]
     if result is None:
-        result = collect.synthesized(
+        result = writer.synthesized(
             job, "error", "NoResult",
             f"node 0 ({cluster['hosts'][0]}) wrote no result")
     own_type = (result.get("error") or {}).get("type")
@@ -245,8 +245,7 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     block = dict(result.get("slurm") or {})
     block["nodes"] = entries
     block["cluster"] = cluster
-    result["slurm"] = block
-    resultfile.write_atomic(str(path), result)
+    writer.annotated(path, "slurm", block, result)
     return result["status"]
 
 
@@ -282,19 +281,19 @@ def main(argv):
         target = node_job.placement.target
         reason = runtime.prepare([target], log=print).get(target)
         if problem:
-            resultfile.write_atomic(str(path), collect.synthesized(
-                node_job, "error", "PortTaken", problem))
+            writer.write_synthesized(path, node_job, "error", "PortTaken",
+                                     problem)
         elif reason:
-            resultfile.write_atomic(str(path), collect.synthesized(
-                node_job, "unsupported", "Unsupported", reason))
+            writer.write_synthesized(path, node_job, "unsupported",
+                                     "Unsupported", reason)
         else:
             launched = True
-            pipeline.launch_job(node_job, runtime, LocalExecutor(), folder,
+            pipeline.launch_job(node_job, runtime, LocalEngine(), folder,
                                 matrix, extra={"cluster": cluster})
     except UserError as exc:
-        resultfile.write_atomic(str(path), collect.synthesized(
-            node_job, "error", "SetupFailed",
-            f"on node {env.get('SLURMD_NODENAME')}: {exc}"))
+        writer.write_synthesized(
+            path, node_job, "error", "SetupFailed",
+            f"on node {env.get('SLURMD_NODENAME')}: {exc}")
     except slurmtask.Stopped:
         print("dlrepro: Slurm stopped this node's part (SIGTERM)",
               flush=True)

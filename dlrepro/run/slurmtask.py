@@ -1,5 +1,5 @@
 """One Slurm array task: run ONE job of a run on the node Slurm chose, the
-way a local run runs it (runtime.launch, LocalExecutor, collect), and add
+way a local run runs it (runtime.launch, the local engine, collect), and add
 to its result where it ran: the Slurm job and array ids, the node, the
 allocation (SLURM_*), the CPUs and GPUs the task was given, and the
 --gpu-freq asked beside the clocks telemetry saw.
@@ -18,12 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness import resultfile
-
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import collect, pipeline, runfolder, runtimes
-from dlrepro.run.executor import LocalExecutor
+from dlrepro.run import pipeline, runfolder, runtimes, writer
+from dlrepro.run.engines.local import LocalEngine
 from dlrepro.run.job import Job, Placement
 
 
@@ -79,15 +77,17 @@ def seen_clocks(result):
             for g in telemetry.get("gpus") or []] or None
 
 
-def annotate(path, block, gpu_freq, wall_s):
-    """Add the Slurm block to a valid result file; an invalid one is left
-    for the submitting side to judge."""
-    result, problem = runfolder.read_result(path)
+def annotate(path, block, gpu_freq, wall_s, result=None):
+    """Add the Slurm block to the job's result (`result`, not yet written,
+    else the valid file at `path`) and write it: the one write after the
+    harness's. An invalid file is left for the submitting side to judge."""
+    if result is None:
+        result, problem = runfolder.read_result(path)
     if result is None:
         return
-    result["slurm"] = dict(block, wall_s=round(wall_s, 3), gpu_freq={
-        "asked": gpu_freq, "seen": seen_clocks(result)})
-    resultfile.write_atomic(str(path), result)
+    writer.annotated(path, "slurm", dict(
+        block, wall_s=round(wall_s, 3),
+        gpu_freq={"asked": gpu_freq, "seen": seen_clocks(result)}), result)
 
 
 def main(argv):
@@ -96,6 +96,7 @@ def main(argv):
     path = run_dir / f"{job.id}.json"
     signal.signal(signal.SIGTERM, _stop)
     started = time.monotonic()
+    result = None
     try:
         matrix = matrix_mod.load()
         runtime = runtimes.get(submission["runtime"], matrix=matrix,
@@ -104,20 +105,20 @@ def main(argv):
         target = job.placement.target
         reason = runtime.prepare([target], log=print).get(target)
         if reason:
-            resultfile.write_atomic(str(path), collect.synthesized(
-                job, "unsupported", "Unsupported", reason))
+            result = writer.synthesized(job, "unsupported", "Unsupported",
+                                        reason)
         else:
-            pipeline.launch_job(job, runtime, LocalExecutor(), run_dir,
-                                matrix)
+            result = pipeline.launch_job(job, runtime, LocalEngine(),
+                                         run_dir, matrix, write=False)
     except UserError as exc:
-        resultfile.write_atomic(str(path), collect.synthesized(
+        result = writer.synthesized(
             job, "error", "SetupFailed", f"on node "
-            f"{os.environ.get('SLURMD_NODENAME')}: {exc}"))
+            f"{os.environ.get('SLURMD_NODENAME')}: {exc}")
     except Stopped:
         print("dlrepro: Slurm stopped this task (SIGTERM)", flush=True)
     finally:
         annotate(path, where(), submission.get("gpu_freq"),
-                 time.monotonic() - started)
+                 time.monotonic() - started, result)
     return 0
 
 

@@ -1,12 +1,17 @@
-"""Where and when a job's process runs. The local executor runs one at a
-time on this host, under the job's timeout, in its own session so that a
-Ctrl-C reaches dlrepro only, which then stops the job cleanly."""
+"""The local engine: one job at a time on this host, under the job's
+timeout, in its own session so that a Ctrl-C reaches dlrepro only, which
+then stops the job cleanly. A Slurm task runs its one job with it too."""
 import ctypes
 import os
 import signal
 import subprocess
 import time
 from typing import NamedTuple, Optional
+
+from harness.blocks import utc_now
+
+from dlrepro.run import writer
+from dlrepro.run.engines.base import Engine
 
 # Seconds the harness gets after SIGTERM to write its partial result.
 GRACE_S = 30
@@ -51,8 +56,28 @@ def stop(proc, launch, grace_s=None):
         proc.wait()
 
 
-class LocalExecutor:
+class LocalEngine(Engine):
     name = "local"
+
+    def execute(self, context):
+        """Each job in turn, run.json written after each."""
+        by_id = context.entries()
+        total = len(context.jobs)
+        for index, job in enumerate(context.jobs, 1):
+            entry = by_id[job.id]
+            if job.id not in context.done:
+                context.events.start(index, total, job)
+                self._run_one(job, entry, context)
+                context.save()
+            context.events.finish(index, total, job, entry)
+        return "complete"
+
+    def _run_one(self, job, entry, context):
+        entry["started_at"] = utc_now()
+        started = time.monotonic()
+        result = context.cannot_run(job) or context.launch(job, self)
+        writer.end_entry(entry, result,
+                         wall_s=round(time.monotonic() - started, 3))
 
     def run(self, launch, log_path, timeout_s):
         """Run one launch to its end; an Exit. KeyboardInterrupt stops the

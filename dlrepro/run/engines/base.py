@@ -1,0 +1,68 @@
+"""What every engine is: where and when a run's jobs run. The pipeline
+prepares a run (its folder, run.json, the runtime) and hands its jobs to
+an engine through one Context; the engine runs them (here, or elsewhere
+and waits), keeps their run.json entries true, and says how the run
+ended. An engine never imports the pipeline."""
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from dlrepro.run import runfolder
+from dlrepro.run.events import Events
+
+
+@dataclass
+class Context:
+    """One run's jobs as the pipeline hands them to an engine."""
+    jobs: list
+    runtime: object
+    run_dir: Path
+    record: dict                    # run.json, written by the engine
+    done: dict                      # {job id: entry} finished before
+    # A job that cannot run (unsupported here, its setup failed) ends at
+    # once: its written result, or None when it can run.
+    cannot_run: Callable
+    # Writes a job's spec file (and removes an old result) before it runs.
+    prepare: Callable
+    # Runs one job here to its final result: launch(job, engine).
+    launch: Callable
+    events: Events = field(default_factory=Events)
+
+    def entries(self):
+        """{job id: run.json entry}."""
+        return {e["id"]: e for e in self.record["jobs"]}
+
+    def save(self):
+        runfolder.write_run(self.run_dir, self.record)
+
+
+class Engine(abc.ABC):
+    """Where and when jobs run. `name` is the --executor value and what
+    run.json's `executor` records."""
+    name: str = ""
+    # Its jobs may still run after dlrepro exits (a batch queue): a run it
+    # left is resumed by it alone, and its folder may hold files being
+    # written by those jobs.
+    detached: bool = False
+
+    def check(self, jobs):
+        """Fail (UserError) before any run folder exists when the jobs
+        cannot run through this engine."""
+
+    @abc.abstractmethod
+    def execute(self, context):
+        """Run the context's jobs, keeping their run.json entries true;
+        the run's status: "complete", or "submitted" when they were left
+        to run on (run.json stays open). KeyboardInterrupt stops or
+        leaves the jobs in flight, then propagates."""
+
+    def stopped(self):
+        """After Ctrl-C: what became of the jobs in flight."""
+        return "the running job was stopped"
+
+    def run(self, launch, log_path, timeout_s):
+        """Run one job's process here to its end (an Exit): the node side
+        of a remote engine uses the local engine's."""
+        raise NotImplementedError(f"the {self.name} engine runs no process "
+                                  f"here")

@@ -1,0 +1,132 @@
+"""The Slurm engine: a run's jobs as Slurm job arrays, one array task per
+job, on whatever nodes Slurm gives (docs/slurm.md).
+
+Submit and collect are split. Submitting writes each job's spec file and
+one submission file per array (submit.py), checks every array with
+`sbatch --test-only`, then queues them. Waiting (watch.py) polls Slurm
+and ends each job when its task ends.
+
+Only the submitting process writes run.json (tasks write their own result
+files), so a run can be left queued (--no-wait, or a killed submitter) and
+picked up again by --resume, which waits for the tasks still in Slurm and
+submits only the jobs that are missing or failed.
+"""
+from dlrepro.errors import UserError
+from dlrepro.run import runfolder, writer
+from dlrepro.run.engines.base import Engine
+from dlrepro.run.engines.slurm import client, submit
+from dlrepro.run.engines.slurm.options import Options
+from dlrepro.run.engines.slurm.watch import POLL_S, Watch
+
+
+class SlurmEngine(Engine):
+    name = "slurm"
+    detached = True
+
+    def __init__(self, options=None, runtime_options=None, wait=True,
+                 confirm=None, poll_s=POLL_S):
+        self.options = options or Options()
+        # What the node side passes to runtimes.get, beside the matrix.
+        self.runtime_options = runtime_options or {}
+        self.wait = wait
+        # Asked on Ctrl-C: "cancel these tasks?" -> bool. None: never
+        # cancel (no one to ask).
+        self.confirm = confirm
+        self.poll_s = poll_s
+        # After Ctrl-C: the arrays left queued or running (None: none
+        # were being waited for).
+        self.left_running = None
+
+    def check(self, jobs=()):
+        """Fail before a run folder exists when Slurm cannot be used or
+        rejects what the jobs would ask for (`sbatch --test-only`: a
+        partition, account, QOS or resources it refuses)."""
+        for name in ("sbatch", "scontrol", "scancel"):
+            client.command(name)
+        if self.options.gpu_freq:
+            # Slurm sets the clocks; a cell that sets them too would fight
+            # it (and cannot, in a container).
+            policies = sorted({j.placement.clock_policy for j in jobs
+                               if j.placement.clock_policy != "observe"})
+            if policies:
+                raise UserError(f"--gpu-freq: Slurm sets the GPU clocks, so "
+                                f"cells must only observe them; give "
+                                f"--clock-policy observe (cells ask for "
+                                f"{', '.join(policies)})")
+        submit.test_only(self.options, jobs)
+
+    def execute(self, context):
+        """Submit the jobs that need running (adopting tasks still in
+        Slurm from an earlier submission), then wait for them unless told
+        not to."""
+        self.check()
+        finished, to_submit, waiting = self._sort(context)
+        if to_submit:
+            self._submit(context, to_submit)
+            waiting += to_submit
+        if len(waiting) > len(to_submit):
+            context.events.log(
+                f"{len(waiting) - len(to_submit)} job(s) still in Slurm "
+                f"from an earlier submission: waiting for them")
+        context.save()
+        if not waiting:
+            return "complete"
+        if not self.wait:
+            return "submitted"
+        watch = Watch(context, {j.id: j for j in waiting}, finished,
+                      self.poll_s)
+        try:
+            watch.wait()
+        except KeyboardInterrupt:
+            self.left_running = watch.interrupted(self.confirm)
+            raise
+        return "complete"
+
+    def _sort(self, context):
+        """(jobs ended already, jobs to submit, jobs whose tasks are still
+        in Slurm); a job that cannot run ends here at once."""
+        by_id = context.entries()
+        total = len(context.jobs)
+        finished = 0
+        live = {(e["slurm"]["array_job_id"], e["slurm"]["array_task_id"])
+                for e in context.record["jobs"] if e.get("slurm")}
+        known = client.states(sorted({a for a, _ in live}))
+        to_submit, waiting = [], []
+        for job in context.jobs:
+            entry = by_id[job.id]
+            if job.id not in context.done:
+                result = context.cannot_run(job)
+                if result is None:
+                    block = entry.get("slurm")
+                    task = known.get((block["array_job_id"],
+                                      block["array_task_id"])) \
+                        if block else None
+                    # Still queued or running: adopt it.
+                    (waiting if task is not None and task.state in
+                     client.ACTIVE else to_submit).append(job)
+                    continue
+                writer.end_entry(entry, result)
+                entry.pop("slurm", None)
+            finished += 1
+            context.events.finish(finished, total, job, entry)
+        return finished, to_submit, waiting
+
+    def _submit(self, context, jobs):
+        for job in jobs:
+            context.prepare(job)
+        blocks = submit.submit(self.options, self.runtime_options, jobs,
+                               context.runtime.name, context.run_dir,
+                               context.record)
+        by_id = context.entries()
+        for job in jobs:
+            by_id[job.id].update(runfolder.new_entry(job),
+                                 slurm=blocks[job.id])
+        ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
+        context.events.log(f"submitted {len(jobs)} job(s) to Slurm as "
+                           f"array job(s) {', '.join(ids)}")
+
+    def stopped(self):
+        left = self.left_running
+        if left:
+            return f"Slurm job(s) {', '.join(left)} left queued or running"
+        return "its queued and running Slurm tasks were cancelled"
