@@ -18,16 +18,27 @@ class JobKind:
     harness_command = None
     # the key under which the spec goes into the spec file
     spec_key = None
-    # the Invoke task that makes such runs, and the `latest` pointer it moves
-    task = None
+    # the `latest` pointer its runs move
     latest = None
-    # how a person calls such a run, in messages ("no convergence run ...")
-    label = None
+
+    @property
+    def task(self):
+        """The Invoke task that makes such runs: named after the kind."""
+        return self.name
+
+    @property
+    def label(self):
+        """How a person calls such a run, in messages ("no convergence
+        run ...")."""
+        return self.name
+
+    # the fields later versions added, as runs before them had them
+    defaults = {}
 
     def with_defaults(self, spec):
         """`spec` with the fields that later versions added filled in with
         what runs before them did."""
-        raise NotImplementedError
+        return dict(self.defaults, **spec)
 
     def expected_cell(self, spec):
         """The fields of a result's `cell` that a job of `spec` decides."""
@@ -56,14 +67,10 @@ class BenchKind(JobKind):
     name = "bench"
     harness_command = "run"
     spec_key = "cell"
-    task = "bench"
     latest = "latest"
-    label = "bench"
-
-    def with_defaults(self, spec):
-        # A cell written before precision and compile were fields ran the
-        # frameworks' defaults, which is what those fields now say.
-        return dict(CELL_DEFAULTS, **spec)
+    # A cell written before precision and compile were fields ran the
+    # frameworks' defaults, which is what those fields now say.
+    defaults = CELL_DEFAULTS
 
     def expected_cell(self, spec):
         return self.with_defaults(spec)
@@ -81,13 +88,10 @@ class ConvergeKind(JobKind):
     name = "converge"
     harness_command = "converge"
     spec_key = "convergence"
-    task = "converge"
     latest = "latest-converge"
     label = "convergence"
-
-    def with_defaults(self, spec):
-        # A spec written before nodes was a field ran on one node.
-        return dict(CONVERGENCE_DEFAULTS, **spec)
+    # A spec written before nodes was a field ran on one node.
+    defaults = CONVERGENCE_DEFAULTS
 
     def expected_cell(self, spec):
         # The harness derives the cell from the spec; the data and the
