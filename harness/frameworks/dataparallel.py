@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from .. import datasets, networks, resultfile
+from .. import datasets, networks, resultfile, timing
 from ..errors import HarnessError, Terminated
 
 # The folder that holds the harness package: worker processes import it.
@@ -211,6 +211,7 @@ def run_epochs(trainer, plan, train_count, curves=None,
                 loss = trainer.step(batch)
                 now = clock()
                 curves["iteration_s"].append(now - previous)
+                timing.say_when_first(len(curves["iteration_s"]))
                 previous = now
                 local.append(loss)
                 if progress.due(now):
