@@ -8,21 +8,18 @@ against PyTorch's own counter (torch.utils.flop_counter) per network.
 """
 import json
 import subprocess
-import sys
 import types
-from pathlib import Path
 
 import pytest
+import standins
 from probes import run_cell, run_probe
 
 from dlrepro.bench import plan
 from harness import arithmetic, frameworks, networks as nets, peaks, spec
 from harness.errors import HarnessError, Unsupported
 from harness.frameworks import backends
+from paths import INVOKE, ROOT, SCRIPTED
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 
 
 def _python(framework):
@@ -317,37 +314,13 @@ def test_resume_runs_a_cell_again_for_another_precision_or_mode(tmp_path):
 
 # --- MFU on a (faked) GPU ---------------------------------------------------------
 
-BF16_STANDIN = '''"""The real PyTorch backend with `gpu` cells computed on the CPU (there is
-no GPU here; NVML is faked), bf16 autocast included."""
-from harness.frameworks.pytorch import backend as _real
-
-NAME = _real.NAME
-DEVICES = ("cpu", "gpu")
-PRECISIONS = ("default", "bf16")
-effective_threads = _real.effective_threads
-is_out_of_memory = _real.is_out_of_memory
-math_mode = _real.math_mode
-
-
-def versions(device):
-    return _real.versions("cpu")
-
-
-def configure(threads, device, seed):
-    _real.configure(threads, "cpu", seed)
-
-
+# bf16 autocast included.
+BF16_STANDIN = standins.backend_source(
+    "pytorch", declarations='PRECISIONS = ("default", "bf16")\n') + '''\
 def prepare(network, batch_size, device, seed, batch=None, precision=None):
     return _real.prepare(network, batch_size, "cpu", seed, batch,
                          precision=precision)
 '''
-
-DRIVER = ("import sys, importlib\n"
-          "from harness import frameworks\n"
-          "frameworks.load = lambda name, part='backend': "
-          "importlib.import_module('gpu_standin')\n"
-          "from harness.__main__ import main\n"
-          "sys.exit(main(sys.argv[1:]))\n")
 
 
 @pytest.mark.parametrize("precision, peak", [("bf16", "bf16"),
@@ -357,21 +330,11 @@ def test_mfu_is_measured_against_the_peak_of_the_precision(
     import fake_nvml
     env, _ = fake_nvml.child_env(tmp_path, [fake_nvml.ampere_a100()],
                                  path_extra=[ROOT])
-    (tmp_path / "shim" / "gpu_standin.py").write_text(BF16_STANDIN)
+    standins.write(tmp_path / "shim", BF16_STANDIN)
     cell = make_cell(profile="cuda", device="gpu", gpus=1, threads=None,
                      network="alexnet-r", batch_size=4, global_batch_size=4,
                      iterations=2, warmup=1, precision=precision)
-    (tmp_path / "cell.spec.json").write_text(json.dumps(
-        {"cell": cell, "container": None,
-         "clock_state": "cell.clock-state.json"}))
-    proc = subprocess.run(
-        [_python("pytorch"), "-c", DRIVER, "run", "--spec",
-         str(tmp_path / "cell.spec.json"), "--out",
-         str(tmp_path / "cell.json")], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads((tmp_path / "cell.json").read_text())
-    assert result["status"] == "ok", result["error"]
+    result = standins.run(_python("pytorch"), cell, tmp_path, env)
     mfu = result["model"]["mfu"]
     # Default on an A100: PyTorch's cuDNN convolutions may run as TF32.
     assert mfu["precision"] == (peak or "tf32")
