@@ -90,6 +90,18 @@ def run_cell(python, root, folder, cell):
     return json.loads(out.read_text())
 
 
+def valid_and_pinned(result, schema, root):
+    """A CPU cell's result is schema-valid, ok, and from the framework
+    version dockerfiles/matrix.toml pins: its environment block."""
+    jsonschema.validate(result, schema)
+    assert result["status"] == "ok", result["error"]
+    env = result["environment"]
+    pins = (root / "dockerfiles" / "matrix.toml").read_text()
+    assert 'framework_version = "{}"'.format(env["framework_version"]) in pins
+    assert env["cuda"] is None and env["cudnn"] is None
+    return env
+
+
 def one_thread_cell(python, root, folder, cell, schema):
     """`cell` (one thread) run by the harness in `python`: its result,
     schema-valid, ok, and one thread really used (process CPU time over

@@ -108,12 +108,7 @@ def one_thread_result(make_cell, mxnet_python, root, tmp_path_factory):
 
 def test_cell_result_is_valid_and_complete(one_thread_result, schema, root):
     result = one_thread_result
-    jsonschema.validate(result, schema)
-    assert result["status"] == "ok", result["error"]
-    env = result["environment"]
-    pins = (root / "dockerfiles" / "matrix.toml").read_text()
-    assert 'framework_version = "{}"'.format(env["framework_version"]) in pins
-    assert env["cuda"] is None and env["cudnn"] is None
+    env = probes.valid_and_pinned(result, schema, root)
     assert env["framework_build"]["CUDA"] is False
     network = nets.get("alexnet-r")
     assert result["model"]["framework_parameters"] == \
