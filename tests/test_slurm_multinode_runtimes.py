@@ -174,7 +174,8 @@ def test_a_node_killed_in_its_container_ends_the_job_and_leaves_none(
             every=0.2, what="n2's harness")
         # Iterations under way (ps-lite is up: a step needs both nodes).
         waits.wait_for(lambda: proc.poll() is None and waits.said_first_timed(
-            *Path(tmp_path).glob("*/**/*.log")), what="a timed iteration")
+            *Path(tmp_path).glob("*/**/*.log")), 300,
+            what="a timed iteration")
         for pid in harness:
             os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
