@@ -1,7 +1,8 @@
-"""GPU stand-ins: a framework's real backend with `gpu` cells computed on
-the CPU (there is no GPU here; NVML is faked), written as the module
-`gpu_standin` beside the fake pynvml, and the interpreter command line
-(`python -c DRIVER run ...`) that runs the harness with it."""
+"""GPU stand-ins (a test's module text: a framework's real backend with
+`gpu` cells computed on the CPU; there is no GPU here and NVML is faked),
+written as the module `gpu_standin` beside the fake pynvml, and the
+interpreter command line (`python -c DRIVER run ...`) that runs the
+harness with it."""
 
 import json
 import subprocess
@@ -14,24 +15,6 @@ DRIVER = ("import sys, importlib\n"
           "importlib.import_module('gpu_standin')\n"
           "from harness.__main__ import main\n"
           "sys.exit(main(sys.argv[1:]))\n")
-
-
-def backend_source(framework, declarations="", imports=""):
-    """The stand-in module's text up to its `prepare`, which the caller
-    appends: `imports` first, `declarations` (PRECISIONS = ...) after
-    DEVICES."""
-    return (f"{imports}from harness.frameworks.{framework} import backend "
-            "as _real\n\n"
-            "NAME = _real.NAME\n"
-            'DEVICES = ("cpu", "gpu")\n'
-            f"{declarations}"
-            "effective_threads = _real.effective_threads\n"
-            "is_out_of_memory = _real.is_out_of_memory\n"
-            "math_mode = _real.math_mode\n\n\n"
-            "def versions(device):\n"
-            '    return _real.versions("cpu")\n\n\n'
-            "def configure(threads, device, seed):\n"
-            '    _real.configure(threads, "cpu", seed)\n\n\n')
 
 
 def write(shim, source):
