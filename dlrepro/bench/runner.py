@@ -1,9 +1,26 @@
 """`invoke bench`: suite + flags -> jobs -> the job pipeline -> a run
 folder."""
-from dlrepro import hostinfo
+from dlrepro import hostinfo, matrix as matrix_mod
 from dlrepro.bench import plan as plan_mod, suites
 from dlrepro.errors import NoUsableResult, UserError
 from dlrepro.run import pipeline, runfolder
+
+
+def select_frameworks(m, frameworks, all_frameworks):
+    if all_frameworks and frameworks:
+        raise UserError("give --framework or --all, not both")
+    if all_frameworks:
+        return tuple(matrix_mod.frameworks(m))
+    if not frameworks:
+        raise UserError("choose frameworks: --framework NAME (repeatable) or "
+                        "--all; valid frameworks: "
+                        f"{', '.join(matrix_mod.frameworks(m))}")
+    names = []
+    for value in frameworks:
+        for name in value.split(","):
+            matrix_mod.profiles(m, name)  # raises with the valid names
+            names.append(name)
+    return tuple(dict.fromkeys(names))
 
 
 def current_host():
