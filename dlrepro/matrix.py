@@ -5,7 +5,6 @@ import tomllib
 
 from dlrepro import ROOT
 from dlrepro.errors import UserError
-from dlrepro.images.pylock import check_pinned
 
 MATRIX_PATH = ROOT / "dockerfiles" / "matrix.toml"
 LOCKS_DIR = ROOT / "dockerfiles" / "requirements"
@@ -28,6 +27,17 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FINGERPRINT = re.compile(r"^[0-9A-F]{40}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
+# `name==version`, extras allowed: the one pin the matrix and the locks
+# accept (here, below images, so that images.pylock reads it from the matrix
+# and not the other way round).
+PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)")
+
+
+def check_pinned(requirement, where):
+    """`requirement` must be `name==version`; anything looser is an error."""
+    if not PIN.match(requirement.strip()):
+        raise UserError(f"{where}: {requirement!r} is not pinned; write "
+                        f"name==version")
 
 
 def load(path=MATRIX_PATH):

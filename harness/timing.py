@@ -1,6 +1,21 @@
 """The timing loop: raw seconds and losses per iteration, nothing else."""
 import math
+import sys
 import time
+
+# Said on stderr (the job's log) once one timed iteration is done: from then
+# on a run cut short keeps a measured iteration. Tests wait for this line
+# instead of sleeping for a time that is too long on a fast machine and too
+# short on a loaded one.
+FIRST_TIMED = "timing: the first timed iteration is done"
+
+
+def say_when_first(timed_count):
+    """FIRST_TIMED on stderr when `timed_count`, the timed iterations done
+    so far, is 1."""
+    if timed_count == 1:
+        sys.stderr.write(FIRST_TIMED + "\n")
+        sys.stderr.flush()
 
 
 class Series(object):
@@ -44,6 +59,7 @@ def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
             else:
                 series.times.append(now - previous)
                 series.losses.append(loss)
+                say_when_first(len(series.times))
             previous = now
             if i == warmup - 1:
                 cpu_start = cpu_clock()

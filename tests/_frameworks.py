@@ -27,3 +27,8 @@ def framework_python():
                                           log=lambda message: None)
         return made[framework]
     return python
+
+
+@pytest.fixture(scope="session")
+def jax_python(framework_python):
+    return str(framework_python("jax"))

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from dockerenv import cntk_image_or_skip
 from harness.frameworks.dataparallel import PROGRESS_ENV
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = ROOT / "build" / "test-pythons" / "cntk-cpu"
 PYTHON_IN_IMAGE = "/opt/venv/bin/python"
 # What the tests' subprocesses are given besides their arguments.

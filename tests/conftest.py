@@ -1,20 +1,32 @@
 """Shared fixtures. Framework tests run in the framework's own venv
 (.venvs/<framework>-cpu), created on demand from the same lock file the
 CPU image uses, so the host environment never imports a framework."""
+import json
 import sys
-from pathlib import Path
 
 import pytest
 
 import processes
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# Fixtures every module may ask for by name, without importing them
+# (dockerenv first: the others import it, and a plugin is rewritten for
+# pytest's asserts only when it is first imported as one).
+pytest_plugins = ["dockerenv", "_frameworks", "disks", "memcgroup",
+                  "runtimeenv"]
 
 
 @pytest.fixture(scope="session")
 def root():
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def schema():
+    """The result file's JSON Schema."""
+    return json.loads((ROOT / "harness" / "result.schema.json").read_text())
 
 
 # A valid cell: one-thread CPU PyTorch training fcn-r on synthetic data.

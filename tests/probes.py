@@ -11,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import layer_reference as ref
 import pytest
 
@@ -50,6 +51,24 @@ def loaded_after_import(root, module, watched):
     return json.loads(proc.stdout.strip().replace("'", '"'))
 
 
+def assert_initialized(param, kind, value):
+    """A parameter as an init probe reports it (network, name, shape, min,
+    max, std) is as expected: all `value` ("constant"), or within
+    +-`value` with a uniform's spread where it is large ("uniform")."""
+    where = "{} {}".format(param["network"], param["name"])
+    if kind == "constant":
+        assert param["min"] == param["max"] == value, where
+        return
+    assert -value <= param["min"] and param["max"] <= value, where
+    size = 1
+    for d in param["shape"]:
+        size *= d
+    if size >= 20000:
+        # uniform(-a, a) has standard deviation a / sqrt(3)
+        assert param["std"] == pytest.approx(value / math.sqrt(3),
+                                             rel=0.03), where
+
+
 def run_probe(python, root, code, *args):
     env = dict(os.environ, PYTHONPATH=str(root))
     proc = subprocess.run([python, "-s", "-c", textwrap.dedent(code)]
@@ -69,6 +88,30 @@ def run_cell(python, root, folder, cell):
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+def valid_and_pinned(result, schema, root):
+    """A CPU cell's result is schema-valid, ok, and from the framework
+    version dockerfiles/matrix.toml pins: its environment block."""
+    jsonschema.validate(result, schema)
+    assert result["status"] == "ok", result["error"]
+    env = result["environment"]
+    pins = (root / "dockerfiles" / "matrix.toml").read_text()
+    assert 'framework_version = "{}"'.format(env["framework_version"]) in pins
+    assert env["cuda"] is None and env["cudnn"] is None
+    return env
+
+
+def one_thread_cell(python, root, folder, cell, schema):
+    """`cell` (one thread) run by the harness in `python`: its result,
+    schema-valid, ok, and one thread really used (process CPU time over
+    wall time)."""
+    result = run_cell(python, root, folder, cell)
+    jsonschema.validate(result, schema)
+    assert result["status"] == "ok", result["error"]
+    assert result["environment"]["threads"]["framework"] == 1
+    assert result["timing"]["cpu_utilization"] < 1.3
+    return result
 
 
 def networks_probe(framework):

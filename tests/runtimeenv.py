@@ -9,19 +9,25 @@ DLREPRO_REQUIRE_RUNTIMES set (CI sets it) they fail instead.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
+import jsonschema
 import pytest
 
 import processes
+import waits
 from dlrepro import ROOT, matrix
 from dlrepro.run import pipeline, runfolder
 from dlrepro.bench import plan
 from dlrepro.images import build as images, charliecloud as ch_images
 
 from dockerenv import BASE_OVERRIDES, PREFIX, engine_or_skip, base_or_skip
+from harness import resultfile
+from harness.provenance import harness_digest
 
 FRAMEWORK = "mxnet"
 # Charliecloud's conversions of the test image: converted once per image ID
@@ -29,6 +35,7 @@ FRAMEWORK = "mxnet"
 # from a user's build/charliecloud.
 IMAGES = ROOT / "build" / "charliecloud-test"
 INVOKE = [sys.executable, "-m", "invoke"]
+SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 
 
 def binary_or_skip(name):
@@ -123,3 +130,62 @@ def run_pipeline(rt, jobs, out):
     run_dir = pipeline.start(run, rt, matrix.load())
     _record, pairs = runfolder.load_run(run_dir)
     return run_dir, {e["id"]: (e, r) for e, r in pairs}
+
+
+def run_one(rt, job, out):
+    """`job` run through the pipeline: (run folder, run.json entry, result),
+    the entry ok and the result schema-valid, from this harness."""
+    run_dir, found = run_pipeline(rt, [job], out)
+    entry, result = found[job.id]
+    assert entry["status"] == "ok", entry["message"]
+    jsonschema.validate(result, SCHEMA)
+    assert result["environment"]["harness_digest"] == harness_digest()
+    return run_dir, entry, result
+
+
+def shapes_under(runtimes, out):
+    """{name: (the result's shape, its run.json entry's, the image ID)} of
+    one cell run under each of `runtimes` ({name: runtime})."""
+    shapes = {}
+    for name, rt in runtimes.items():
+        job = make_job(make_cell(name), name)
+        _run_dir, entry, result = run_one(rt, job, out / name)
+        container = result["environment"].pop("container")
+        shapes[name] = (shape(result), shape(entry), container["image_id"])
+    return shapes
+
+
+def ran(rt, job, run_dir, seconds=300):
+    """`job` started as the pipeline starts it, run to its end (exit status
+    0) and cleaned up after: its result."""
+    _launch, proc, log = start(rt, job, run_dir)
+    try:
+        assert proc.wait(timeout=seconds) == 0, log.read_text()
+    finally:
+        rt.cleanup(job, run_dir)
+    return resultfile.load(run_dir / f"{job.id}.json")
+
+
+def stopped_mid_loop(rt, job, run_dir):
+    """Start `job`, a cell of far more iterations than ever run (fcn-r at
+    batch 16 takes milliseconds each), and once it has timed one stop it
+    as the executor does on a timeout: by the launch's stop where it has
+    one, else by SIGTERM to the process. Checks that the result kept what
+    was measured; returns (exit status, the log's text, the post-mortem
+    or None)."""
+    launch, proc, log = start(rt, job, run_dir)
+    try:
+        waits.first_timed_iteration(log, proc)
+        if launch.stop is None:
+            proc.send_signal(signal.SIGTERM)
+        else:
+            launch.stop()
+        status = proc.wait(timeout=60)
+        death = launch.post_mortem() if launch.stop else None
+    finally:
+        rt.cleanup(job, run_dir)
+    result = resultfile.load(run_dir / f"{job.id}.json")
+    assert result["error"]["type"] == "Terminated"
+    assert 0 < len(result["timing"]["per_iteration_s"]) < \
+        job.spec["iterations"]
+    return status, log.read_text(), death

@@ -12,15 +12,12 @@ tests, as for CNTK:
   (DLREPRO_REQUIRE_DOCKER).
 """
 import ast
-import json
 from pathlib import Path
 
 import caffeenv
-from dockerenv import caffe_image  # noqa: F401 (a fixture)
-import jsonschema
 import probes
 import pytest
-from probes import run_cell, run_probe
+from probes import run_probe
 
 from harness import networks as nets
 from harness.frameworks.caffe import backend
@@ -173,19 +170,14 @@ def test_caffe_version_packages_and_the_blas_it_loaded(caffe_python, root):
     assert (info["cuda"], info["cudnn"], info["nccl"]) == (None, None, None)
 
 
-def test_caffe_cell_is_valid_and_one_thread_is_really_used(make_cell,
-                                                           caffe_python, root,
-                                                           tmp_path):
+def test_caffe_cell_is_valid_and_one_thread_is_really_used(
+        make_cell, caffe_python, root, tmp_path, schema):
     cell = make_cell({"framework": "caffe", "network": "fcn-r",
                       "dataset": "mnist", "batch_size": 64,
                       "global_batch_size": 64, "iterations": 8})
-    result = run_cell(caffe_python, root, tmp_path, cell)
-    schema = json.loads((root / "harness" / "result.schema.json").read_text())
-    jsonschema.validate(result, schema)
-    assert result["status"] == "ok", result["error"]
-    assert result["environment"]["threads"]["framework"] == 1
+    result = probes.one_thread_cell(caffe_python, root, tmp_path, cell,
+                                    schema)
     assert result["environment"]["framework_build"]["blas"] == "OpenBLAS"
-    assert result["timing"]["cpu_utilization"] < 1.3
 
 
 # --- the profiles ----------------------------------------------------------------

@@ -12,15 +12,13 @@ machines have only in the CNTK image. Two groups of tests:
   (DLREPRO_REQUIRE_DOCKER).
 """
 import ast
-import json
 import math
 from pathlib import Path
 
 import cntkenv
-import jsonschema
 import probes
 import pytest
-from probes import run_cell, run_probe
+from probes import run_probe
 
 from harness import networks as nets
 from harness.frameworks.cntk import backend
@@ -304,15 +302,9 @@ def test_cntk_version_is_the_wheels(cntk_python, root):
     assert (info["cuda"], info["cudnn"], info["nccl"]) == (None, None, None)
 
 
-def test_cntk_cell_is_valid_and_one_thread_is_really_used(make_cell,
-                                                          cntk_python, root,
-                                                          tmp_path):
+def test_cntk_cell_is_valid_and_one_thread_is_really_used(
+        make_cell, cntk_python, root, tmp_path, schema):
     cell = make_cell({"framework": "cntk", "network": "alexnet-r",
                       "dataset": "cifar10", "batch_size": 32,
                       "global_batch_size": 32, "iterations": 8})
-    result = run_cell(cntk_python, root, tmp_path, cell)
-    schema = json.loads((root / "harness" / "result.schema.json").read_text())
-    jsonschema.validate(result, schema)
-    assert result["status"] == "ok", result["error"]
-    assert result["environment"]["threads"]["framework"] == 1
-    assert result["timing"]["cpu_utilization"] < 1.3
+    probes.one_thread_cell(cntk_python, root, tmp_path, cell, schema)

@@ -13,16 +13,10 @@ import jsonschema
 import pytest
 
 import probes
-from _frameworks import framework_python  # noqa: F401 (a fixture)
 from probes import run_cell, run_probe
 
 from harness import compat, networks as nets
 from harness.frameworks.jax import backend
-
-
-@pytest.fixture(scope="module")
-def jax_python(framework_python):
-    return str(framework_python("jax"))
 
 
 # --- without JAX ---------------------------------------------------------------
@@ -166,18 +160,7 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
     for param in initial:
         kind, value = _expected_init(param["name"], param["shape"])
         keys.add(param["name"].rsplit("'", 2)[-2])
-        where = "{} {}".format(param["network"], param["name"])
-        if kind == "constant":
-            assert param["min"] == param["max"] == value, where
-            continue
-        assert -value <= param["min"] and param["max"] <= value, where
-        size = 1
-        for d in param["shape"]:
-            size *= d
-        if size >= 20000:
-            # uniform(-a, a) has standard deviation a / sqrt(3)
-            assert param["std"] == pytest.approx(value / math.sqrt(3),
-                                                 rel=0.03), where
+        probes.assert_initialized(param, kind, value)
     # Every kind of parameter and statistic was seen.
     assert keys == {"w", "b", "gamma", "beta", "mean", "var", "table",
                     "w_ih", "w_hh"}
@@ -190,11 +173,6 @@ CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",
 
 
 @pytest.fixture(scope="module")
-def schema(root):
-    return json.loads((root / "harness" / "result.schema.json").read_text())
-
-
-@pytest.fixture(scope="module")
 def one_thread_result(make_cell, jax_python, root, tmp_path_factory):
     return run_cell(jax_python, root, tmp_path_factory.mktemp("cell"),
                     make_cell(CELL))
@@ -202,13 +180,8 @@ def one_thread_result(make_cell, jax_python, root, tmp_path_factory):
 
 def test_cell_result_is_valid_and_complete(one_thread_result, schema, root):
     result = one_thread_result
-    jsonschema.validate(result, schema)
-    assert result["status"] == "ok", result["error"]
-    env = result["environment"]
-    pins = (root / "dockerfiles" / "matrix.toml").read_text()
-    assert 'framework_version = "{}"'.format(env["framework_version"]) in pins
+    env = probes.valid_and_pinned(result, schema, root)
     assert env["jax_backend"] == "cpu"
-    assert env["cuda"] is None and env["cudnn"] is None
     assert result["model"]["framework_parameters"] == \
         nets.parameter_count(nets.get("alexnet-r"))
     assert result["model"]["parameter_note"] is None

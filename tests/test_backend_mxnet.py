@@ -1,12 +1,10 @@
 """The MXNet backend, run for real in .venvs/mxnet-cpu (made on demand from
 the same lock file as the CPU image). Framework code runs in subprocesses of
 that environment's Python; the checks run here."""
-import json
 import math
 
 import jsonschema
 import probes
-from _frameworks import framework_python  # noqa: F401 (a fixture)
 import pytest
 from probes import run_cell, run_probe
 
@@ -93,18 +91,7 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
     assert len(initial) > 20
     for param in initial:
         kind, value = _expected_init(param["name"], param["shape"])
-        where = "{} {}".format(param["network"], param["name"])
-        if kind == "constant":
-            assert param["min"] == param["max"] == value, where
-            continue
-        assert -value <= param["min"] and param["max"] <= value, where
-        size = 1
-        for d in param["shape"]:
-            size *= d
-        if size >= 20000:
-            # uniform(-a, a) has standard deviation a / sqrt(3)
-            assert param["std"] == pytest.approx(value / math.sqrt(3),
-                                                 rel=0.03), where
+        probes.assert_initialized(param, kind, value)
 
 
 # --- cells through the harness entry point -----------------------------------
@@ -119,19 +106,9 @@ def one_thread_result(make_cell, mxnet_python, root, tmp_path_factory):
                     make_cell(CELL))
 
 
-@pytest.fixture(scope="module")
-def schema(root):
-    return json.loads((root / "harness" / "result.schema.json").read_text())
-
-
 def test_cell_result_is_valid_and_complete(one_thread_result, schema, root):
     result = one_thread_result
-    jsonschema.validate(result, schema)
-    assert result["status"] == "ok", result["error"]
-    env = result["environment"]
-    pins = (root / "dockerfiles" / "matrix.toml").read_text()
-    assert 'framework_version = "{}"'.format(env["framework_version"]) in pins
-    assert env["cuda"] is None and env["cudnn"] is None
+    env = probes.valid_and_pinned(result, schema, root)
     assert env["framework_build"]["CUDA"] is False
     network = nets.get("alexnet-r")
     assert result["model"]["framework_parameters"] == \

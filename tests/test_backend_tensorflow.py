@@ -10,7 +10,6 @@ import json
 import math
 import os
 import subprocess
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -20,8 +19,8 @@ from dlrepro.images import envs
 from harness import networks as nets
 from harness.frameworks.tensorflow import backend as tfb
 from harness.errors import HarnessError
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 # --- pure helpers (no TensorFlow) ---------------------------------------------

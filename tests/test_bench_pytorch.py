@@ -4,25 +4,20 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import processes
+import waits
+from paths import INVOKE
 from harness import networks, provenance
-from dlrepro import matrix
-from dlrepro.images import envs
 from dlrepro.run import runfolder as results
-
-INVOKE = str(Path(sys.executable).parent / "invoke")
 
 
 @pytest.fixture(scope="session")
-def pytorch_python():
-    m = matrix.load()
-    return envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"], log=lambda _: None)
+def pytorch_python(framework_python):
+    return framework_python("pytorch")
 
 
 def bench(root, out, *args, timeout=900):
@@ -96,13 +91,14 @@ def test_sigterm_keeps_the_iterations_measured(root, tmp_path, pytorch_python):
                      "warmup": 1, "runtime": "native", "seed": 0,
                      "clock_policy": "observe"}}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
-    out = tmp_path / "r.json"
+    out, log = tmp_path / "r.json", tmp_path / "r.log"
     env = dict(os.environ, PYTHONPATH=str(root))
-    proc = processes.start([str(pytorch_python), "-m", "harness", "run",
-                            "--spec", str(tmp_path / "spec.json"),
-                            "--out", str(out)], cwd=root, env=env,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    time.sleep(15)
+    with open(log, "w") as sink:
+        proc = processes.start([str(pytorch_python), "-m", "harness", "run",
+                                "--spec", str(tmp_path / "spec.json"),
+                                "--out", str(out)], cwd=root, env=env,
+                               stdout=sink, stderr=subprocess.STDOUT)
+    waits.first_timed_iteration(log, proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 143
     result = results.load_result(out)
@@ -119,23 +115,20 @@ def test_killed_sweep_keeps_finished_cells_and_resumes(root, tmp_path,
             "--threads", "1"]
     sweep = processes.start(args, cwd=root, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 300
-    run_dir, done = None, []
-    while time.monotonic() < deadline and not done:
-        time.sleep(0.2)
-        if (tmp_path / "latest").exists():
-            run_dir = (tmp_path / "latest").resolve()
-            record = results.read_run(run_dir)  # atomic: never torn
-            done = [c["id"] for c in record["jobs"] if c["status"] == "ok"]
-    assert done, "no cell finished in time"
+
+    def finished_cells():
+        if not (tmp_path / "latest").exists():
+            return None
+        record = results.read_run(tmp_path / "latest")  # atomic: never torn
+        return [c["id"] for c in record["jobs"] if c["status"] == "ok"]
+    done = waits.wait_for(finished_cells, 300, what="a finished cell")
+    run_dir = (tmp_path / "latest").resolve()
     os.killpg(sweep.pid, signal.SIGKILL)
     sweep.wait()
     # the running cell's harness learns of its parent's death (SIGTERM) and
     # stops, writing the iterations it had measured
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and processes_mentioning(run_dir):
-        time.sleep(0.2)
-    assert processes_mentioning(run_dir) == []
+    waits.wait_for(lambda: not processes_mentioning(run_dir), 60,
+                   what="the harness to stop")
     record = results.read_run(run_dir)
     assert record["status"] == "running"
     statuses = {c["id"]: c["status"] for c in record["jobs"]}

@@ -8,12 +8,8 @@ converted and a missing ch-run.
 """
 import json
 import os
-import signal
 import subprocess
-import time
-from pathlib import Path
 
-import jsonschema
 import pytest
 
 from dlrepro import ROOT, matrix
@@ -22,14 +18,11 @@ from dlrepro.images import podman as podman_images
 from dlrepro.run import pipeline, runfolder
 from dlrepro.run.runtimes import charliecloud as ch_runtime
 from dlrepro.run.runtimes import docker as docker_runtime, get
-from harness import resultfile
-from harness.provenance import harness_digest
 
 from dockerenv import BASE_OVERRIDES, PREFIX
-from runtimeenv import (FRAMEWORK, IMAGES, INVOKE, cli_env, converted,  # noqa: F401 (a fixture)
-                        make_cell, make_job, run_pipeline, shape, start)
+from runtimeenv import (FRAMEWORK, IMAGES, INVOKE, cli_env, make_cell,
+                        make_job, run_one, shapes_under, stopped_mid_loop)
 
-SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 TARGET = (FRAMEWORK, "cpu")
 
 
@@ -47,12 +40,8 @@ def test_a_cell_runs_by_ch_run_and_lands_on_the_host(runtime, converted,
     # The caller's environment stays out of the container.
     monkeypatch.setenv("PYTHONPATH", "/nonexistent/leak")
     job = make_job(make_cell("charliecloud"), "c1")
-    run_dir, found = run_pipeline(runtime, [job], tmp_path)
-    entry, result = found[job.id]
-    assert entry["status"] == "ok", entry["message"]
-    jsonschema.validate(result, SCHEMA)
+    run_dir, _entry, result = run_one(runtime, job, tmp_path)
     env = result["environment"]
-    assert env["harness_digest"] == harness_digest()
     assert env["harness_path"] == ch_runtime.HARNESS_IN_CONTAINER
     assert env["python_executable"] == ch_runtime.PYTHON_IN_CONTAINER
     assert env["cpus_usable"] == 1  # taskset to the cell's one thread
@@ -67,15 +56,8 @@ def test_a_cell_runs_by_ch_run_and_lands_on_the_host(runtime, converted,
 
 
 def test_results_have_the_shape_of_docker_results(runtime, tmp_path):
-    shapes = {}
-    for name in ("docker", "charliecloud"):
-        rt = runtime if name != "docker" else get("docker", name_prefix=PREFIX)
-        job = make_job(make_cell(name), name)
-        _run_dir, found = run_pipeline(rt, [job], tmp_path / name)
-        entry, result = found[job.id]
-        assert entry["status"] == "ok", entry["message"]
-        container = result["environment"].pop("container")
-        shapes[name] = (shape(result), shape(entry), container["image_id"])
+    shapes = shapes_under({"docker": get("docker", name_prefix=PREFIX),
+                           "charliecloud": runtime}, tmp_path)
     assert shapes["docker"] == shapes["charliecloud"]
 
 
@@ -131,17 +113,11 @@ def test_the_harness_is_read_only_and_there_is_no_network_but_loopback(runtime, 
 def test_a_signal_leaves_a_partial_result(runtime, tmp_path):
     """The executor's stop for a runtime without an engine: SIGTERM to the
     process it started, which is the harness itself (every wrapper execs)."""
-    cell = make_cell("charliecloud", iterations=10 ** 7, warmup=0)
-    job = make_job(cell, "long")
-    launch, proc, log = start(runtime, job, tmp_path)
-    assert launch.stop is None
-    time.sleep(15)
-    assert proc.poll() is None, log.read_text()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) != 0
-    result = resultfile.load(tmp_path / f"{job.id}.json")
-    assert result["error"]["type"] == "Terminated"
-    assert 0 < len(result["timing"]["per_iteration_s"]) < cell["iterations"]
+    job = make_job(make_cell("charliecloud", iterations=10 ** 7, warmup=0),
+                   "long")
+    status, log, death = stopped_mid_loop(runtime, job, tmp_path)
+    assert death is None  # no launch.stop: SIGTERM it was
+    assert status != 0, log
 
 
 def test_a_node_without_docker_or_podman_finds_the_image_by_its_lock(

@@ -1,11 +1,9 @@
 """The tasks as a user runs them: one-line errors with exit status 2."""
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from paths import INVOKE, SCRIPTED
 
-INVOKE = str(Path(sys.executable).parent / "invoke")
 
 
 def invoke(root, *args):
@@ -118,7 +116,6 @@ def test_converge_bounds_are_checked_at_planning(root, args, message):
     assert proc.stderr.count("\n") == 1
 
 
-SCRIPTED = str(Path(__file__).resolve().parent / "bin" / "scripted-python")
 
 
 def _fake_bench(root, out, *args, modes=""):

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import jsonschema
@@ -17,12 +16,13 @@ import pytest
 
 import fake_nvml
 import processes
+import standins
+import waits
+from paths import ROOT
 from harness import clocks, resultfile
 from harness.errors import HarnessError
 from harness.nvml import Nvml, device_info
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.join(ROOT, "tests")
 
 
 @functools.lru_cache(maxsize=1)
@@ -376,14 +376,6 @@ def _marking(step, mark, warmup):
     return marked
 '''
 
-DRIVER = ("import sys\n"
-          "import importlib\n"
-          "from harness import frameworks\n"
-          "frameworks.load = lambda name, part='backend': "
-          "importlib.import_module('gpu_standin')\n"
-          "from harness.__main__ import main\n"
-          "sys.exit(main(sys.argv[1:]))\n")
-
 
 def assert_schema_valid(result):
     with open(resultfile.SCHEMA_PATH) as handle:
@@ -402,7 +394,7 @@ def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
     fake NVML (state in a file) as its pynvml. Returns (process, paths)."""
     python = python or torch_python()
     env, state = fake_nvml.child_env(tmp_path, devices, path_extra=[ROOT])
-    (tmp_path / "shim" / "gpu_standin.py").write_text(STANDIN)
+    standins.write(tmp_path / "shim", STANDIN)
     spec = {"cell": cell, "container": None,
             "clock_state": "cell.clock-state.json"}
     if stack is not None:
@@ -414,7 +406,7 @@ def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
     env.update(env_extra or {})
     with open(str(tmp_path / "cell.log"), "w") as log:
         proc = processes.start(
-            [python, "-c", DRIVER, "run", "--spec",
+            [python, "-c", standins.DRIVER, "run", "--spec",
              str(tmp_path / "cell.spec.json"), "--out",
              str(tmp_path / "cell.json")],
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -426,17 +418,14 @@ def start_cell(tmp_path, devices, cell, env_extra=None, stack=None,
 def wait_until_timing(proc, paths, timeout=300):
     """Until the clocks are changed and the timed iterations have run for a
     second (the stand-in says so)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def timing():
         if proc.poll() is not None:
             pytest.fail("the cell ended early:\n" + paths["log"].read_text())
-        if paths["timing"].exists():
-            state = json.loads(paths["state"].read_text())
-            assert state.get("status") == "changed", state
-            return state
-        time.sleep(0.1)
-    pytest.fail("the cell was not timing in time:\n" +
-                paths["log"].read_text())
+        return paths["timing"].exists()
+    waits.wait_for(timing, timeout, what="timing:\n" + str(paths["log"]))
+    state = json.loads(paths["state"].read_text())
+    assert state.get("status") == "changed", state
+    return state
 
 
 @pytest.mark.parametrize("signum,exit_status", [
@@ -591,7 +580,7 @@ def test_cpu_cell_is_unchanged(make_cell, tmp_path):
     proc = subprocess.run(
         [torch_python(), "-m", "harness", "run", "--spec",
          str(tmp_path / "spec.json"), "--out", str(tmp_path / "r.json")],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT),
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "r.json").read_text())

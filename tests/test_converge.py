@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 import processes
-from _frameworks import framework_python  # noqa: F401 (a fixture)
+import waits
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
@@ -30,8 +30,8 @@ from harness import spec as hspec
 from harness import figures, resultfile
 from harness.errors import HarnessError
 from harness.frameworks import dataparallel as common
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # Data parallelism reuses each backend's build_model: a framework is tested
 # here once its backend is in the tree. CNTK trains in its image, under the
 # image's mpirun (tests/cntkenv.py).
@@ -46,11 +46,6 @@ FRAMEWORKS = [f for f in ("pytorch", "tensorflow", "mxnet", "cntk", "jax")
 # loss by 0.05 or more within a few iterations.
 RELATIVE_TOLERANCE = 1e-3
 TRAIN, TEST, BATCH, EPOCHS = 1024, 256, 64, 2
-
-
-@pytest.fixture(scope="module")
-def schema(root):
-    return json.loads((root / "harness" / "result.schema.json").read_text())
 
 
 # --- pure parts -----------------------------------------------------------------
@@ -557,7 +552,7 @@ class TimeoutInTraining(LocalEngine):
         deadline = time.monotonic() + timeout_s
         curves = None
         while time.monotonic() < deadline and proc.poll() is None:
-            curves = curves or _named_curves(self.log_path)
+            curves = curves or waits.launched_curves(self.log_path)
             if curves and _iterations_written(curves) >= 2:
                 break
             time.sleep(0.1)
@@ -612,33 +607,10 @@ def _running(needle):
 
 def _gone(needle, limit_s):
     """Whether no process's command line holds `needle` within limit_s."""
-    deadline = time.monotonic() + limit_s
-    while _running(needle):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
-
-
-def _named_curves(log_path):
-    """The workers' curves file, once the harness's log names it (the
-    `--out CURVES` of its launch line); else None."""
-    text = log_path.read_text() if log_path.exists() else ""
-    if "launching: " in text and " --out " in text:
-        return Path(text.split("launching: ", 1)[1].split(
-            " --out ", 1)[1].split()[0])
-    return None
-
-
-def _launched_curves(log_path, limit_s=300):
-    """The workers' curves file, once the harness's log names it."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        curves = _named_curves(log_path)
-        if curves:
-            return curves
-        time.sleep(0.1)
-    raise AssertionError("no launch line: " + log_path.read_text())
+    try:
+        return waits.wait_for(lambda: not _running(needle), limit_s, 0.2)
+    except AssertionError:
+        return False
 
 
 def _under_way(seen, per_epoch):
@@ -678,12 +650,13 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
             env=dict(os.environ, PYTHONPATH=str(root),
                      **{common.PROGRESS_ENV: "0"}))
     try:
-        curves = _launched_curves(log_path)
-        deadline = time.monotonic() + 1200
-        while not _under_way(common.read_partial(curves), per_epoch):
+        curves = waits.wait_for(lambda: waits.launched_curves(log_path),
+                                300, what="the launch line")
+
+        def under_way():
             assert harness.poll() is None, log_path.read_text()
-            assert time.monotonic() < deadline, common.read_partial(curves)
-            time.sleep(0.1)
+            return _under_way(common.read_partial(curves), per_epoch)
+        waits.wait_for(under_way, 1200, what=f"epoch 2 under way in {curves}")
         harness.send_signal(signal.SIGTERM)
         status = harness.wait(120)
     finally:
@@ -736,28 +709,17 @@ def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
              str(tmp_path / "out.json")], cwd=root, stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONPATH=str(root)))
+    def workers_up():
+        text = waits.text_of(log_path)
+        plan = text.split("--plan ", 1)[1].split()[0] \
+            if "--plan " in text else None
+        return plan if plan and len(_running(plan)) >= 2 else None
     try:
-        plan = None
-        for _ in range(600):
-            text = log_path.read_text()
-            if "--plan " in text:
-                plan = text.split("--plan ", 1)[1].split()[0]
-                workers = subprocess.run(["pgrep", "-f", plan],
-                                         capture_output=True, text=True)
-                if len(workers.stdout.split()) >= 2:  # the workers are up
-                    break
-            time.sleep(0.1)
-        assert plan, text
+        plan = waits.wait_for(workers_up, 300, what="two workers")
     finally:
         harness.send_signal(signal.SIGKILL)
         harness.wait()
-    for _ in range(100):
-        left = subprocess.run(["pgrep", "-f", plan], capture_output=True,
-                              text=True).stdout.split()
-        if not left:
-            break
-        time.sleep(0.2)
-    assert left == []
+    assert _gone(plan, 20), _running(plan)
 
 
 class Recorder(conv.pipeline.Events):

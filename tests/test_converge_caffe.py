@@ -4,7 +4,6 @@ through dlrepro.converge.runner, and two workers on the CPU are refused as
 `unsupported`, saying why (Caffe 1.0's data parallelism is multi-GPU only).
 tests/test_converge.py compares 1 and 2 workers for the frameworks that
 have CPU data parallelism."""
-import json
 import math
 
 import caffeenv
@@ -31,11 +30,6 @@ def trained(tmp_path_factory):
     _run_dir, results = conv.run(jobs, tmp_path_factory.mktemp("results"),
                                  runtime)
     return results
-
-
-@pytest.fixture(scope="module")
-def schema(root):
-    return json.loads((root / "harness" / "result.schema.json").read_text())
 
 
 def test_one_worker_trains_with_the_solver_and_the_loss_falls(trained,

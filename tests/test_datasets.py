@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.converge import datasets as dd
 from dlrepro.errors import UserError
 from harness import datasets as hd

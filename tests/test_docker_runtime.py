@@ -21,9 +21,7 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -31,6 +29,9 @@ import jsonschema
 import pytest
 
 import processes
+import waits
+from paths import INVOKE
+from runtimeenv import ran, stopped_mid_loop
 from dlrepro import ROOT, matrix
 from dlrepro.bench import plan
 from dlrepro.errors import UserError
@@ -39,12 +40,10 @@ from dlrepro.run.runtimes import docker as docker_runtime, get, harness_args
 from harness import resultfile
 from harness.provenance import harness_digest
 
-from dockerenv import (BASE_OVERRIDES, BIONIC_IMAGE, PREFIX,  # noqa: F401
-                       PYTHON_SLIM, UBUNTU_1804, caffe_image, cntk_image,
-                       cpu_images, docker_client, test_base)
+from dockerenv import (BASE_OVERRIDES, BIONIC_IMAGE, PREFIX, PYTHON_SLIM,
+                       UBUNTU_1804)
 
 SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
-INVOKE = str(Path(sys.executable).parent / "invoke")
 
 
 def make_cell(framework, network="fcn-r", batch=16, iterations=3, threads=1,
@@ -101,19 +100,6 @@ def cntk_runtime(cntk_image, monkeypatch):
     return rt
 
 
-def start(rt, job, run_dir):
-    """Write the spec and start the job as the pipeline does; returns
-    (launch, process, log path)."""
-    spec = {"cell": job.spec, "container": rt.describe(job.placement.target)}
-    (run_dir / f"{job.id}.spec.json").write_text(json.dumps(spec))
-    launch = rt.launch(job, run_dir)
-    log = run_dir / f"{job.id}.log"
-    with open(log, "w") as out:
-        proc = processes.start(launch.argv, cwd=launch.cwd, env=launch.env,
-                               stdout=out, stderr=subprocess.STDOUT)
-    return launch, proc, log
-
-
 def run_pipeline(rt, jobs, out, resume=False):
     """pipeline.start as `invoke bench` calls it; (run folder, entries by
     id, results by id)."""
@@ -133,17 +119,17 @@ def containers(name_part):
     return proc.stdout.split()
 
 
-def wait_for_running(name_part, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        proc = subprocess.run(["docker", "ps", "--filter", f"name={name_part}",
-                               "--filter", "status=running", "--format",
-                               "{{.Names}}"], capture_output=True, text=True)
-        if proc.stdout.split():
-            return proc.stdout.split()[0]
-        time.sleep(0.2)
-    raise AssertionError(f"no running container named *{name_part}* within "
-                         f"{timeout} s")
+def running_container(name_part):
+    """The name of a running container whose name holds `name_part`."""
+    proc = subprocess.run(["docker", "ps", "--filter", f"name={name_part}",
+                           "--filter", "status=running", "--format",
+                           "{{.Names}}"], capture_output=True, text=True)
+    return next(iter(proc.stdout.split()), None)
+
+
+def wait_for_running(name_part, seconds=120):
+    return waits.wait_for(lambda: running_container(name_part), seconds,
+                          every=0.2, what=f"a container named *{name_part}*")
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet",
@@ -167,15 +153,9 @@ def test_a_cell_runs_in_its_image_and_lands_on_the_host(
         tmp_path.chmod(0o777)
     cell = make_cell(framework)
     job = make_job(cell, unique("c1"))
-    launch, proc, log = start(runtime, job, tmp_path)
-    try:
-        assert proc.wait(timeout=300) == 0, log.read_text()
-    finally:
-        runtime.cleanup(job, tmp_path)
-    result_path = tmp_path / f"{job.id}.json"
-    result = resultfile.load(result_path)
+    result = ran(runtime, job, tmp_path)
     jsonschema.validate(result, SCHEMA)
-    assert result_path.stat().st_uid == owner
+    assert (tmp_path / f"{job.id}.json").stat().st_uid == owner
     env = result["environment"]
     # The harness that ran is the repository's, mounted read-only.
     assert env["harness_digest"] == harness_digest()
@@ -212,12 +192,7 @@ def test_torch_compile_builds_its_kernels_in_the_pytorch_image(runtime,
     cell = dict(make_cell("pytorch", iterations=1), precision="bf16",
                 compile="default")
     job = make_job(cell, unique("tc"))
-    _launch, proc, log = start(runtime, job, tmp_path)
-    try:
-        assert proc.wait(timeout=300) == 0, log.read_text()
-    finally:
-        runtime.cleanup(job, tmp_path)
-    result = resultfile.load(tmp_path / f"{job.id}.json")
+    result = ran(runtime, job, tmp_path)
     assert result["status"] == "ok", (
         f"{result['error']} (a stand-in base without Python.h: rerun "
         f".ci/base-image.sh)")
@@ -229,23 +204,12 @@ def test_torch_compile_builds_its_kernels_in_the_pytorch_image(runtime,
 
 
 def test_stop_on_timeout_leaves_a_partial_result(cntk_runtime, tmp_path):
-    # Far more iterations than fit in the wait below (fcn-r at batch 16 takes
-    # milliseconds per iteration): the cell is always stopped mid-loop.
     cell = make_cell("cntk", network="fcn-r", iterations=10 ** 7, warmup=0)
     job = make_job(cell, unique("long"))
-    launch, proc, log = start(cntk_runtime, job, tmp_path)
-    try:
-        time.sleep(20)
-        assert proc.poll() is None, log.read_text()
-        launch.stop()  # docker stop: SIGTERM, then SIGKILL after 10 s
-        assert proc.wait(timeout=60) == 143, log.read_text()
-        death = launch.post_mortem()
-        assert death.oom is False and "status 143" in death.detail
-    finally:
-        cntk_runtime.cleanup(job, tmp_path)
-    result = resultfile.load(tmp_path / f"{job.id}.json")
-    assert result["error"]["type"] == "Terminated"
-    assert 0 < len(result["timing"]["per_iteration_s"]) < cell["iterations"]
+    # docker stop: SIGTERM, then SIGKILL after 10 s
+    status, log, death = stopped_mid_loop(cntk_runtime, job, tmp_path)
+    assert status == 143, log
+    assert death.oom is False and "status 143" in death.detail
     assert not containers(docker_runtime.container_name(tmp_path, job.id))
 
 
@@ -517,14 +481,14 @@ def test_ctrl_c_stops_the_container_and_says_how_to_resume(cntk_image, root,
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (tmp_path / "latest").exists():
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        waits.wait_for(lambda: (tmp_path / "latest").exists()
+                       or proc.poll() is not None, what="a run folder")
+        assert proc.poll() is None, proc.communicate()
         run_dir = (tmp_path / "latest").resolve()
         name = wait_for_running(docker_runtime.container_name(run_dir, ""))
-        time.sleep(3)  # the harness is under way
+        log = waits.wait_for(lambda: next(run_dir.glob("*.log"), None),
+                             what="the job's log")
+        waits.first_timed_iteration(log, proc)
         os.kill(proc.pid, signal.SIGINT)  # what Ctrl-C sends
         out, err = proc.communicate(timeout=120)
     finally:

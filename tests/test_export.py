@@ -2,14 +2,10 @@
 import csv
 import sqlite3
 import subprocess
-import sys
-from pathlib import Path
 
-from test_faults import fill, small_disk  # noqa: F401 (a fixture)
+from disks import fill
+from paths import INVOKE, ROOT, SCRIPTED
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 
 
 def invoke(*args, modes=""):

@@ -8,7 +8,7 @@ import sys
 
 from harness import fatbin
 
-from conftest import ROOT
+from paths import ROOT
 
 GOLDEN = ROOT / "tests" / "golden" / "fatbin" / "kernels-sm75-sm90-ptx90.o"
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,13 +15,10 @@ import pytest
 import fake_harness
 import memcgroup
 import processes
-from _frameworks import framework_python  # noqa: F401 (a fixture)
-from memcgroup import memory_cgroup  # noqa: F401 (a fixture)
 from dlrepro.run import runfolder
+from paths import INVOKE, ROOT, SCRIPTED
+from waits import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
          "--threads", "1"]
@@ -47,16 +43,6 @@ def bench(out, *networks, modes="", extra=()):
     args = BENCH + ["--out", str(out)] + [a for n in networks
                                           for a in ("--network", n)]
     return invoke(*args, *extra, modes=modes)
-
-
-def wait_for(predicate, seconds=60):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 def harness_pids(run_dir):
@@ -153,32 +139,6 @@ def test_a_kill_after_a_result_keeps_it_for_report_and_resume(tmp_path):
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
     assert started_at(run_dir, "fcn5") == before
     assert statuses(run_dir) == {"fcn5": "ok", "fcn8": "ok"}
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """A real filesystem that fills up: a 4 MiB tmpfs (needs root)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs",
-                           str(mount)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot mount a tmpfs in CI: {proc.stderr}")
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def fill(folder):
-    """Write into `folder` until its disk is full."""
-    with open(folder / "filler", "wb") as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 65536)
-                handle.flush()
-        except OSError:
-            pass
 
 
 def test_a_full_disk_is_one_line_and_resume_keeps_what_was_measured(small_disk):

@@ -2,22 +2,19 @@
 gpu-restore`): after a SIGKILL the state file on disk is all that is left,
 and it must be enough."""
 import json
-import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
 import fake_nvml
+from paths import INVOKE, ROOT
 from dlrepro.run import gpu_restore
 from dlrepro.errors import UserError
 from harness import clocks
 from harness.nvml import Nvml, device_info
-from test_clocks import GPU_CELL, TESTS, start_cell, wait_until_timing
+from test_clocks import GPU_CELL, start_cell, wait_until_timing
 
-ROOT = os.path.dirname(TESTS)
-INVOKE = os.path.join(os.path.dirname(sys.executable), "invoke")
 
 
 def test_sigkill_leaves_a_record_the_host_restores(make_cell, tmp_path):

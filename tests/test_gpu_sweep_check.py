@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import fake_nvml
-from _frameworks import framework_python  # noqa: F401 (a fixture)
-from conftest import ROOT
+from paths import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "gpu_sweep_check.py"
 

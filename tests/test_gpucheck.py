@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from conftest import ROOT
+from paths import ROOT
 
 from dlrepro import matrix
 from dlrepro.images import gpucheck
 
 from dlrepro.images import build as images
-from dockerenv import PREFIX, cntk_image, docker_client, test_base  # noqa: F401 fixtures
+from dockerenv import PREFIX
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,14 @@ first in the matrix's order that the compatibility gate admits on the GPUs
 found, across GPU generations (the fake NVML stands in for the GPUs)."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import fake_nvml
 from dlrepro import hostinfo, matrix
 from dlrepro.bench import gpuprofile, plan, suites
+from paths import INVOKE, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
 FRAMEWORKS = ("pytorch", "tensorflow", "jax", "mxnet", "cntk", "caffe")
 # The last driver of each generation's era that the fake machine runs
 # (Kepler's branch ended at 470).

@@ -17,19 +17,14 @@ import json
 import os
 import random
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, select, text
 
-from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.history import machines, schema, steps
 from test_html_report import drawn, headless
+from paths import INVOKE, ROOT, SCRIPTED
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 POSTGRES = os.environ.get(
     "DLREPRO_POSTGRES_URL",
     "postgresql://dlrepro:dlrepro@127.0.0.1:5439/dlrepro")

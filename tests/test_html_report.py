@@ -13,16 +13,13 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.run import runfolder
+from paths import INVOKE, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
 GOLDEN_CONVERGE = ROOT / "tests" / "golden" / "runs" / "converge-v0"
 WIDTH = 1600
 

@@ -29,7 +29,6 @@ import json
 import math
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -39,8 +38,8 @@ import tf1_venv
 from dlrepro import matrix
 from dlrepro.images import envs
 from harness import frameworks, networks as nets
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROBE = ROOT / "tests" / "backend_probe.py"
 
 FRAMEWORKS = frameworks.NAMES

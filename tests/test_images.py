@@ -27,8 +27,7 @@ from dlrepro.images import render
 from dlrepro.images import wheelhouse
 from dlrepro.errors import UserError
 
-from dockerenv import (BASE_IMAGE, BIONIC_IMAGE, PREFIX,  # noqa: F401 fixtures
-                       cntk_image, cpu_images, docker_client, test_base)
+from dockerenv import BASE_IMAGE, BIONIC_IMAGE, PREFIX
 
 SIX_LOCK = ("# demo-cpu: test lock\n"
             "six==1.17.0 \\\n    --hash=sha256:"

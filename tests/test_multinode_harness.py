@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 
 import processes
-from _frameworks import framework_python  # noqa: F401 (a fixture)
+import waits
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from harness import frameworks
@@ -150,11 +150,6 @@ def test_a_refused_layout_ends_unsupported_with_the_reason(
 def mnist(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data")
     return folder, dd.generate("mnist", folder, TRAIN, TEST, seed=11)
-
-
-@pytest.fixture(scope="module")
-def schema(root):
-    return json.loads((root / "harness" / "result.schema.json").read_text())
 
 
 def free_port(span=hspec.CLUSTER_PORTS):
@@ -396,18 +391,17 @@ def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
     MXNet block instead until the job's time limit (docs/multinode.md)."""
     python = framework_python(framework)
     conv = dict(conv_spec(framework, mnist, 2, 2), epochs=40)
-    port = free_port()
-    outs = [tmp_path / "node{}.json".format(r) for r in range(2)]
-    nodes = [start_node(python, root, conv,
-                        cluster_object(2, r, port, FAULT_TIMEOUT_S), out)
-             for r, out in enumerate(outs)]
-    time.sleep(20)  # start-up and rendezvous; 40 epochs run far longer
+    nodes, outs, logs = start_two_nodes(python, root, conv, tmp_path)
+    # Past start-up and rendezvous, training on both; 40 epochs run far
+    # longer.
+    for node, log in zip(nodes, logs):
+        waits.first_timed_iteration(log, node, RENDEZVOUS_S)
     lose_node(nodes[1])
     killed = time.monotonic()
-    status, err = finish(nodes[0], FAULT_TIMEOUT_S + 60)
+    status, _ = finish(nodes[0], FAULT_TIMEOUT_S + 60)
     took = time.monotonic() - killed
     finish(nodes[1], 30)
-    assert status == 0, err
+    assert status == 0, logs[0].read_text()
     result = json.loads(outs[0].read_text())
     jsonschema.validate(result, schema)
     print("{}: node 0 ended {:.1f} s after node 1's SIGKILL: {}".format(
@@ -424,17 +418,17 @@ def test_a_peer_killed_mid_run_ends_node_0(framework, root, mnist, tmp_path,
     assert len(block["curve"]["loss"]) == \
         len(block["per_epoch"]) * (TRAIN // BATCH)
 
-def _node_curves(log, limit_s=120):
-    """A node's curves file as its workers write it (the launch line of
-    its log names it)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        text = log.read_text()
-        if "launching: " in text and " --out " in text:
-            return text.split("launching: ", 1)[1].split(
-                " --out ", 1)[1].split()[0]
-        time.sleep(0.1)
-    raise AssertionError("no launch line: " + log.read_text())
+def start_two_nodes(python, root, conv, folder):
+    """Nodes 0 and 1 of a two-node run, as the fault tests start them (the
+    rendezvous timeout FAULT_TIMEOUT_S, each node's output to its log):
+    (processes, result paths, log paths)."""
+    port = free_port()
+    outs = [folder / "node{}.json".format(r) for r in range(2)]
+    logs = [folder / "node{}.log".format(r) for r in range(2)]
+    nodes = [start_node(python, root, conv,
+                        cluster_object(2, r, port, FAULT_TIMEOUT_S), out, log)
+             for r, (out, log) in enumerate(zip(outs, logs))]
+    return nodes, outs, logs
 
 
 def lose_node(process):
@@ -489,22 +483,17 @@ def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
     python = framework_python(framework)
     conv = dict(conv_spec(framework, mnist, 2, 2), epochs=4)
     per_epoch = TRAIN // BATCH
-    port = free_port()
-    outs = [tmp_path / "node{}.json".format(r) for r in range(2)]
-    logs = [tmp_path / "node{}.log".format(r) for r in range(2)]
-    nodes = [start_node(python, root, conv,
-                        cluster_object(2, r, port, FAULT_TIMEOUT_S), out, log)
-             for r, (out, log) in enumerate(zip(outs, logs))]
+    nodes, outs, logs = start_two_nodes(python, root, conv, tmp_path)
     try:
-        curves = _node_curves(logs[0])
-        seen = None
-        for _ in range(1200):
-            seen = dataparallel.read_partial(curves)
-            if seen and seen["epochs"]:
-                break
+        curves = waits.wait_for(lambda: waits.launched_curves(logs[0]),
+                                what="node 0's launch line")
+
+        def epoch_written():
             assert nodes[0].poll() is None, logs[0].read_text()
-            time.sleep(0.05)
-        assert seen and seen["epochs"], logs[0].read_text()
+            seen = dataparallel.read_partial(str(curves)) or {}
+            return seen.get("epochs")
+        waits.wait_for(epoch_written, 60, every=0.05,
+                       what="epoch 1 in node 0's curves")
         lose_node(nodes[1])
         killed = time.monotonic()
         by_itself = True

@@ -6,19 +6,15 @@ and --resume."""
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from dlrepro.converge import runner as conv_runner, summary
 from dlrepro.errors import UserError
 from dlrepro.run import runfolder
+from paths import INVOKE, ROOT, SCRIPTED
 
-ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden" / "runs"
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 
 
 def invoke(*args):

@@ -5,16 +5,12 @@ shape as docker's, the hardening flags, rlimits within the host's hard
 limits, stop on timeout with a partial result, an out-of-memory kill told
 from another process's by the kernel log, and one-line errors.
 """
-import json
 import os
 import resource
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
-import jsonschema
 import pytest
 
 from dlrepro import ROOT, matrix
@@ -23,16 +19,14 @@ from dlrepro.images import archive, build as docker_images
 from dlrepro.images import podman as podman_images, wheelhouse
 from dlrepro.run.runtimes import docker as docker_runtime, get
 from dlrepro.run.runtimes import podman as podman_runtime
-from harness import resultfile
-from harness.provenance import harness_digest
 
 import memcgroup
+import waits
 from dockerenv import BASE_OVERRIDES, PREFIX
-from memcgroup import memory_cgroup  # noqa: F401 (a fixture)
-from runtimeenv import (FRAMEWORK, binary_or_skip, docker_image, make_cell,
-                        make_job, run_pipeline, shape, start)
+from runtimeenv import (FRAMEWORK, binary_or_skip, docker_image,
+                        make_cell, make_job, run_one, run_pipeline,
+                        shapes_under, start, stopped_mid_loop)
 
-SCHEMA = json.loads(Path(resultfile.SCHEMA_PATH).read_text())
 TARGET = (FRAMEWORK, "cpu")
 HOG = ("chunks = []\n"
        "while True:\n"
@@ -60,12 +54,8 @@ def podman(*args):
 def test_a_cell_runs_in_the_docker_tests_image_and_lands_on_the_host(
         runtime, image, tmp_path):
     job = make_job(make_cell("podman"), "p1")
-    run_dir, found = run_pipeline(runtime, [job], tmp_path)
-    entry, result = found[job.id]
-    assert entry["status"] == "ok", entry["message"]
-    jsonschema.validate(result, SCHEMA)
+    run_dir, _entry, result = run_one(runtime, job, tmp_path)
     env = result["environment"]
-    assert env["harness_digest"] == harness_digest()
     assert env["harness_path"] == docker_runtime.HARNESS_IN_CONTAINER
     assert env["cpus_usable"] == 1  # pinned to the cell's one thread
     container = env["container"]
@@ -90,15 +80,8 @@ def test_results_have_the_shape_of_docker_results(runtime, tmp_path,
                                                   monkeypatch):
     """The same cell under docker and podman: the same fields, of the same
     types, in the result and in run.json."""
-    shapes = {}
-    for name in ("docker", "podman"):
-        rt = runtime if name == "podman" else get("docker", name_prefix=PREFIX)
-        job = make_job(make_cell(name), name)
-        run_dir, found = run_pipeline(rt, [job], tmp_path / name)
-        entry, result = found[job.id]
-        assert entry["status"] == "ok", entry["message"]
-        container = result["environment"].pop("container")
-        shapes[name] = (shape(result), shape(entry), container["image_id"])
+    shapes = shapes_under({"docker": get("docker", name_prefix=PREFIX),
+                           "podman": runtime}, tmp_path)
     assert shapes["docker"] == shapes["podman"]
 
 
@@ -146,23 +129,11 @@ def test_rootless_keeps_the_users_id_and_gpus_go_through_cdi(tmp_path,
 
 
 def test_stop_on_timeout_leaves_a_partial_result(runtime, tmp_path):
-    cell = make_cell("podman", iterations=10 ** 7, warmup=0)
-    job = make_job(cell, "long")
-    launch, proc, log = start(runtime, job, tmp_path)
-    try:
-        # Far more iterations than fit in this wait (fcn-r at batch 16
-        # takes milliseconds each): the cell is always stopped mid-loop.
-        time.sleep(15)
-        assert proc.poll() is None, log.read_text()
-        launch.stop()  # podman stop: SIGTERM, then SIGKILL after 10 s
-        assert proc.wait(timeout=60) == 143, log.read_text()
-        death = launch.post_mortem()
-        assert death.oom is False and "status 143" in death.detail
-    finally:
-        runtime.cleanup(job, tmp_path)
-    result = resultfile.load(tmp_path / f"{job.id}.json")
-    assert result["error"]["type"] == "Terminated"
-    assert 0 < len(result["timing"]["per_iteration_s"]) < cell["iterations"]
+    job = make_job(make_cell("podman", iterations=10 ** 7, warmup=0), "long")
+    # podman stop: SIGTERM, then SIGKILL after 10 s
+    status, log, death = stopped_mid_loop(runtime, job, tmp_path)
+    assert status == 143, log
+    assert death.oom is False and "status 143" in death.detail
 
 
 class HogRuntime(podman_runtime.Runtime):
@@ -195,9 +166,10 @@ def test_a_container_killed_while_another_process_is_oom_killed_is_not_oom(
     launch, proc, log = start(runtime, job, tmp_path)
     name = docker_runtime.container_name(tmp_path.resolve(), job.id)
     try:
-        wait_until(lambda: podman("container", "inspect", "--format",
-                                  "{{.State.Running}}", name
-                                  ).stdout.strip() == "true")
+        waits.wait_for(lambda: podman("container", "inspect", "--format",
+                                      "{{.State.Running}}", name
+                                      ).stdout.strip() == "true",
+                       what=f"{name} running")
         hog = subprocess.Popen([sys.executable, "-c", memcgroup.HOG],
                                preexec_fn=memory_cgroup.enter)
         assert hog.wait(120) == -signal.SIGKILL
@@ -210,13 +182,6 @@ def test_a_container_killed_while_another_process_is_oom_killed_is_not_oom(
     assert death.oom is False, death.detail
     assert f"its victim was pid {hog.pid} (python" in death.detail
     assert death.detail.endswith("not this container")
-
-
-def wait_until(predicate, seconds=120):
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.2)
 
 
 def _podman_knows_the_base():

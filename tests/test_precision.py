@@ -8,21 +8,18 @@ against PyTorch's own counter (torch.utils.flop_counter) per network.
 """
 import json
 import subprocess
-import sys
 import types
-from pathlib import Path
 
 import pytest
+import standins
 from probes import run_cell, run_probe
 
 from dlrepro.bench import plan
 from harness import arithmetic, frameworks, networks as nets, peaks, spec
 from harness.errors import HarnessError, Unsupported
 from harness.frameworks import backends
+from paths import INVOKE, ROOT, SCRIPTED
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 
 
 def _python(framework):
@@ -342,13 +339,6 @@ def prepare(network, batch_size, device, seed, batch=None, precision=None):
                          precision=precision)
 '''
 
-DRIVER = ("import sys, importlib\n"
-          "from harness import frameworks\n"
-          "frameworks.load = lambda name, part='backend': "
-          "importlib.import_module('gpu_standin')\n"
-          "from harness.__main__ import main\n"
-          "sys.exit(main(sys.argv[1:]))\n")
-
 
 @pytest.mark.parametrize("precision, peak", [("bf16", "bf16"),
                                              ("default", None)])
@@ -357,21 +347,11 @@ def test_mfu_is_measured_against_the_peak_of_the_precision(
     import fake_nvml
     env, _ = fake_nvml.child_env(tmp_path, [fake_nvml.ampere_a100()],
                                  path_extra=[ROOT])
-    (tmp_path / "shim" / "gpu_standin.py").write_text(BF16_STANDIN)
+    standins.write(tmp_path / "shim", BF16_STANDIN)
     cell = make_cell(profile="cuda", device="gpu", gpus=1, threads=None,
                      network="alexnet-r", batch_size=4, global_batch_size=4,
                      iterations=2, warmup=1, precision=precision)
-    (tmp_path / "cell.spec.json").write_text(json.dumps(
-        {"cell": cell, "container": None,
-         "clock_state": "cell.clock-state.json"}))
-    proc = subprocess.run(
-        [_python("pytorch"), "-c", DRIVER, "run", "--spec",
-         str(tmp_path / "cell.spec.json"), "--out",
-         str(tmp_path / "cell.json")], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads((tmp_path / "cell.json").read_text())
-    assert result["status"] == "ok", result["error"]
+    result = standins.run(_python("pytorch"), cell, tmp_path, env)
     mfu = result["model"]["mfu"]
     # Default on an A100: PyTorch's cuDNN convolutions may run as TF32.
     assert mfu["precision"] == (peak or "tf32")

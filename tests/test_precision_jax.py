@@ -6,17 +6,12 @@ products and convolutions really compute in.
 import math
 
 import pytest
-from _frameworks import framework_python  # noqa: F401 (a fixture)
+import standins
 from probes import run_cell, run_probe
 
 from harness import frameworks, networks as nets
 from harness.errors import Unsupported
 from harness.frameworks.jax import backend
-
-
-@pytest.fixture(scope="module")
-def jax_python(framework_python):
-    return str(framework_python("jax"))
 
 
 CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",
@@ -264,13 +259,6 @@ def prepare(network, batch_size, device, seed, batch=None, precision=None,
                          precision=precision, compile_mode=compile_mode)
 '''
 
-DRIVER = ("import sys, importlib\n"
-          "from harness import frameworks\n"
-          "frameworks.load = lambda name, part='backend': "
-          "importlib.import_module('gpu_standin')\n"
-          "from harness.__main__ import main\n"
-          "sys.exit(main(sys.argv[1:]))\n")
-
 
 @pytest.mark.parametrize("precision, peak", [
     ("bf16", "bf16"), ("fp32", "fp32"),
@@ -278,26 +266,14 @@ DRIVER = ("import sys, importlib\n"
     ("default", "tf32")])
 def test_mfu_is_measured_against_the_peak_of_the_precision(
         make_cell, jax_python, root, tmp_path, precision, peak):
-    import json
-    import subprocess
     import fake_nvml
     env, _ = fake_nvml.child_env(tmp_path, [fake_nvml.ampere_a100()],
                                  path_extra=[root])
-    (tmp_path / "shim" / "gpu_standin.py").write_text(GPU_STANDIN)
+    standins.write(tmp_path / "shim", GPU_STANDIN)
     cell = make_cell(CELL, profile="cuda", device="gpu", gpus=1,
                      threads=None, batch_size=4, global_batch_size=4,
                      iterations=2, warmup=1, precision=precision)
-    (tmp_path / "cell.spec.json").write_text(json.dumps(
-        {"cell": cell, "container": None,
-         "clock_state": "cell.clock-state.json"}))
-    proc = subprocess.run(
-        [jax_python, "-c", DRIVER, "run", "--spec",
-         str(tmp_path / "cell.spec.json"), "--out",
-         str(tmp_path / "cell.json")], cwd=root, env=env,
-        capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result = json.loads((tmp_path / "cell.json").read_text())
-    assert result["status"] == "ok", result["error"]
+    result = standins.run(jax_python, cell, tmp_path, env)
     assert result["model"]["mfu"]["precision"] == peak
     assert result["precision"]["resolved"] == (
         precision if precision != "default" else "tf32")

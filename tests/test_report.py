@@ -5,14 +5,13 @@ import json
 import math
 import sqlite3
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from dlrepro.bench import aggregate, report
 from dlrepro.run import runfolder
 from harness import stats as hstats
+from paths import INVOKE, ROOT, SCRIPTED
 
 
 def pair(framework, network, status="ok", times=(0.24, 0.25, 0.26),
@@ -95,9 +94,6 @@ def test_status_counts():
 
 # --- on the real command line ---------------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 
 
 def invoke(*args):

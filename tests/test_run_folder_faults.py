@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro.run import runfolder
-from test_faults import (BENCH, INVOKE, ROOT, bench, fill, harness_pids,
-                         invoke, row, small_disk, start, statuses, wait_for)
-
-__all__ = ["small_disk"]  # a fixture, used by name
+from disks import fill
+from paths import INVOKE, ROOT
+from test_faults import (BENCH, bench, harness_pids, invoke, row, start,
+                         statuses)
+from waits import wait_for
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
 # A cell that measures for a minute unless stopped: long enough for the

@@ -23,16 +23,16 @@ from pathlib import Path
 import pytest
 
 import fake_harness
+import needs
 import processes
 from dlrepro.errors import UserError
 from dlrepro.run import runfolder
 from dlrepro.run.engines.slurm import client
-from dockerenv import (BASE_OVERRIDES, PREFIX,  # noqa: F401 (fixtures)
-                       cpu_images, docker_client, test_base)
+from dockerenv import BASE_OVERRIDES, PREFIX
+from paths import INVOKE, ROOT, SCRIPTED
+import waits
+from waits import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 FAKE = ["bench", "--framework", "pytorch", "--runtime", "native",
         "--python", SCRIPTED, "--warmup", "1", "--threads", "1",
         "--executor", "slurm"]
@@ -52,12 +52,8 @@ def _cluster_or_skip():
                 for s in states):
             reason = (f"no Slurm node up (sinfo: "
                       f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
-    if reason is None:
-        return
-    reason += "; run .ci/slurm.sh"
-    if os.environ.get("DLREPRO_REQUIRE_SLURM"):
-        pytest.fail(f"DLREPRO_REQUIRE_SLURM is set but {reason}")
-    pytest.skip(reason)
+    if reason is not None:
+        needs.missing(reason, ".ci/slurm.sh", "DLREPRO_REQUIRE_SLURM")
 
 
 def _accounting_or_skip():
@@ -80,12 +76,8 @@ def _accounting_or_skip():
         reason = "Slurm does not enforce accounts and QOS"
     elif "high" not in partitions.split():
         reason = "no preempting partition `high`"
-    if reason is None:
-        return
-    reason += "; run .ci/slurm.sh"
-    if os.environ.get("DLREPRO_REQUIRE_SLURM"):
-        pytest.fail(f"DLREPRO_REQUIRE_SLURM is set but {reason}")
-    pytest.skip(reason)
+    if reason is not None:
+        needs.missing(reason, ".ci/slurm.sh", "DLREPRO_REQUIRE_SLURM")
 
 
 def _queued(under=None):
@@ -138,16 +130,6 @@ def fake(out, *networks, iterations=3, extra=()):
         a for n in networks for a in ("--network", n)] + list(extra)
 
 
-def wait_for(predicate, seconds=120):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
-
-
 def latest(out):
     return (Path(out) / "latest").resolve()
 
@@ -185,6 +167,11 @@ def slow_steps(out, network):
     """How many steps the task of `network`, in mode slow, has begun."""
     logs = list(latest(out).glob(f"*-{network}-*.log"))
     return sum(log.read_text().count(fake_harness.SLOW_STEP) for log in logs)
+
+
+def timing(out, network):
+    """Whether the task of `network` has finished a timed iteration."""
+    return waits.said_first_timed(*latest(out).glob(f"*-{network}-*.log"))
 
 
 def running(out, network):
@@ -311,7 +298,7 @@ def test_scancel_of_a_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     proc = start(*fake(out, "fcn5", "fcn8", iterations=60),
                  modes="fcn8=slow")
     task = wait_for(lambda: running(out, "fcn8"))
-    time.sleep(6)  # a few iterations measured (1 s each, after start-up)
+    wait_for(lambda: timing(out, "fcn8"))
     subprocess.run(["scancel", task], check=True)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
@@ -372,7 +359,7 @@ def test_a_node_set_down_mid_run_fails_its_cell(tmp_path):
     proc = start(*fake(out, "fcn8", iterations=60), modes="fcn8=slow")
     try:
         wait_for(lambda: running(out, "fcn8"))
-        time.sleep(2)
+        wait_for(lambda: timing(out, "fcn8"))
         subprocess.run(["scontrol", "update", f"nodename={node}",
                         "state=down", "reason=dlrepro-test"], check=True)
         stdout, stderr = proc.communicate(timeout=120)
@@ -606,7 +593,7 @@ def test_a_preempted_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     out = tmp_path / "r"
     proc = start(*fake(out, "fcn8", iterations=60), modes="fcn8=slow")
     task = wait_for(lambda: running(out, "fcn8"))
-    time.sleep(10)  # some iterations measured (1 s each, after start-up)
+    wait_for(lambda: timing(out, "fcn8"))
     cpus, _ = client.largest_node("high")
     urgent = tmp_path / "urgent.sh"
     urgent.write_text("#!/bin/sh\nsleep 1\n")

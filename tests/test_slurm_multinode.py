@@ -23,11 +23,13 @@ from pathlib import Path
 
 import pytest
 
+import needs
+import waits
 from dlrepro.run import slurmnode
+from harness.frameworks import dataparallel
 from test_converge import RELATIVE_TOLERANCE, _max_relative
+from paths import INVOKE, ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
 SLURM_CONF = "/etc/slurm-nodes/slurm.conf"
 NODES = ("n1", "n2")
 ADDRESSES = ("10.213.0.11", "10.213.0.12")
@@ -60,12 +62,9 @@ def cluster():
                 for n in NODES):
             reason = (f"nodes n1 and n2 not up (sinfo: "
                       f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
-    if reason is None:
-        return
-    reason += "; run .ci/slurm-nodes.sh"
-    if os.environ.get("DLREPRO_REQUIRE_SLURM_NODES"):
-        pytest.fail(f"DLREPRO_REQUIRE_SLURM_NODES is set but {reason}")
-    pytest.skip(reason)
+    if reason is not None:
+        needs.missing(reason, ".ci/slurm-nodes.sh",
+                      "DLREPRO_REQUIRE_SLURM_NODES")
 
 
 def _converge(out, *args, timeout=600):
@@ -84,6 +83,20 @@ def _result(out, job_id):
     run_dir, = [p for p in Path(out).iterdir()
                 if p.is_dir() and not p.is_symlink()]
     return run_dir, json.loads((run_dir / f"{job_id}.json").read_text())
+
+
+def _an_epoch_written(out, job_id):
+    """Wait until node 0's workers have written an epoch into their curves
+    (the file its log's launch line names)."""
+    def node_0_log():
+        found = [p for p in Path(out).glob(f"*/{job_id}.log")
+                 if not p.parent.is_symlink()]
+        return found[0] if found else None
+    log = waits.wait_for(node_0_log, what=f"{job_id}.log")
+    curves = waits.wait_for(lambda: waits.launched_curves(log),
+                            what=f"the launch line in {log}")
+    waits.wait_for(lambda: (dataparallel.read_partial(str(curves)) or {}
+                            ).get("epochs"), 180, what=f"an epoch in {curves}")
 
 
 def _node_pids(node, needle):
@@ -176,13 +189,11 @@ def test_a_node_killed_mid_run_ends_the_job_with_its_reason(tmp_path):
                   "--timeout", "240")
     started = time.monotonic()
     try:
-        harness = []
-        while not harness and time.monotonic() - started < 120:
-            harness = _node_pids("n2", "harness converge")
-            time.sleep(0.2)
-        assert harness, "n2's harness never started"
-        # Some iterations on both nodes first: node 0's curve is kept.
-        time.sleep(12)
+        waits.wait_for(lambda: _node_pids("n2", "harness converge"), 120,
+                       every=0.2, what="n2's harness")
+        # An epoch on both nodes first (they step together): node 0's curve
+        # is kept.
+        _an_epoch_written(tmp_path, "pytorch-fcn-r-w2-n2")
         for pid in _node_pids("n2", "-m harness converge"):
             os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=240)

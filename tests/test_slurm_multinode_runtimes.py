@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pytest
 
+import waits
 from dlrepro.run import slurmnode
 from dlrepro.run.runtimes import docker as docker_runtime
 
 from runtimeenv import (FRAMEWORK, INVOKE, binary_or_skip, cli_env,
-                        converted, docker_image)  # noqa: F401 (a fixture)
+                        docker_image)
 from test_converge import RELATIVE_TOLERANCE, _max_relative
 from test_slurm_multinode import (ADDRESSES, NODES, SLURM_CONF,  # noqa: F401
                                   _node_pids, cluster)  # (autouse fixture)
@@ -167,17 +168,14 @@ def test_a_node_killed_in_its_container_ends_the_job_and_leaves_none(
                                    "240"]),
         cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, env=cli_env(SLURM_CONF=SLURM_CONF))
-    started = time.monotonic()
     try:
-        harness = []
-        while not harness and time.monotonic() - started < 120 and \
-                proc.poll() is None:
-            harness = _container_harness("n2")
-            time.sleep(0.2)
-        assert harness, "n2's harness never started: " + (
-            proc.stdout.read() if proc.poll() is not None else "")
-        # Some iterations on both nodes first (ps-lite is up).
-        time.sleep(8)
+        harness = waits.wait_for(
+            lambda: proc.poll() is None and _container_harness("n2"), 120,
+            every=0.2, what="n2's harness")
+        # Iterations under way (ps-lite is up: a step needs both nodes).
+        waits.wait_for(lambda: proc.poll() is None and waits.said_first_timed(
+            *Path(tmp_path).glob("*/**/*.log")), 300,
+            what="a timed iteration")
         for pid in harness:
             os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()

@@ -1,9 +1,12 @@
-"""The timing loop with a fake clock: exact intervals, no sleeping."""
+"""The timing loop with a fake clock: exact intervals, no sleeping; and
+the line in a job's log that says timing has begun."""
 import math
+import subprocess
 
 import pytest
 
-from harness.timing import Series, run_loop
+from harness.timing import FIRST_TIMED, Series, run_loop
+from paths import INVOKE, ROOT, SCRIPTED
 
 
 class FakeClock:
@@ -64,3 +67,28 @@ def test_interrupted_loop_keeps_completed_iterations():
                  cpu_clock=lambda: 0.0)
     assert series.times == pytest.approx([0.1, 0.1])
     assert series.cpu_s == 0.0
+
+
+def test_the_log_says_once_when_the_first_timed_iteration_is_done(tmp_path):
+    """What tests (and a user tailing the log) wait for instead of
+    sleeping: one line, after the warm-up, on the real command line."""
+    proc = subprocess.run(
+        [INVOKE, "bench", "--framework", "pytorch", "--runtime", "native",
+         "--python", SCRIPTED, "--network", "fcn5", "--iterations", "3",
+         "--warmup", "2", "--threads", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log, = (tmp_path / "latest").glob("*.log")
+    assert log.read_text().count(FIRST_TIMED) == 1, log.read_text()
+
+
+def test_the_first_timed_iteration_is_said_after_the_warmup(capfd):
+    clock = FakeClock([0.5] * 4)
+
+    def step():
+        if len(clock.durations) > 2:  # a warm-up step
+            assert FIRST_TIMED not in capfd.readouterr().err
+        return clock.step()
+    run_loop(step, iterations=2, warmup=2, clock=clock)
+    assert capfd.readouterr().err == FIRST_TIMED + "\n"
+

@@ -5,18 +5,14 @@ import json
 import math
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from _frameworks import framework_python  # noqa: F401 (a fixture)
 from dlrepro.bench import aggregate, versus
 from dlrepro.run import runfolder
 from harness import resultfile
+from paths import INVOKE, ROOT, SCRIPTED
 
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
 
 
 def test_mann_whitney_exact_and_approximate():
@@ -195,7 +191,6 @@ def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
 # --- refused before any table ---------------------------------------------
 
 GOLDEN_RUNS = ROOT / "tests" / "golden" / "runs"
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
 
 
 def _compare(*args):

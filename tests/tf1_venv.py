@@ -9,13 +9,12 @@ backend there; elsewhere they are skipped, saying why.
 import hashlib
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from dlrepro.images import envs
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "tests" / "locks" / "tensorflow-1.15-cpu.txt"
 VENV = ROOT / ".venvs" / "tensorflow-1.15-test"
 

@@ -19,21 +19,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from dlrepro.errors import UserError
+from dlrepro.matrix import PIN, check_pinned
 
 # pip retries each index 5 times by default; an index that cannot be reached
 # at all (download.pytorch.org behind some proxies) then costs ~8 s per
 # package. Two retries still ride out a dropped connection.
 PIP_RETRIES = 2
-
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;]+)")
-
-
-def check_pinned(requirement, where):
-    """`requirement` must be `name==version`; anything looser is an error."""
-    if not _PIN.match(requirement.strip()):
-        raise UserError(f"{where}: {requirement!r} is not pinned; write "
-                        f"name==version")
-
 
 class Target(NamedTuple):
     """The platform a lock is for: CPython `python` ("3.7") on a C library
@@ -239,7 +230,7 @@ def read_lock(path):
         line = line.split("#", 1)[0].strip()
         if not line or line.startswith("--"):
             continue
-        match = _PIN.match(line)
+        match = PIN.match(line)
         hashes = re.findall(r"--hash=sha256:([0-9a-f]{64})", line)
         if not match or not hashes:
             raise UserError(f"{path}: line {number} is not `name==version "
@@ -263,7 +254,7 @@ def lock_profile_text(framework, profile, entry):
     pins = resolve(entry["pip"], index_urls=entry["pip_index"], target=target,
                    no_deps=entry["pip_no_deps"])
     if entry["pip_no_deps"]:
-        wanted = {_canonical(_PIN.match(r).group(1)) for r in entry["pip"]}
+        wanted = {_canonical(PIN.match(r).group(1)) for r in entry["pip"]}
         got = {_canonical(name) for name, *_ in pins}
         if wanted != got:
             raise UserError(f"{framework}/{profile}: pip resolved "

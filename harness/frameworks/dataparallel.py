@@ -28,6 +28,7 @@ import time
 
 from .. import datasets, networks, resultfile
 from ..errors import HarnessError, Terminated
+from ..timing import say_when_first
 
 # The folder that holds the harness package: worker processes import it.
 HARNESS_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -211,6 +212,7 @@ def run_epochs(trainer, plan, train_count, curves=None,
                 loss = trainer.step(batch)
                 now = clock()
                 curves["iteration_s"].append(now - previous)
+                say_when_first(len(curves["iteration_s"]))
                 previous = now
                 local.append(loss)
                 if progress.due(now):
