@@ -77,49 +77,10 @@ _SLURM_HELP = {
 }
 
 
-def _asking(events):
-    """Ask yes/no on a terminal, the live display stopped first; elsewhere
-    the answer is no."""
-    def confirm(question):
-        if not sys.stdin.isatty():
-            print(f"{question} not asked (no terminal): left as it is",
-                  file=sys.stderr)
-            return False
-        live = getattr(events, "progress", None)
-        if live is not None:
-            live.stop()  # it owns stdout while it runs
-        try:
-            return input(f"\n{question} [y/N] ").strip().lower() in (
-                "y", "yes")
-        except (EOFError, KeyboardInterrupt):
-            return False
-    return confirm
-
-
-def _executor(executor, suite, runtime_options, no_wait, slurm_config,
-              **flags):
-    """The executor the flags ask for: None (local) or a SlurmExecutor."""
-    if executor == "local":
-        given = [k for k, v in dict(flags, no_wait=no_wait,
-                                    slurm_config=slurm_config).items()
-                 if v not in (None, False)]
-        if given:
-            raise UserError(f"--{given[0].replace('_', '-')} needs "
-                            f"--executor slurm")
-        return None
-    if executor != "slurm":
-        raise UserError(f"unknown executor {executor!r}; valid executors: "
-                        f"local, slurm")
-    from dlrepro.run import slurm
-    return slurm.SlurmExecutor(slurm.options(flags, suite, slurm_config),
-                               runtime_options, wait=not no_wait)
-
-
-def _print_side_by_side(report, pairs):
-    table = report.side_by_side(pairs)
-    if table:
-        print("\nside by side (mean ms per iteration):")
-        _print_lines(table)
+def _flags(names):
+    """A task's flags by name (its `locals()`), as the dlrepro function
+    it calls takes them."""
+    return {k: v for k, v in names.items() if k != "c"}
 
 
 @task(name="list")
@@ -212,55 +173,9 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
           no_wait=False):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
-    from dlrepro import matrix
-    from dlrepro.bench import plan, report, runner
-    from dlrepro.run import pipeline, progress, runtimes
-    m = matrix.load()
-    options = plan.options(
-        m, framework=framework, all_frameworks=all, profile=profile,
-        network=network, batch_size=batch_size, device=device,
-        threads=threads, iterations=iterations, warmup=warmup,
-        runtime=runtime, seed=seed, clock_policy=clock_policy,
-        timeout=timeout, repeat=repeat, precision=precision, compile=compile)
-    host = runner.current_host()
-    if executor == "slurm":  # cells run on the partition's nodes, not here
-        from dlrepro.run import slurm
-        host = plan.Host(*slurm.largest_node(partition), gpus_unseen=(
-            "the cells run on Slurm's nodes, whose GPUs are not seen from "
-            "here; --profile names one"))
-    suite_data, jobs = runner.make_plan(suite, options, m, host)
-    runtime_options = {"python": python} if python else {}
-    executor_ = _executor(
-        executor, suite_data, runtime_options, no_wait, slurm_config,
-        partition=partition, account=account, qos=qos,
-        constraint=constraint, exclusive=exclusive, time_limit=time_limit,
-        array_throttle=array_throttle, mem=mem, gpu_freq=gpu_freq)
-    if dry_run:
-        _print_lines(plan.format_plan(jobs))
-        return
-    runtime_ = runtimes.get(runtime, matrix=m, **runtime_options)
-    run = runner.run_of(suite_data, jobs, out, _command(), resume)
-    with progress.events() as events:
-        if executor_ is not None:
-            executor_.confirm = _asking(events)
-        run_dir = pipeline.start(run, runtime_, m, events, executor_)
-    record, pairs = runner.summary(run_dir, {j.id for j in jobs})
-    if record["status"] == "submitted":
-        print(_submitted(run_dir, record))
-        return
-    _print_lines(report.format_table(report.summary_rows(pairs)))
-    _print_side_by_side(report, pairs)
-    counts = report.status_counts(pairs)
-    print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    runner.check_usable(run_dir, pairs)
-
-
-def _submitted(run_dir, record):
-    arrays = [a["array_job_id"] for a in record.get("slurm", {}).get(
-        "arrays", [])]
-    return (f"{run_dir}: submitted to Slurm as array job(s) "
-            f"{', '.join(arrays)}; `invoke report --run {run_dir}` shows "
-            f"it, the same command with --resume waits for it")
+    flags = _flags(locals())
+    from dlrepro.bench import runner
+    runner.bench(runner.BenchFlags(**flags), _command())
 
 
 def _command():
@@ -282,16 +197,16 @@ def report(c, run=None, out="results", json=False, html=None):
     HTML page (--html PATH)."""
     import json as json_mod
     from dlrepro.bench import report as report_mod
-    from dlrepro.run import runfolder
-    run_dirs = runfolder.run_folders(out, run or ["latest"])
+    from dlrepro.run import store
+    runs = store.runs(out, run or ["latest"])
     if html:
         from dlrepro.present import page
-        print(page.write(html, run_dirs))
+        print(page.write(html, runs))
         return
-    if len(run_dirs) > 1:
+    if len(runs) > 1:
         raise UserError("several --run need --html; the text report takes "
                         "one run")
-    record, pairs = runfolder.load_run(run_dirs[0])
+    _folder, record, pairs = runs[0]
     rows = report_mod.summary_rows(pairs)
     if json:
         print(json_mod.dumps([dict(zip(report_mod.COLUMNS, r)) for r in rows],
@@ -299,7 +214,7 @@ def report(c, run=None, out="results", json=False, html=None):
         return
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
-    _print_side_by_side(report_mod, pairs)
+    _print_lines(report_mod.side_by_side_lines(pairs))
     if record.get("executor") == "slurm":
         from dlrepro.run import slurm
         line = slurm.live_line(record)
@@ -321,21 +236,19 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
             min_change="5"):
     """Compare a run with another run, or with the 2016 figures."""
     from dlrepro import parse
-    from dlrepro.bench import compare as compare_mod, runner, versus
-    from dlrepro.run import runfolder
+    from dlrepro.bench import compare as compare_mod, versus
     # Every flag and run is checked before any line of a table is printed.
     change = parse.number(min_change, "--min-change")
     limit = (None if fail_slower is None
              else parse.number(fail_slower, "--fail-slower"))
     if against is None and limit is not None:
         raise UserError("--fail-slower needs --against (a base run)")
-    _, pairs = runner.load_bench_run(runfolder.resolve_run(out, run))
+    _, pairs = versus.load_bench_run(out, run)
     if against is None:
         _print_lines(compare_mod.format_rows(
             compare_mod.rows(pairs, compare_mod.load_reference())))
         return
-    _, base = runner.load_bench_run(runfolder.resolve_run(out, against),
-                                    "base run")
+    _, base = versus.load_bench_run(out, against, "base run")
     rows, unmatched = versus.compare_runs(base, pairs,
                                           min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))
@@ -366,13 +279,11 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
            db=None, machine=None):
     """Export runs as one row per cell (identity and statistics)."""
     from dlrepro.bench import export as export_mod
-    from dlrepro.run import runfolder
+    from dlrepro.run import store
     if not csv and not sqlite and not db:
         raise UserError("give --csv FILE, --sqlite FILE, --db URL or several")
-    rows, runs = [], []
-    for run_dir in runfolder.run_folders(out, run or ["latest"], all):
-        runs.append(runfolder.load_run(run_dir))
-        rows += export_mod.rows(*runs[-1])
+    runs = store.runs(out, run or ["latest"], all)
+    rows = [row for r in runs for row in export_mod.rows(r.record, r.pairs)]
     if csv:
         export_mod.write_csv(csv, rows)
     if sqlite:
@@ -382,7 +293,9 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
     if db:
         from dlrepro.history import db as history_db
         engine = history_db.connect(db)
-        counts = history_db.export(engine, runs, machine, target=db)
+        counts = history_db.export(engine, [(r.record, r.pairs)
+                                            for r in runs], machine,
+                                   target=db)
         print(f"database: {counts['new']} cells new, {counts['updated']} "
               f"updated, {counts['unchanged']} unchanged"
               + (f"; {counts['other_runs']} convergence run(s) left out"
@@ -497,7 +410,8 @@ def data(c, dataset=None, data_dir=None, mirror=None, check=False):
             "device": "cpu or gpu (default: cpu, gpu with --gpus)",
             "threads": "intra-op threads in all, shared by the workers",
             "seed": "seed of weights and sample order (default 0)",
-            "out": "results root (default: results/)",
+            "out": "results root (default: results, under the working "
+                   "directory)",
             "timeout": "seconds per run before it is stopped",
             "runtime": "docker (each framework in its image, the default), "
                        "podman, charliecloud or native",
@@ -513,61 +427,16 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
              nodes=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
-             target_loss=None, device=None, threads=None, seed="0", out=None,
-             timeout=None, runtime="docker", resume=False, dry_run=False,
+             target_loss=None, device=None, threads=None, seed="0",
+             out="results", timeout=None, runtime="docker", resume=False, dry_run=False,
              executor="local", partition=None, account=None, qos=None,
              constraint=None, exclusive=False, time_limit=None,
              array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
              no_wait=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
-    from dlrepro import matrix
-    from dlrepro.converge import plan, runner, summary
-    from dlrepro.run import pipeline, progress, runfolder, runtimes
-    if gpus is not None and workers is not None:
-        raise UserError("give --workers or --gpus, not both")
-    if gpus is not None and device not in (None, "gpu"):
-        raise UserError("--gpus needs --device gpu")
-    device = device or ("gpu" if gpus is not None else "cpu")
-    counts = plan.worker_counts(gpus or workers or "1,2,4",
-                                "--gpus" if gpus else "--workers")
-    m = matrix.load()
-    jobs = plan.plan(framework, network, counts, device=device,
-                     global_batch=global_batch_size, epochs=epochs,
-                     seed=seed, threads=threads, data_dir=data_dir,
-                     synthetic=synthetic, train_samples=train_samples,
-                     test_samples=test_samples, target_loss=target_loss,
-                     runtime=runtime, timeout=timeout, matrix=m,
-                     nodes=nodes, executor=executor)
-    executor_ = _executor(
-        executor, None, {}, no_wait, slurm_config, partition=partition,
-        account=account, qos=qos, constraint=constraint, exclusive=exclusive,
-        time_limit=time_limit, array_throttle=array_throttle, mem=mem,
-        gpu_freq=gpu_freq)
-    for job in jobs:
-        spec = job.spec
-        print(f"{job.id}: {spec['epochs']} epochs, global batch "
-              f"{spec['global_batch_size']}, {spec['data']['source']} "
-              f"{spec['data']['name']}")
-    if dry_run:
-        return
-    out = runner.DEFAULT_OUT if out is None else out
-    if resume:
-        runner.check_resumable(out)
-    plan.check_data(jobs)
-    run = runner.run_of(jobs, out, _command(), resume)
-    with progress.events() as events:
-        if executor_ is not None:
-            executor_.confirm = _asking(events)
-        run_dir = pipeline.start(run, runtimes.get(runtime, matrix=m), m,
-                                 events, executor_)
-    record = runfolder.read_run(run_dir)
-    if record["status"] == "submitted":
-        print(_submitted(run_dir, record))
-        return
-    _record, pairs, figures = runner.finish(run_dir)
-    print("\n".join(summary.table_lines(figures)))
-    print(f"results: {run_dir}")
-    runner.check_usable(run_dir, pairs, {job.id for job in jobs})
+    flags = _flags(locals())
+    from dlrepro.converge import runner
+    runner.converge(runner.ConvergeFlags(**flags), _command())
 
 
 # --- images: dlrepro.images -----------------------------------------------------

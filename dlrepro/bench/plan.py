@@ -202,6 +202,23 @@ def format_plan(plan):
     return lines
 
 
+def select_frameworks(m, frameworks, all_frameworks):
+    if all_frameworks and frameworks:
+        raise UserError("give --framework or --all, not both")
+    if all_frameworks:
+        return tuple(matrix_mod.frameworks(m))
+    if not frameworks:
+        raise UserError("choose frameworks: --framework NAME (repeatable) or "
+                        "--all; valid frameworks: "
+                        f"{', '.join(matrix_mod.frameworks(m))}")
+    names = []
+    for value in frameworks:
+        for name in value.split(","):
+            matrix_mod.profiles(m, name)  # raises with the valid names
+            names.append(name)
+    return tuple(dict.fromkeys(names))
+
+
 def options(m, *, framework, all_frameworks, profile, network, batch_size,
             device, threads, iterations, warmup, runtime, seed, clock_policy,
             timeout, repeat=None, precision=None, compile=None):
@@ -210,7 +227,6 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
     from harness import clocks, networks, spec
     from harness.errors import HarnessError
     from dlrepro import parse
-    from dlrepro.bench.runner import select_frameworks
     from dlrepro.run.runtimes import RUNTIMES
     if device not in (None, "cpu", "gpu"):
         raise UserError(f"--device must be cpu or gpu, got {device!r}")
