@@ -140,7 +140,8 @@ def env(c, framework=None, profile="cpu"):
         "runtime": "docker (each framework in its image), podman or "
                    "charliecloud (the same image, docs/runtimes.md) or "
                    "native (a virtual environment per framework)",
-        "out": "results root (default: results)",
+        "out": "results root (default: results, under the working "
+               "directory)",
         "resume": "continue the latest run under --out, skipping cells "
                   "already done with the same definition",
         "dry-run": "print the plan and exit",
@@ -187,7 +188,8 @@ def _command():
                    "folder's path (with a /: ./ID); with --html repeatable "
                    "(bench and convergence runs on one page; a run named "
                    "twice counts once)",
-            "out": "results root (default: results)",
+            "out": "results root (default: results, under the working "
+                   "directory)",
             "json": "print the rows as JSON instead of a table",
             "html": "write the HTML report (figures, tables, provenance) to "
                     "this file instead of printing a table"})
@@ -226,7 +228,8 @@ def report(c, run=None, out="results", json=False, html=None):
                    "--out, or a run folder's path (with a /: ./ID)",
             "against": "a base run (id or path) to compare with, cell by "
                        "cell, instead of the 2016 figures",
-            "out": "results root (default: results)",
+            "out": "results root (default: results, under the working "
+                   "directory)",
             "fail_slower": "with --against: exit 3 when a cell is "
                            "significantly slower by more than this percent",
             "min_change": "with --against: smallest change, in percent, "
@@ -264,7 +267,8 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
                    "folder's path (with a /: ./ID); repeatable, a run "
                    "named twice counts once",
             "all": "every run under --out",
-            "out": "results root (default: results)",
+            "out": "results root (default: results, under the working "
+                   "directory)",
             "csv": "write the rows to this CSV file",
             "sqlite": "insert or replace the rows in this SQLite database "
                       "(table cells, keyed by run_id and cell_id)",

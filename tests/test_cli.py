@@ -162,3 +162,26 @@ def test_a_convergence_run_with_no_usable_result_exits_1(root, tmp_path):
     assert proc.stderr.startswith("error: no convergence run ended ok or "
                                   "diverged: ")
     assert proc.stderr.count("\n") == 1
+
+
+def test_converge_looks_for_its_runs_under_results_in_the_working_directory(
+        root, tmp_path):
+    """One default for --out: converge's, like bench's, report's and
+    export's, is `results` under the working directory (it was the
+    repository's, so `--resume` from elsewhere resumed a run there)."""
+    proc = subprocess.run(
+        [INVOKE, "-r", str(root), "converge", "--framework", "pytorch",
+         "--network", "fcn-r", "--workers", "1", "--runtime", "native",
+         "--resume"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == ("error: no convergence run under results to "
+                           "resume; run without --resume\n")
+
+
+def test_bench_and_converge_have_one_default_for_out(root):
+    helps = [invoke(root, "--help", task).stdout for task in
+             ("bench", "converge", "report", "export")]
+    for text in helps:
+        assert "(default: results, under the working" in " ".join(
+            text.split()), text

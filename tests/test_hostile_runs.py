@@ -252,3 +252,24 @@ def test_a_deleted_spec_file_and_a_foreign_result_run_again(tmp_path):
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
     assert store.load_result(run_dir / f"{FCN5}.json")["cell"][
         "network"] == "fcn5"
+
+
+# --- the store reads a job as its run's kind ------------------------------------
+
+def test_a_bench_entry_without_a_batch_size_is_still_checked_as_a_bench_cell(
+        tmp_path):
+    """run.json says its kind; an entry whose spec lost the field that told
+    the kinds apart (batch_size) was not checked at all, and a result of
+    another network was reported as the entry's own."""
+    assert bench(tmp_path, "fcn5").returncode == 0
+    run_dir = latest(tmp_path)
+    record = json.loads((run_dir / "run.json").read_text())
+    (entry,) = record["jobs"]
+    del entry["spec"]["batch_size"]
+    entry["spec"]["network"] = "fcn8"
+    (run_dir / "run.json").write_text(json.dumps(record))
+    fcn8 = json_rows(tmp_path)["fcn8"]
+    assert fcn8["status"] == "error", fcn8
+    # The table's note is cut to its column; the message is store's own.
+    assert fcn8["note"].startswith(f"{FCN5}.json is the result of another "
+                                   f"cell (networ"), fcn8
