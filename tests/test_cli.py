@@ -185,3 +185,33 @@ def test_bench_and_converge_have_one_default_for_out(root):
     for text in helps:
         assert "(default: results, under the working" in " ".join(
             text.split()), text
+
+
+def test_bench_is_one_function_the_task_and_tests_call(tmp_path, monkeypatch):
+    """`invoke bench` parses its flags and calls dlrepro.bench.runner.bench;
+    a test calls the same function and gets the run the task makes."""
+    from dlrepro.bench import runner
+    from dlrepro.run import store
+    from test_faults import BENCH, SCRIPTED, invoke as invoke_bench
+    monkeypatch.setenv("DLREPRO_FAKE_MODES", "")
+    said = []
+    run_dir = runner.bench(runner.BenchFlags(
+        framework=["pytorch"], runtime="native", python=SCRIPTED,
+        iterations="3", warmup="1", threads=["1"], network=["fcn5"],
+        out=str(tmp_path / "called")), "called", echo=said.append)
+    proc = invoke_bench(*BENCH, "--network", "fcn5", "--out",
+                        str(tmp_path / "task"))
+    assert proc.returncode == 0, proc.stderr
+    assert run_dir == (tmp_path / "called" / "latest").resolve()
+    assert said[-1] == f"\n{run_dir}: 1 ok"
+    assert proc.stdout.splitlines()[-1].endswith(": 1 ok")
+    called, task = (store.runs(tmp_path / name)[0] for name in
+                    ("called", "task"))
+    assert [e["spec"] for e, _ in called.pairs] == \
+        [e["spec"] for e, _ in task.pairs]
+    table = proc.stdout.splitlines()
+    table = table[next(i for i, line in enumerate(table)
+                       if line.startswith("framework")):]
+    # The same table (its numbers are each run's own).
+    assert [line.split()[:7] for line in said[:3]] == \
+        [line.split()[:7] for line in table[:3]]
