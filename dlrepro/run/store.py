@@ -52,10 +52,6 @@ class Run(NamedTuple):
     record: dict
     pairs: list
 
-    @property
-    def kind(self):
-        return kind_of(self.record)
-
 
 def kind_of(record):
     """The kind of a run record that read_run accepted."""
