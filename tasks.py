@@ -3,8 +3,9 @@
 Each task reads its flags, falls back to defaults, calls the dlrepro package
 and prints. dlrepro's UserError becomes a one-line message and exit status 2.
 
-Why this is long: nineteen tasks, each with the help text of its flags,
-which Invoke wants beside the task; every body is a few lines over dlrepro.
+The help texts of the flags of the tasks that run and read runs are in
+dlrepro/flaghelp.py; bench and converge are one call each
+(dlrepro.bench.runner.bench, dlrepro.converge.runner.converge).
 """
 import functools
 import shlex
@@ -13,6 +14,7 @@ import sys
 
 from invoke import Exit, task
 
+from dlrepro import flaghelp
 from dlrepro.errors import NoUsableResult, UserError
 
 # `invoke report | head` should end quietly, as other command-line tools do.
@@ -55,71 +57,12 @@ def _print_lines(lines):
         print(line)
 
 
-_SLURM_HELP = {
-    "executor": "local (one job at a time on this host, the default) or "
-                "slurm (job arrays; see docs/slurm.md)",
-    "partition": "slurm: partition (sbatch --partition)",
-    "account": "slurm: account to charge (sbatch --account)",
-    "qos": "slurm: quality of service (sbatch --qos)",
-    "constraint": "slurm: node features (sbatch --constraint)",
-    "exclusive": "slurm: each task gets its node to itself",
-    "time_limit": "slurm: --time of each task (default: the job's timeout "
-                  "plus 10.5 minutes)",
-    "array_throttle": "slurm: at most this many tasks at once (--array %N)",
-    "mem": "slurm: memory of each task (sbatch --mem)",
-    "gpu_freq": "slurm: GPU clocks Slurm sets for each task (sbatch "
-                "--gpu-freq), recorded beside what telemetry saw",
-    "slurm_config": "slurm: a TOML file of these options plus `sbatch = "
-                    "[...]` extra arguments (a suite's [slurm] table and "
-                    "flags override it)",
-    "no_wait": "slurm: return once submitted; `invoke report` shows it, "
-               "--resume waits for it",
-}
 
 
-def _asking(events):
-    """Ask yes/no on a terminal, the live display stopped first; elsewhere
-    the answer is no."""
-    def confirm(question):
-        if not sys.stdin.isatty():
-            print(f"{question} not asked (no terminal): left as it is",
-                  file=sys.stderr)
-            return False
-        live = getattr(events, "progress", None)
-        if live is not None:
-            live.stop()  # it owns stdout while it runs
-        try:
-            return input(f"\n{question} [y/N] ").strip().lower() in (
-                "y", "yes")
-        except (EOFError, KeyboardInterrupt):
-            return False
-    return confirm
-
-
-def _executor(executor, suite, runtime_options, no_wait, slurm_config,
-              **flags):
-    """The engine the flags ask for: None (local) or a SlurmEngine."""
-    if executor == "local":
-        given = [k for k, v in dict(flags, no_wait=no_wait,
-                                    slurm_config=slurm_config).items()
-                 if v not in (None, False)]
-        if given:
-            raise UserError(f"--{given[0].replace('_', '-')} needs "
-                            f"--executor slurm")
-        return None
-    if executor != "slurm":
-        raise UserError(f"unknown executor {executor!r}; valid executors: "
-                        f"local, slurm")
-    from dlrepro.run.engines import slurm
-    return slurm.SlurmEngine(slurm.options(flags, suite, slurm_config),
-                             runtime_options, wait=not no_wait)
-
-
-def _print_side_by_side(report, pairs):
-    table = report.side_by_side(pairs)
-    if table:
-        print("\nside by side (mean ms per iteration):")
-        _print_lines(table)
+def _flags(names):
+    """A task's flags by name (its `locals()`), as the dlrepro function
+    it calls takes them."""
+    return {k: v for k, v in names.items() if k != "c"}
 
 
 @task(name="list")
@@ -159,48 +102,8 @@ def env(c, framework=None, profile="cpu"):
     print(envs.ensure(framework, profile, entry))
 
 
-@task(
-    iterable=["framework", "network", "batch_size", "threads"],
-    help={
-        "framework": "framework to run (repeatable, or comma-separated)",
-        "all": "run every framework in dockerfiles/matrix.toml",
-        "profile": "matrix profile (default: cpu for CPU cells; for GPU "
-                   "cells the first profile the compatibility gate admits "
-                   "on the GPUs found, docs/gpu.md)",
-        "suite": "suite name from benchmarks/suites or a path to a suite "
-                 "file (default: smoke)",
-        "network": "only these networks (repeatable); networks outside the "
-                   "suite need --batch-size",
-        "batch-size": "batch sizes to use instead of the suite's (repeatable)",
-        "device": "cpu or gpu (overrides the suite)",
-        "threads": "CPU thread counts instead of the suite's (repeatable)",
-        "iterations": "timed iterations per cell (overrides the suite)",
-        "warmup": "warm-up iterations per cell (overrides the suite)",
-        "runtime": "docker (each framework in its image), podman or "
-                   "charliecloud (the same image, docs/runtimes.md) or "
-                   "native (a virtual environment per framework)",
-        "out": "results root (default: results)",
-        "resume": "continue the latest run under --out, skipping cells "
-                  "already done with the same definition",
-        "dry-run": "print the plan and exit",
-        "timeout": "seconds a cell may run before it is stopped (default: "
-                   "the suite's, 1800)",
-        "seed": "random seed for weights and synthetic data (default 0)",
-        "clock-policy": "GPU clock policy: observe, disable-boost or "
-                        "lock=<MHz> (default: the suite's; the paper's GPU "
-                        "suites disable boost, the paper's method)",
-        "python": "native runtime: use this interpreter for every framework "
-                  "instead of making virtual environments",
-        "repeat": "independent processes per cell (default: the suite's, "
-                  "1); the cell's interval then spans the processes",
-        **_SLURM_HELP,
-        "precision": "default (the framework's own, recorded as what it "
-                     "resolves to), fp32 (strict: no TF32), tf32, bf16 or "
-                     "fp16 (mixed precision); default: the suite's",
-        "compile": "compile mode: none, or pytorch default|reduce-overhead|"
-                   "max-autotune, tensorflow function|xla, mxnet hybridize "
-                   "(default: the suite's, else each framework's own)",
-    })
+@task(iterable=["framework", "network", "batch_size", "threads"],
+      help=flaghelp.BENCH)
 @user_errors
 def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
@@ -212,87 +115,32 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
           no_wait=False):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
-    from dlrepro import matrix
-    from dlrepro.bench import phases, plan, report, runner
-    from dlrepro.run import pipeline, progress, runtimes
-    m = matrix.load()
-    options = plan.options(
-        m, framework=framework, all_frameworks=all, profile=profile,
-        network=network, batch_size=batch_size, device=device,
-        threads=threads, iterations=iterations, warmup=warmup,
-        runtime=runtime, seed=seed, clock_policy=clock_policy,
-        timeout=timeout, repeat=repeat, precision=precision, compile=compile)
-    host = runner.current_host()
-    if executor == "slurm":  # cells run on the partition's nodes, not here
-        from dlrepro.run.engines import slurm
-        host = plan.Host(*slurm.largest_node(partition), gpus_unseen=(
-            "the cells run on Slurm's nodes, whose GPUs are not seen from "
-            "here; --profile names one"))
-    suite_data, jobs = runner.make_plan(suite, options, m, host)
-    runtime_options = {"python": python} if python else {}
-    executor_ = _executor(
-        executor, suite_data, runtime_options, no_wait, slurm_config,
-        partition=partition, account=account, qos=qos,
-        constraint=constraint, exclusive=exclusive, time_limit=time_limit,
-        array_throttle=array_throttle, mem=mem, gpu_freq=gpu_freq)
-    if dry_run:
-        _print_lines(plan.format_plan(jobs))
-        return
-    runtime_ = runtimes.get(runtime, matrix=m, **runtime_options)
-    run = runner.run_of(suite_data, jobs, out, _command(), resume)
-    with progress.events() as events:
-        if executor_ is not None:
-            executor_.confirm = _asking(events)
-        run_dir = pipeline.start(run, runtime_, m, events, executor_)
-    record, pairs = runner.summary(run_dir, {j.id for j in jobs})
-    if record["status"] == "submitted":
-        print(_submitted(run_dir, record))
-        return
-    _print_lines(report.format_table(report.summary_rows(pairs)))
-    _print_side_by_side(report, pairs)
-    _print_lines(phases.summary_lines(pairs, record))
-    counts = report.status_counts(pairs)
-    print(f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    runner.check_usable(run_dir, pairs)
-
-
-def _submitted(run_dir, record):
-    arrays = [a["array_job_id"] for a in record.get("slurm", {}).get(
-        "arrays", [])]
-    return (f"{run_dir}: submitted to Slurm as array job(s) "
-            f"{', '.join(arrays)}; `invoke report --run {run_dir}` shows "
-            f"it, the same command with --resume waits for it")
+    flags = _flags(locals())
+    from dlrepro.bench import runner
+    runner.bench(runner.BenchFlags(**flags), _command())
 
 
 def _command():
     return shlex.join(["invoke"] + sys.argv[1:])
 
 
-@task(iterable=["run"],
-      help={"run": "run id or `latest` (default), under --out, or a run "
-                   "folder's path (with a /: ./ID); with --html repeatable "
-                   "(bench and convergence runs on one page; a run named "
-                   "twice counts once)",
-            "out": "results root (default: results)",
-            "json": "print the rows as JSON instead of a table",
-            "html": "write the HTML report (figures, tables, provenance) to "
-                    "this file instead of printing a table"})
+@task(iterable=["run"], help=flaghelp.REPORT)
 @user_errors
 def report(c, run=None, out="results", json=False, html=None):
     """Summarise a finished (or interrupted) run as a table, or runs as an
     HTML page (--html PATH)."""
     import json as json_mod
     from dlrepro.bench import phases, report as report_mod
-    from dlrepro.run import runfolder
-    run_dirs = runfolder.run_folders(out, run or ["latest"])
+    from dlrepro.run import store
+    runs = store.runs(out, run or ["latest"])
     if html:
         from dlrepro.present import page
-        print(page.write(html, run_dirs))
+        print(page.write(html, runs))
         return
-    if len(run_dirs) > 1:
+    if len(runs) > 1:
         raise UserError("several --run need --html; the text report takes "
                         "one run")
-    record, pairs = runfolder.load_run(run_dirs[0])
+    _folder, record, pairs = runs[0]
     rows = report_mod.summary_rows(pairs)
     if json:
         print(json_mod.dumps([dict(zip(report_mod.COLUMNS, r)) for r in rows],
@@ -300,7 +148,7 @@ def report(c, run=None, out="results", json=False, html=None):
         return
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
-    _print_side_by_side(report_mod, pairs)
+    _print_lines(report_mod.side_by_side_lines(pairs))
     _print_lines(phases.summary_lines(pairs, record))
     if record.get("executor") == "slurm":
         from dlrepro.run.engines import slurm
@@ -309,35 +157,25 @@ def report(c, run=None, out="results", json=False, html=None):
             print(line)
 
 
-@task(help={"run": "the run to look at: id or `latest` (default), under "
-                   "--out, or a run folder's path (with a /: ./ID)",
-            "against": "a base run (id or path) to compare with, cell by "
-                       "cell, instead of the 2016 figures",
-            "out": "results root (default: results)",
-            "fail_slower": "with --against: exit 3 when a cell is "
-                           "significantly slower by more than this percent",
-            "min_change": "with --against: smallest change, in percent, "
-                          "called a difference (default 5)"})
+@task(help=flaghelp.COMPARE)
 @user_errors
 def compare(c, run="latest", against=None, out="results", fail_slower=None,
             min_change="5"):
     """Compare a run with another run, or with the 2016 figures."""
     from dlrepro import parse
-    from dlrepro.bench import compare as compare_mod, runner, versus
-    from dlrepro.run import runfolder
+    from dlrepro.bench import compare as compare_mod, versus
     # Every flag and run is checked before any line of a table is printed.
     change = parse.number(min_change, "--min-change")
     limit = (None if fail_slower is None
              else parse.number(fail_slower, "--fail-slower"))
     if against is None and limit is not None:
         raise UserError("--fail-slower needs --against (a base run)")
-    _, pairs = runner.load_bench_run(runfolder.resolve_run(out, run))
+    _, pairs = versus.load_bench_run(out, run)
     if against is None:
         _print_lines(compare_mod.format_rows(
             compare_mod.rows(pairs, compare_mod.load_reference())))
         return
-    _, base = runner.load_bench_run(runfolder.resolve_run(out, against),
-                                    "base run")
+    _, base = versus.load_bench_run(out, against, "base run")
     rows, unmatched = versus.compare_runs(base, pairs,
                                           min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))
@@ -348,33 +186,17 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
                        f"than {limit:g}%", code=3)
 
 
-@task(iterable=["run"],
-      help={"run": "run id or `latest` (default), under --out, or a run "
-                   "folder's path (with a /: ./ID); repeatable, a run "
-                   "named twice counts once",
-            "all": "every run under --out",
-            "out": "results root (default: results)",
-            "csv": "write the rows to this CSV file",
-            "sqlite": "insert or replace the rows in this SQLite database "
-                      "(table cells, keyed by run_id and cell_id)",
-            "db": "add the finished cells to the results database at this "
-                  "URL (sqlite:///FILE or a path: SQLite; postgresql://"
-                  "USER:PASS@HOST/DB for a team); re-exporting changes "
-                  "nothing",
-            "machine": "with --db: the machine's name in the database "
-                       "(default: the host name the run recorded)"})
+@task(iterable=["run"], help=flaghelp.EXPORT)
 @user_errors
 def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
            db=None, machine=None):
     """Export runs as one row per cell (identity and statistics)."""
     from dlrepro.bench import export as export_mod
-    from dlrepro.run import runfolder
+    from dlrepro.run import store
     if not csv and not sqlite and not db:
         raise UserError("give --csv FILE, --sqlite FILE, --db URL or several")
-    rows, runs = [], []
-    for run_dir in runfolder.run_folders(out, run or ["latest"], all):
-        runs.append(runfolder.load_run(run_dir))
-        rows += export_mod.rows(*runs[-1])
+    runs = store.runs(out, run or ["latest"], all)
+    rows = [row for r in runs for row in export_mod.rows(r.record, r.pairs)]
     if csv:
         export_mod.write_csv(csv, rows)
     if sqlite:
@@ -384,7 +206,9 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
     if db:
         from dlrepro.history import db as history_db
         engine = history_db.connect(db)
-        counts = history_db.export(engine, runs, machine, target=db)
+        counts = history_db.export(engine, [(r.record, r.pairs)
+                                            for r in runs], machine,
+                                   target=db)
         print(f"database: {counts['new']} cells new, {counts['updated']} "
               f"updated, {counts['unchanged']} unchanged"
               + (f"; {counts['other_runs']} convergence run(s) left out"
@@ -483,93 +307,23 @@ def data(c, dataset=None, data_dir=None, mirror=None, check=False):
 
 
 @task(iterable=["framework", "network"], auto_shortflags=False,
-      help={"framework": "framework to train (repeatable)",
-            "network": "fcn-r, alexnet-r, resnet-56 or lstm (repeatable)",
-            "workers": "data-parallel worker counts, e.g. 1,2,4 (default)",
-            "gpus": "GPU counts, e.g. 1,2,4 (implies --device gpu)",
-            "epochs": "epochs per run (default: the paper's, 40 or 20)",
-            "global_batch_size": "total batch over all workers (default: "
-                                 "the paper's)",
-            "data_dir": "folder that holds <dataset>/ (default: data/)",
-            "synthetic": "train on synthetic data of the same shape",
-            "train_samples": "use only the first N training samples",
-            "test_samples": "use only the first N test samples",
-            "target_loss": "training loss whose epochs/seconds to reach are "
-                           "compared (default: the highest final loss)",
-            "device": "cpu or gpu (default: cpu, gpu with --gpus)",
-            "threads": "intra-op threads in all, shared by the workers",
-            "seed": "seed of weights and sample order (default 0)",
-            "out": "results root (default: results/)",
-            "timeout": "seconds per run before it is stopped",
-            "runtime": "docker (each framework in its image, the default), "
-                       "podman, charliecloud or native",
-            "resume": "continue the latest convergence run under --out, "
-                      "keeping runs already finished with the same spec",
-            "dry_run": "print the plan and stop",
-            "nodes": "Slurm nodes each run spreads its workers over "
-                     "(default 1; needs --executor slurm; workers is the "
-                     "total: --workers 2 --nodes 2 is 2 nodes x 1 worker)",
-            **_SLURM_HELP})
+      help=flaghelp.CONVERGE)
 @user_errors
 def converge(c, framework=None, network=None, workers=None, gpus=None,
              nodes=None,
              epochs=None, global_batch_size=None, data_dir=None,
              synthetic=False, train_samples=None, test_samples=None,
-             target_loss=None, device=None, threads=None, seed="0", out=None,
-             timeout=None, runtime="docker", resume=False, dry_run=False,
+             target_loss=None, device=None, threads=None, seed="0",
+             out="results", timeout=None, runtime="docker", resume=False,
+             dry_run=False,
              executor="local", partition=None, account=None, qos=None,
              constraint=None, exclusive=False, time_limit=None,
              array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
              no_wait=False):
     """Convergence with data parallelism: loss curves for 1/2/4 workers."""
-    from dlrepro import matrix
-    from dlrepro.converge import plan, runner, summary
-    from dlrepro.run import pipeline, progress, runfolder, runtimes
-    if gpus is not None and workers is not None:
-        raise UserError("give --workers or --gpus, not both")
-    if gpus is not None and device not in (None, "gpu"):
-        raise UserError("--gpus needs --device gpu")
-    device = device or ("gpu" if gpus is not None else "cpu")
-    counts = plan.worker_counts(gpus or workers or "1,2,4",
-                                "--gpus" if gpus else "--workers")
-    m = matrix.load()
-    jobs = plan.plan(framework, network, counts, device=device,
-                     global_batch=global_batch_size, epochs=epochs,
-                     seed=seed, threads=threads, data_dir=data_dir,
-                     synthetic=synthetic, train_samples=train_samples,
-                     test_samples=test_samples, target_loss=target_loss,
-                     runtime=runtime, timeout=timeout, matrix=m,
-                     nodes=nodes, executor=executor)
-    executor_ = _executor(
-        executor, None, {}, no_wait, slurm_config, partition=partition,
-        account=account, qos=qos, constraint=constraint, exclusive=exclusive,
-        time_limit=time_limit, array_throttle=array_throttle, mem=mem,
-        gpu_freq=gpu_freq)
-    for job in jobs:
-        spec = job.spec
-        print(f"{job.id}: {spec['epochs']} epochs, global batch "
-              f"{spec['global_batch_size']}, {spec['data']['source']} "
-              f"{spec['data']['name']}")
-    if dry_run:
-        return
-    out = runner.DEFAULT_OUT if out is None else out
-    if resume:
-        runner.check_resumable(out)
-    plan.check_data(jobs)
-    run = runner.run_of(jobs, out, _command(), resume)
-    with progress.events() as events:
-        if executor_ is not None:
-            executor_.confirm = _asking(events)
-        run_dir = pipeline.start(run, runtimes.get(runtime, matrix=m), m,
-                                 events, executor_)
-    record = runfolder.read_run(run_dir)
-    if record["status"] == "submitted":
-        print(_submitted(run_dir, record))
-        return
-    _record, pairs, figures = runner.finish(run_dir)
-    print("\n".join(summary.table_lines(figures)))
-    print(f"results: {run_dir}")
-    runner.check_usable(run_dir, pairs, {job.id for job in jobs})
+    flags = _flags(locals())
+    from dlrepro.converge import runner
+    runner.converge(runner.ConvergeFlags(**flags), _command())
 
 
 # --- images: dlrepro.images -----------------------------------------------------

@@ -43,7 +43,7 @@ sys.path.insert(0, ROOT)
 from harness import compat, resultfile  # noqa: E402  (path fix)
 from dlrepro import hostinfo, matrix as matrix_mod  # noqa: E402
 from dlrepro.bench import aggregate, gpuprofile  # noqa: E402
-from dlrepro.run import runfolder  # noqa: E402
+from dlrepro.run import store  # noqa: E402
 
 NETWORKS = ("fcn5", "resnet50")
 PRECISION_COMPILE = (("bf16", "default"), ("fp32", "none"), ("tf32", "none"),
@@ -121,7 +121,7 @@ def bench(invoke, args, extra, budget, log):
 
 def cells_of(run_dir):
     """[{id, status, mean_s, ci95_s, samples_per_s, processes}] of a run."""
-    _record, pairs = runfolder.load_run(run_dir)
+    _record, pairs = store.load_run(run_dir)
     stats = {aggregate.cell_key(s.cell): s for s in aggregate.run_stats(pairs)}
     rows = []
     for spec, members in aggregate.cells(pairs):

@@ -24,7 +24,7 @@ from harness.resultfile import write_atomic  # noqa: E402
 
 from dlrepro import matrix  # noqa: E402
 from dlrepro.bench import plan  # noqa: E402
-from dlrepro.run import pipeline, runfolder  # noqa: E402
+from dlrepro.run import pipeline, store  # noqa: E402
 from dlrepro.run.runtimes import get  # noqa: E402
 
 RUNTIMES = ("native", "docker", "podman", "charliecloud")
@@ -92,7 +92,7 @@ def main():
             run = pipeline.Run(kind="bench", jobs=[job], out=run_dir,
                                name="overhead", command="runtime_overhead")
             done = pipeline.start(run, rt, m)
-            _record, pairs = runfolder.load_run(done)
+            _record, pairs = store.load_run(done)
             entry, result = pairs[0]
             if entry["status"] != "ok":
                 sys.exit(f"{name}: {entry['status']}: {entry['message']}")

@@ -9,7 +9,7 @@ import pytest
 
 from harness import frameworks, phases, spec, throughput
 from harness.errors import HarnessError, Terminated
-from dlrepro.run import runfolder as results
+from dlrepro.run import store as results
 from tests.fake_backend import Backend, Script
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "result-v1-ok.json")

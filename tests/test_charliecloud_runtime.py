@@ -15,7 +15,6 @@ import pytest
 from dlrepro import ROOT, matrix
 from dlrepro.errors import UserError
 from dlrepro.images import podman as podman_images
-from dlrepro.run import pipeline, runfolder
 from dlrepro.run.runtimes import charliecloud as ch_runtime
 from dlrepro.run.runtimes import docker as docker_runtime, get
 
@@ -182,10 +181,8 @@ def test_convergence_runs_with_the_data_mounted_and_workers_on_loopback(
                           checksums=checksums, runtime="charliecloud",
                           timeout=900, matrix=m)
     conv_plan.check_data(jobs, log=lambda _m: None)
-    run_dir = pipeline.start(conv.run_of(jobs, tmp_path / "out", "test"),
-                             runtime, m)
-    _record, pairs = runfolder.load_run(run_dir)
-    found = {entry["id"]: result for entry, result in pairs}
+    run_dir, found = conv.run(jobs, tmp_path / "out", runtime, "test",
+                              matrix=m)
     one, two = (found[f"{FRAMEWORK}-fcn-r-w{n}"] for n in (1, 2))
     for result in (one, two):
         assert result["status"] == "ok", result["error"]

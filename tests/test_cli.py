@@ -159,3 +159,56 @@ def test_a_convergence_run_with_no_usable_result_exits_1(root, tmp_path):
     assert proc.stderr.startswith("error: no convergence run ended ok or "
                                   "diverged: ")
     assert proc.stderr.count("\n") == 1
+
+
+def test_converge_looks_for_its_runs_under_results_in_the_working_directory(
+        root, tmp_path):
+    """One default for --out: converge's, like bench's, report's and
+    export's, is `results` under the working directory (it was the
+    repository's, so `--resume` from elsewhere resumed a run there)."""
+    proc = subprocess.run(
+        [INVOKE, "-r", str(root), "converge", "--framework", "pytorch",
+         "--network", "fcn-r", "--workers", "1", "--runtime", "native",
+         "--resume"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == ("error: no convergence run under results to "
+                           "resume; run without --resume\n")
+
+
+def test_bench_and_converge_have_one_default_for_out(root):
+    helps = [invoke(root, "--help", task).stdout for task in
+             ("bench", "converge", "report", "export")]
+    for text in helps:
+        assert "(default: results, under the working" in " ".join(
+            text.split()), text
+
+
+def test_bench_is_one_function_the_task_and_tests_call(tmp_path, monkeypatch):
+    """`invoke bench` parses its flags and calls dlrepro.bench.runner.bench;
+    a test calls the same function and gets the run the task makes."""
+    from dlrepro.bench import runner
+    from dlrepro.run import store
+    from test_faults import BENCH, SCRIPTED, invoke as invoke_bench
+    monkeypatch.setenv("DLREPRO_FAKE_MODES", "")
+    said = []
+    run_dir = runner.bench(runner.BenchFlags(
+        framework=["pytorch"], runtime="native", python=SCRIPTED,
+        iterations="3", warmup="1", threads=["1"], network=["fcn5"],
+        out=str(tmp_path / "called")), "called", echo=said.append)
+    proc = invoke_bench(*BENCH, "--network", "fcn5", "--out",
+                        str(tmp_path / "task"))
+    assert proc.returncode == 0, proc.stderr
+    assert run_dir == (tmp_path / "called" / "latest").resolve()
+    assert said[-1] == f"\n{run_dir}: 1 ok"
+    assert proc.stdout.splitlines()[-1].endswith(": 1 ok")
+    called, task = (store.runs(tmp_path / name)[0] for name in
+                    ("called", "task"))
+    assert [e["spec"] for e, _ in called.pairs] == \
+        [e["spec"] for e, _ in task.pairs]
+    table = proc.stdout.splitlines()
+    table = table[next(i for i, line in enumerate(table)
+                       if line.startswith("framework")):]
+    # The same table (its numbers are each run's own).
+    assert [line.split()[:7] for line in said[:3]] == \
+        [line.split()[:7] for line in table[:3]]

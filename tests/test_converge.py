@@ -23,7 +23,7 @@ from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
 from dlrepro.converge import summary as conv_summary
-from dlrepro.run import pipeline, runfolder, runtimes
+from dlrepro.run import runtimes, store
 from dlrepro.run.engines.local import LocalEngine
 from dlrepro.errors import UserError
 from harness import spec as hspec
@@ -388,7 +388,7 @@ def test_run_folder_records_and_compares(trained):
     framework, run_dir, results, _ = trained
     record = json.loads((run_dir / "run.json").read_text())
     assert record["kind"] == "converge" and record["finished_at"]
-    assert record["schema_version"] == runfolder.RUN_SCHEMA_VERSION
+    assert record["schema_version"] == store.RUN_SCHEMA_VERSION
     assert [(r["id"], r["status"]) for r in record["jobs"]] == [
         (f"{framework}-fcn-r-w1", "ok"), (f"{framework}-fcn-r-w2", "ok")]
     assert (run_dir.parent / "latest-converge").resolve() == run_dir.resolve()
@@ -573,10 +573,9 @@ def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
                           epochs=50, threads=2, synthetic=True,
                           train_samples=4096, test_samples=64,
                           runtime="native", timeout=600)
-    run_dir = pipeline.start(conv.run_of(jobs, tmp_path, "test"),
-                             _native(framework_python("pytorch")),
-                             executor=TimeoutInTraining())
-    _record, pairs, _summary = conv.finish(run_dir)
+    run_dir, _record, pairs, _summary = conv.execute(
+        jobs, tmp_path, _native(framework_python("pytorch")), "test",
+        executor=TimeoutInTraining())
     results = {entry["id"]: result for entry, result in pairs}
     record = json.loads((run_dir / "run.json").read_text())
     assert record["jobs"][0]["status"] == "timeout"

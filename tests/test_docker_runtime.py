@@ -558,10 +558,8 @@ def test_convergence_runs_in_images_with_the_data_mounted(
                           data_dir=data_dir, checksums=checksums,
                           runtime="docker", timeout=900, matrix=m)
     conv_plan.check_data(jobs, log=lambda m: None)
-    run_dir = pipeline.start(conv.run_of(jobs, tmp_path / "out", "test"),
-                             get("docker", matrix=m), m)
-    _record, pairs = runfolder.load_run(run_dir)
-    found = {entry["id"]: result for entry, result in pairs}
+    run_dir, found = conv.run(jobs, tmp_path / "out", get("docker", matrix=m),
+                              "test", matrix=m)
     assert sorted(found) == sorted(job.id for job in jobs)
     images = dict(cpu_images, cntk=cntk_image)
     for framework in ("pytorch", "cntk"):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from test_faults import BENCH, INVOKE, ROOT, _env, bench, invoke, row
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
@@ -42,7 +42,7 @@ def started_at(run_dir, job_id):
 
 
 def by_id(run_dir):
-    return {e["id"]: e for e in runfolder.read_run(run_dir)["jobs"]}
+    return {e["id"]: e for e in store.read_run(run_dir)["jobs"]}
 
 
 def json_rows(out):
@@ -67,8 +67,8 @@ def test_resume_from_inside_a_results_folder_resumes_the_run_under_out(
     assert proc.returncode == 0, proc.stderr
     assert f"resuming {there_run}" in proc.stdout, proc.stdout
     assert latest(there) == there_run
-    assert len(runfolder.read_run(there_run)["resumed_at"]) == 1
-    assert runfolder.read_run(here_run)["resumed_at"] == []
+    assert len(store.read_run(there_run)["resumed_at"]) == 1
+    assert store.read_run(here_run)["resumed_at"] == []
     report = invoke_in(here, "report", "--out", str(there))
     assert report.returncode == 0, report.stderr
     assert report.stdout.startswith(there_run.name)
@@ -126,7 +126,7 @@ def test_a_result_of_another_cell_copied_into_place_is_set_aside(tmp_path):
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
     assert f"{FCN5}.invalid.json" in again.stdout
     assert (run_dir / f"{FCN5}.invalid.json").read_bytes() == copied
-    assert runfolder.load_result(run_dir / f"{FCN5}.json")["cell"][
+    assert store.load_result(run_dir / f"{FCN5}.json")["cell"][
         "network"] == "fcn5"
     assert started_at(run_dir, FCN8) == before
     assert {e["status"] for e in by_id(run_dir).values()} == {"ok"}
@@ -145,7 +145,7 @@ def test_a_result_with_an_edited_batch_size_is_not_reported(tmp_path):
     assert fcn5["batch"] == "16"
     assert fcn5["status"] == "error" and fcn5["samples/s"] == "-", fcn5
     assert fcn5["note"].startswith(f"{FCN5}.json is the result of another")
-    (entry, _), = runfolder.load_run(run_dir)[1]
+    (entry, _), = store.load_run(run_dir)[1]
     assert entry["message"].endswith("(batch_size 32, not 16)")
     again = bench(tmp_path, "fcn5", extra=["--resume"])
     assert "0 of 1 jobs already done" in again.stdout, again.stdout
@@ -179,17 +179,17 @@ def test_a_convergence_result_of_another_spec_is_an_error(tmp_path):
     the spec (harness.spec.convergence_cell); what it holds must agree."""
     run_dir = tmp_path / "converge-v0"
     shutil.copytree(GOLDEN / "converge-v0", run_dir)
-    _, [(entry, result)] = runfolder.load_run(run_dir)
+    _, [(entry, result)] = store.load_run(run_dir)
     assert entry["status"] == "ok" and result is not None
     path = run_dir / "pytorch-fcn-r-w1.json"
     data = json.loads(path.read_text())
     data["cell"]["global_batch_size"] = data["cell"]["batch_size"] = 32
     path.write_text(json.dumps(data))
-    _, [(entry, result)] = runfolder.load_run(run_dir)
+    _, [(entry, result)] = store.load_run(run_dir)
     assert result is None and entry["status"] == "error"
     assert entry["message"] == ("pytorch-fcn-r-w1.json is the result of "
                                 "another cell (batch_size 32, not 16)")
-    assert runfolder.finished_on_disk(run_dir, entry, entry["spec"]) is None
+    assert store.finished_on_disk(run_dir, entry, entry["spec"]) is None
 
 
 # --- 4: a run folder counts once ----------------------------------------------
@@ -250,5 +250,26 @@ def test_a_deleted_spec_file_and_a_foreign_result_run_again(tmp_path):
     shutil.copy(run_dir / f"{FCN8}.json", run_dir / f"{FCN5}.json")
     again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
-    assert runfolder.load_result(run_dir / f"{FCN5}.json")["cell"][
+    assert store.load_result(run_dir / f"{FCN5}.json")["cell"][
         "network"] == "fcn5"
+
+
+# --- the store reads a job as its run's kind ------------------------------------
+
+def test_a_bench_entry_without_a_batch_size_is_still_checked_as_a_bench_cell(
+        tmp_path):
+    """run.json says its kind; an entry whose spec lost the field that told
+    the kinds apart (batch_size) was not checked at all, and a result of
+    another network was reported as the entry's own."""
+    assert bench(tmp_path, "fcn5").returncode == 0
+    run_dir = latest(tmp_path)
+    record = json.loads((run_dir / "run.json").read_text())
+    (entry,) = record["jobs"]
+    del entry["spec"]["batch_size"]
+    entry["spec"]["network"] = "fcn8"
+    (run_dir / "run.json").write_text(json.dumps(record))
+    fcn8 = json_rows(tmp_path)["fcn8"]
+    assert fcn8["status"] == "error", fcn8
+    # The table's note is cut to its column; the message is store's own.
+    assert fcn8["note"].startswith(f"{FCN5}.json is the result of another "
+                                   f"cell (networ"), fcn8

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from paths import INVOKE, ROOT
 
 GOLDEN_CONVERGE = ROOT / "tests" / "golden" / "runs" / "converge-v0"
@@ -87,7 +87,7 @@ def test_page_is_self_contained_with_each_figure_beside_its_table(page, runs):
     _out, bench, _converge = runs
     provenance = section(text, "provenance")
     assert bench.name in provenance and "converge-cec2" in provenance
-    _record, pairs = runfolder.load_run(bench)
+    _record, pairs = store.load_run(bench)
     version = pairs[0][1]["environment"]["framework_version"]
     assert f"<td>pytorch</td><td>{version}</td>" in provenance
     assert "<td>2.13.0+cpu</td>" in provenance     # the old convergence run

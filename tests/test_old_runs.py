@@ -11,7 +11,7 @@ import pytest
 
 from dlrepro.converge import runner as conv_runner, summary
 from dlrepro.errors import UserError
-from dlrepro.run import runfolder
+from dlrepro.run import runfolder, store
 from paths import INVOKE, ROOT, SCRIPTED
 
 GOLDEN = ROOT / "tests" / "golden" / "runs"
@@ -30,7 +30,7 @@ def copied(tmp_path, name, kind):
 
 
 def test_a_bench_run_of_format_1_reads_as_format_2():
-    record, pairs = runfolder.load_run(GOLDEN / "bench-v1")
+    record, pairs = store.load_run(GOLDEN / "bench-v1")
     assert record["schema_version"] == 2 and record["kind"] == "bench"
     assert [(e["spec"]["network"], e["status"]) for e, _ in pairs] == [
         ("fcn5", "ok"), ("fcn8", "ok")]
@@ -90,4 +90,4 @@ def test_an_unknown_format_is_named(tmp_path):
     with pytest.raises(UserError, match="run.json version 7 is not "
                                         "supported \\(this version reads 0 "
                                         "to 2\\)"):
-        runfolder.read_run(tmp_path)
+        store.read_run(tmp_path)

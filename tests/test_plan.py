@@ -1,4 +1,8 @@
 """Planning: suite x flags -> cells, with narrowing, overrides and skips."""
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from dlrepro import matrix
@@ -6,6 +10,7 @@ from dlrepro.bench import plan
 from dlrepro.bench import suites
 from dlrepro.errors import UserError
 
+ROOT = Path(__file__).resolve().parent.parent
 M = matrix.load()
 # Planning only needs a GPU profile to exist; its contents do not matter.
 M.setdefault("pytorch", {}).setdefault(
@@ -113,3 +118,20 @@ def test_a_suite_with_an_unknown_clock_policy_is_named(tmp_path):
     with pytest.raises(UserError, match=f"{bad} \\[defaults\\]: "
                                         f"clock_policy must be"):
         suites.load(str(bad))
+
+
+def test_options_need_no_runner(tmp_path):
+    """bench.plan and bench.runner imported each other (inside options());
+    plan stands below the runner."""
+    code = ("import sys\n"
+            "from dlrepro import matrix\n"
+            "from dlrepro.bench import plan\n"
+            "plan.options(matrix.load(), framework=['pytorch'], "
+            "all_frameworks=False, profile=None, network=None, "
+            "batch_size=None, device=None, threads=None, iterations=None, "
+            "warmup=None, runtime='native', seed='0', clock_policy=None, "
+            "timeout=None)\n"
+            "print('dlrepro.bench.runner' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "False", proc.stdout + proc.stderr

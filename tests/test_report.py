@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from dlrepro.bench import aggregate, report
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from harness import stats as hstats
 from paths import INVOKE, ROOT, SCRIPTED
 
@@ -104,7 +104,7 @@ def invoke(*args):
 def _retime(run_dir, network, series):
     """Give the processes of `network` these per-iteration times, with the
     warnings the harness writes for them."""
-    entries = [e for e in runfolder.read_run(run_dir)["jobs"]
+    entries = [e for e in store.read_run(run_dir)["jobs"]
                if e["spec"]["network"] == network]
     for entry, times in zip(entries, series):
         path = run_dir / entry["file"]

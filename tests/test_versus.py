@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from dlrepro.bench import aggregate, versus
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from harness import resultfile
 from paths import INVOKE, ROOT, SCRIPTED
 
@@ -126,7 +126,7 @@ def runs(tmp_path_factory, framework_python):  # noqa: F811
 
 
 def _pairs(run_dir, framework=None):
-    _, pairs = runfolder.load_run(run_dir)
+    _, pairs = store.load_run(run_dir)
     return [p for p in pairs
             if framework is None or p[0]["spec"]["framework"] == framework]
 

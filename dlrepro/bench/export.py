@@ -19,7 +19,7 @@ FIELDS = ("run_id", "cell_id") + CELL_FIELDS + STAT_FIELDS
 
 
 def rows(record, pairs):
-    """One dict per cell of a run (record, pairs from runfolder.load_run)."""
+    """One dict per cell of a run (record, pairs from dlrepro.run.store)."""
     out = []
     for spec, members in aggregate.cells(pairs):
         ok = aggregate.ok_results(members)

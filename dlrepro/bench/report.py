@@ -141,3 +141,11 @@ def side_by_side(pairs):
     table = [(n, d, str(b), t) + tuple(values.get(f, "-") for f in frameworks)
              for (n, d, b, t), values in rows.items()]
     return format_table(table, columns)
+
+
+def side_by_side_lines(pairs):
+    """side_by_side under its heading, or [] for a single framework."""
+    table = side_by_side(pairs)
+    if not table:
+        return []
+    return ["\nside by side (mean ms per iteration):"] + table

@@ -1,26 +1,88 @@
 """`invoke bench`: suite + flags -> jobs -> the job pipeline -> a run
-folder."""
+folder, and its table. tasks.py parses the flags into BenchFlags and calls
+`bench`; tests call it too."""
+from dataclasses import dataclass
+from typing import Optional
+
 from dlrepro import hostinfo, matrix as matrix_mod
-from dlrepro.bench import plan as plan_mod, suites
-from dlrepro.errors import NoUsableResult, UserError
-from dlrepro.run import pipeline, runfolder
+from dlrepro.bench import phases, plan as plan_mod, report, suites
+from dlrepro.errors import NoUsableResult
+from dlrepro.run import command, pipeline, runtimes, store
 
 
-def select_frameworks(m, frameworks, all_frameworks):
-    if all_frameworks and frameworks:
-        raise UserError("give --framework or --all, not both")
-    if all_frameworks:
-        return tuple(matrix_mod.frameworks(m))
-    if not frameworks:
-        raise UserError("choose frameworks: --framework NAME (repeatable) or "
-                        "--all; valid frameworks: "
-                        f"{', '.join(matrix_mod.frameworks(m))}")
-    names = []
-    for value in frameworks:
-        for name in value.split(","):
-            matrix_mod.profiles(m, name)  # raises with the valid names
-            names.append(name)
-    return tuple(dict.fromkeys(names))
+@dataclass
+class BenchFlags(command.EngineFlags):
+    """`invoke bench`'s flags as given (None: the suite's), with the
+    task's defaults."""
+    framework: tuple = ()
+    all: bool = False
+    profile: Optional[str] = None
+    suite: str = "smoke"
+    network: tuple = ()
+    batch_size: tuple = ()
+    device: Optional[str] = None
+    threads: tuple = ()
+    iterations: Optional[str] = None
+    warmup: Optional[str] = None
+    runtime: str = "docker"
+    out: str = "results"
+    resume: bool = False
+    dry_run: bool = False
+    timeout: Optional[str] = None
+    seed: str = "0"
+    clock_policy: Optional[str] = None
+    python: Optional[str] = None
+    repeat: Optional[str] = None
+    precision: Optional[str] = None
+    compile: Optional[str] = None
+
+
+def bench(flags, command_line="", echo=print):
+    """Plan the cells `flags` ask for, run them (or, with --dry-run, print
+    the plan), print the table; the run folder (None on a dry run).
+    NoUsableResult when no cell ended ok."""
+    m = matrix_mod.load()
+    options = plan_mod.options(
+        m, framework=flags.framework, all_frameworks=flags.all,
+        profile=flags.profile, network=flags.network,
+        batch_size=flags.batch_size, device=flags.device,
+        threads=flags.threads, iterations=flags.iterations,
+        warmup=flags.warmup, runtime=flags.runtime, seed=flags.seed,
+        clock_policy=flags.clock_policy, timeout=flags.timeout,
+        repeat=flags.repeat, precision=flags.precision,
+        compile=flags.compile)
+    suite, jobs = make_plan(flags.suite, options, m, host_for(flags))
+    runtime_options = {"python": flags.python} if flags.python else {}
+    executor = command.executor_of(flags, suite, runtime_options)
+    if flags.dry_run:
+        _echo_lines(echo, plan_mod.format_plan(jobs))
+        return None
+    runtime = runtimes.get(flags.runtime, matrix=m, **runtime_options)
+    run_dir = command.start(run_of(suite, jobs, flags.out, command_line,
+                                   flags.resume), runtime, m, executor)
+    record, pairs = summary(run_dir, {j.id for j in jobs})
+    if record["status"] == "submitted":
+        echo(command.submitted_line(run_dir, record))
+        return run_dir
+    _echo_lines(echo, result_lines(run_dir, record, pairs))
+    check_usable(run_dir, pairs)
+    return run_dir
+
+
+def _echo_lines(echo, lines):
+    for line in lines:
+        echo(line)
+
+
+def host_for(flags):
+    """What the cells may ask for: this host, or with --executor slurm the
+    partition's largest node (the cells run there, not here)."""
+    if flags.executor != "slurm":
+        return current_host()
+    from dlrepro.run.engines.slurm import client
+    return plan_mod.Host(*client.largest_node(flags.partition), gpus_unseen=(
+        "the cells run on Slurm's nodes, whose GPUs are not seen from "
+        "here; --profile names one"))
 
 
 def current_host():
@@ -44,23 +106,21 @@ def run_of(suite, jobs, out, command, resume=False):
 
 def summary(run_dir, only_ids=None):
     """(record, [(entry, result)]) of a run, in plan order."""
-    record, pairs = runfolder.load_run(run_dir)
+    record, pairs = store.load_run(run_dir)
     if only_ids is not None:
         pairs = [p for p in pairs if p[0]["id"] in only_ids]
     return record, pairs
 
 
-def load_bench_run(run_dir, what="run"):
-    """(record, pairs) of a bench run; a run of another kind is refused in
-    one line, since its cells are not bench cells even where their fields
-    match (a convergence run's timing covers training epochs)."""
-    record, pairs = runfolder.load_run(run_dir)
-    if record["kind"] != "bench":
-        kind = {"converge": "convergence"}.get(record["kind"], record["kind"])
-        raise UserError(f"{what} {run_dir.name} is a {kind} run: "
-                        f"invoke compare compares bench runs only; runs of "
-                        f"different kinds are not compared")
-    return record, pairs
+def result_lines(run_dir, record, pairs):
+    """The table of a finished run, side by side, where the time went, and
+    its status counts."""
+    counts = report.status_counts(pairs)
+    return (report.format_table(report.summary_rows(pairs))
+            + report.side_by_side_lines(pairs)
+            + phases.summary_lines(pairs, record)
+            + [f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n
+                                             in sorted(counts.items()))])
 
 
 def check_usable(run_dir, pairs):

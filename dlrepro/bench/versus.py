@@ -23,6 +23,9 @@ from typing import NamedTuple
 from harness.stats import t_quantile_975
 
 from dlrepro.bench import aggregate
+from dlrepro.errors import UserError
+from dlrepro.run import store
+from dlrepro.run.kinds import KINDS
 
 ALPHA = 0.05
 MIN_CHANGE = 0.05
@@ -32,6 +35,21 @@ MATCH = ("framework", "network", "device", "batch_size", "global_batch_size",
 UNSET = {"precision": "default", "compile": None}
 MUST_AGREE = (("threads", "thread count"), ("clock_policy", "clock policy"),
               ("profile", "profile"))
+
+
+def load_bench_run(out, run, what="run"):
+    """(record, pairs) of bench run `run` (a --run value under `out`); a
+    run of another kind is refused in one line, since its cells are not
+    bench cells even where their fields match (a convergence run's timing
+    covers training epochs)."""
+    run_dir = store.resolve_run(out, run)
+    record, pairs = store.load_run(run_dir)
+    if store.kind_of(record) is not KINDS["bench"]:
+        raise UserError(f"{what} {run_dir.name} is a "
+                        f"{store.kind_of(record).label} run: invoke compare "
+                        f"compares bench runs only; runs of different kinds "
+                        f"are not compared")
+    return record, pairs
 
 
 class Row(NamedTuple):

@@ -1,19 +1,101 @@
-"""Convergence runs through the job pipeline: one job per (framework,
-network, worker count), then the figures across worker counts.
+"""`invoke converge`: convergence runs through the job pipeline, one job
+per (framework, network, worker count), then the figures across worker
+counts. tasks.py parses the flags into ConvergeFlags and calls `converge`;
+tests call `run` (the same path from planned jobs).
 
 Run folder: <out>/<stamp>-converge-<hex>/, a run folder like any other
-(dlrepro.run.runfolder) with kind "converge", plus convergence.json (the
+(dlrepro.run.store) with kind "converge", plus convergence.json (the
 figures across worker counts, harness.figures.compare).
 <out>/latest-converge links the newest one (<out>/latest stays bench's).
 """
+from dataclasses import dataclass
+from typing import Optional
+
 from harness import resultfile
 
-from dlrepro import ROOT
-from dlrepro.converge import summary as summary_mod
+from dlrepro import matrix as matrix_mod
+from dlrepro.converge import plan as plan_mod, summary as summary_mod
 from dlrepro.errors import NoUsableResult, UserError
-from dlrepro.run import pipeline, runfolder
+from dlrepro.run import command, pipeline, runtimes, store
+from dlrepro.run.kinds import KINDS
 
-DEFAULT_OUT = ROOT / "results"
+# Results go under the working directory, as bench's, report's and
+# export's do.
+DEFAULT_OUT = "results"
+CONVERGE = KINDS["converge"]
+
+
+@dataclass
+class ConvergeFlags(command.EngineFlags):
+    """`invoke converge`'s flags as given, with the task's defaults."""
+    framework: tuple = ()
+    network: tuple = ()
+    workers: Optional[str] = None
+    gpus: Optional[str] = None
+    nodes: Optional[str] = None
+    epochs: Optional[str] = None
+    global_batch_size: Optional[str] = None
+    data_dir: Optional[str] = None
+    synthetic: bool = False
+    train_samples: Optional[str] = None
+    test_samples: Optional[str] = None
+    target_loss: Optional[str] = None
+    device: Optional[str] = None
+    threads: Optional[str] = None
+    seed: str = "0"
+    out: str = DEFAULT_OUT
+    timeout: Optional[str] = None
+    runtime: str = "docker"
+    resume: bool = False
+    dry_run: bool = False
+
+
+def converge(flags, command_line="", echo=print):
+    """Plan the runs `flags` ask for and print them; unless --dry-run, run
+    them and print the figures. The run folder (None on a dry run);
+    NoUsableResult when no run ended ok or diverged."""
+    m = matrix_mod.load()
+    jobs = plan_of(flags, m)
+    executor = command.executor_of(flags, None, {})
+    for job in jobs:
+        spec = job.spec
+        echo(f"{job.id}: {spec['epochs']} epochs, global batch "
+             f"{spec['global_batch_size']}, {spec['data']['source']} "
+             f"{spec['data']['name']}")
+    if flags.dry_run:
+        return None
+    if flags.resume:
+        check_resumable(flags.out)
+    plan_mod.check_data(jobs)
+    run_dir, record, pairs, figures = execute(
+        jobs, flags.out, runtimes.get(flags.runtime, matrix=m), command_line,
+        flags.resume, matrix=m, executor=executor)
+    if figures is None:
+        echo(command.submitted_line(run_dir, record))
+        return run_dir
+    echo("\n".join(summary_mod.table_lines(figures)))
+    echo(f"results: {run_dir}")
+    check_usable(run_dir, pairs, {job.id for job in jobs})
+    return run_dir
+
+
+def plan_of(flags, m):
+    """The jobs of `flags`: --workers or --gpus (the device follows)."""
+    if flags.gpus is not None and flags.workers is not None:
+        raise UserError("give --workers or --gpus, not both")
+    if flags.gpus is not None and flags.device not in (None, "gpu"):
+        raise UserError("--gpus needs --device gpu")
+    device = flags.device or ("gpu" if flags.gpus is not None else "cpu")
+    counts = plan_mod.worker_counts(flags.gpus or flags.workers or "1,2,4",
+                                    "--gpus" if flags.gpus else "--workers")
+    return plan_mod.plan(
+        flags.framework, flags.network, counts, device=device,
+        global_batch=flags.global_batch_size, epochs=flags.epochs,
+        seed=flags.seed, threads=flags.threads, data_dir=flags.data_dir,
+        synthetic=flags.synthetic, train_samples=flags.train_samples,
+        test_samples=flags.test_samples, target_loss=flags.target_loss,
+        runtime=flags.runtime, timeout=flags.timeout, matrix=m,
+        nodes=flags.nodes, executor=flags.executor)
 
 
 def run_of(jobs, out, command, resume=False):
@@ -27,13 +109,26 @@ def check_resumable(out):
     pipeline.resumable(out, "converge")
 
 
+def execute(jobs, out, runtime, command_line="", resume=False, events=None,
+            matrix=None, executor=None):
+    """Run the jobs and write convergence.json: (run folder, record,
+    [(entry, result)], figures); figures and pairs None when the run went
+    to Slurm without waiting."""
+    run_dir = command.start(run_of(jobs, out, command_line, resume),
+                            runtime, matrix, executor, events)
+    record = store.read_run(run_dir)
+    if record["status"] == "submitted":
+        return run_dir, record, None, None
+    record, pairs, figures = finish(run_dir)
+    return run_dir, record, pairs, figures
+
+
 def run(jobs, out, runtime, command="", resume=False, events=None,
         matrix=None):
-    """Run the jobs and write convergence.json; (run folder, {job id:
+    """execute() without an executor's choice: (run folder, {job id:
     result})."""
-    run_dir = pipeline.start(run_of(jobs, out, command, resume), runtime,
-                             matrix, events)
-    _record, pairs, _summary = finish(run_dir)
+    run_dir, _record, pairs, _figures = execute(
+        jobs, out, runtime, command, resume, events, matrix)
     return run_dir, {entry["id"]: result for entry, result in pairs}
 
 
@@ -59,7 +154,7 @@ def check_usable(run_dir, pairs, only_ids):
 
 
 def latest_run(out=DEFAULT_OUT):
-    return runfolder.resolve_run(out, "latest", "converge")
+    return store.resolve_run(out, "latest", "converge")
 
 
 def load_run(run_dir):
@@ -69,8 +164,8 @@ def load_run(run_dir):
 
 
 def _load(run_dir):
-    record, pairs = runfolder.load_run(run_dir)
-    if record["kind"] != "converge":
+    record, pairs = store.load_run(run_dir)
+    if store.kind_of(record) is not CONVERGE:
         raise UserError(f"{run_dir} is not a convergence run folder (its "
                         f"kind is {record['kind']})")
     return record, pairs

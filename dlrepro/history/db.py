@@ -24,6 +24,8 @@ from dlrepro.bench import aggregate, report
 from dlrepro.bench.export import stat_columns
 from dlrepro.errors import UserError
 from dlrepro.history import schema
+from dlrepro.run import store
+from dlrepro.run.kinds import KINDS
 
 # Any fixed number: the advisory lock that serialises migrations on
 # PostgreSQL (every dlrepro exporter asks for the same one).
@@ -276,7 +278,7 @@ def export(engine, runs, machine=None, target=""):
     counts = {"new": 0, "updated": 0, "unchanged": 0, "other_runs": 0}
     with _errors(target), engine.begin() as connection:
         for record, pairs in runs:
-            if record["kind"] != "bench":
+            if store.kind_of(record) is not KINDS["bench"]:
                 counts["other_runs"] += 1
                 continue
             label = machine or machine_name(record, pairs)

@@ -1,6 +1,6 @@
 """Presentation: figures and the HTML report, drawn from finished runs.
 
-The top layer of the host: it reads run folders (dlrepro.run.runfolder),
+The top layer of the host: it reads run folders (dlrepro.run.store),
 takes the numbers from dlrepro.bench and dlrepro.converge, and measures
 nothing itself. Every figure is a pure function of results: a `*_rows`
 function turns results into the table that stands beside the figure, and a

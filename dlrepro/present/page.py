@@ -17,9 +17,9 @@ from typing import Callable, NamedTuple
 from dlrepro import outfile
 from dlrepro.bench import aggregate, compare, report
 from dlrepro.converge import summary as converge_summary
-from dlrepro.errors import UserError
 from dlrepro.present import charts, curves, provenance, style
-from dlrepro.run import runfolder
+from dlrepro.run import store
+from dlrepro.run.kinds import KINDS
 
 
 class Runs(NamedTuple):
@@ -34,11 +34,11 @@ class Runs(NamedTuple):
 def gather(runs):
     """Runs from [(run_dir, record, pairs)]; bench runs' pairs are pooled
     (a cell measured in two runs has the processes of both)."""
-    bench = [p for _d, record, pairs in runs if record["kind"] == "bench"
-             for p in pairs]
+    bench = [p for _d, record, pairs in runs
+             if store.kind_of(record) is KINDS["bench"] for p in pairs]
     converge = [r for _d, record, pairs in runs
-                if record["kind"] == "converge" for _e, r in pairs
-                if r is not None]
+                if store.kind_of(record) is KINDS["converge"]
+                for _e, r in pairs if r is not None]
     return Runs(runs, bench, aggregate.run_stats(bench), converge)
 
 
@@ -274,7 +274,8 @@ def build(runs_list, now=None):
         drawn += has_figure
     warnings = sum(len(provenance.warnings(p)) for _d, _r, p in runs_list)
     ids = ", ".join(str(r.get("run_id")) for _d, r, _p in runs_list)
-    pooled = sum(r["kind"] == "bench" for _d, r, _p in runs_list) > 1
+    pooled = sum(store.kind_of(r) is KINDS["bench"]
+                 for _d, r, _p in runs_list) > 1
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         f"<title>dlrepro report: {html.escape(ids)}</title>",
@@ -293,17 +294,10 @@ def build(runs_list, now=None):
         f"<script>{CHECK}</script></body></html>\n"])
 
 
-def write(path, run_dirs):
-    """Load the runs in `run_dirs`, write their page to `path`; returns a
-    line saying what was written."""
-    runs = []
-    for run_dir in run_dirs:
-        record, pairs = runfolder.load_run(run_dir)
-        if record["kind"] not in ("bench", "converge"):
-            raise UserError(f"{run_dir}: a {record['kind']} run has no "
-                            "figures")
-        runs.append((run_dir, record, pairs))
-    text = build(runs)
+def write(path, runs):
+    """Write the page of `runs` (dlrepro.run.store.runs) to `path`;
+    returns a line saying what was written."""
+    text = build([tuple(run) for run in runs])
     data = text.encode("utf-8")  # the size on disk, not in characters
     path = Path(path)
     with outfile.replacing(path, label=f"the report to {path}") as tmp:

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness import clocks, resultfile
 from harness.nvml import Nvml
 
-from dlrepro.run import runfolder as results
+from dlrepro.run import store
 from dlrepro.errors import UserError
 
 STATE_GLOB = "*.clock-state.json"
@@ -111,7 +111,7 @@ def restore(state=None, run=None, out="results", module=None):
         raise UserError("give --state or --run, not both")
     if state:
         return [restore_file(state, module)]
-    return restore_run(results.resolve_run(out, run or "latest"), module)
+    return restore_run(store.resolve_run(out, run or "latest"), module)
 
 
 def state_path_for(result_path, clock_state=None):

@@ -1,0 +1,96 @@
+"""What `invoke bench` and `invoke converge` share around the pipeline:
+the Slurm flags, the executor they ask for, one start with the live
+display, and the line for a run handed to Slurm without waiting.
+"""
+import sys
+from dataclasses import dataclass
+from typing import Optional
+
+from dlrepro.errors import UserError
+from dlrepro.run import pipeline, progress
+
+
+@dataclass
+class EngineFlags:
+    """Where the jobs run, as the flags say (tasks.py's _SLURM_HELP)."""
+    executor: str = "local"
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    constraint: Optional[str] = None
+    exclusive: bool = False
+    time_limit: Optional[str] = None
+    array_throttle: Optional[str] = None
+    mem: Optional[str] = None
+    gpu_freq: Optional[str] = None
+    slurm_config: Optional[str] = None
+    no_wait: bool = False
+
+
+def executor_of(flags, suite, runtime_options):
+    """The executor `flags` (EngineFlags) ask for."""
+    return executor_for(
+        flags.executor, suite, runtime_options, flags.no_wait,
+        flags.slurm_config, partition=flags.partition,
+        account=flags.account, qos=flags.qos, constraint=flags.constraint,
+        exclusive=flags.exclusive, time_limit=flags.time_limit,
+        array_throttle=flags.array_throttle, mem=flags.mem,
+        gpu_freq=flags.gpu_freq)
+
+
+def executor_for(executor, suite, runtime_options, no_wait, slurm_config,
+                 **flags):
+    """The engine the flags ask for: None (local) or a SlurmEngine."""
+    if executor == "local":
+        given = [k for k, v in dict(flags, no_wait=no_wait,
+                                    slurm_config=slurm_config).items()
+                 if v not in (None, False)]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} needs "
+                            f"--executor slurm")
+        return None
+    if executor != "slurm":
+        raise UserError(f"unknown executor {executor!r}; valid executors: "
+                        f"local, slurm")
+    from dlrepro.run.engines import slurm
+    return slurm.SlurmEngine(slurm.options(flags, suite, slurm_config),
+                             runtime_options, wait=not no_wait)
+
+
+def start(run, runtime, matrix, executor=None, events=None):
+    """pipeline.start with the live display (or the caller's `events`);
+    the run folder."""
+    if events is not None:
+        return pipeline.start(run, runtime, matrix, events, executor)
+    with progress.events() as live:
+        if executor is not None:
+            executor.confirm = asking(live)
+        return pipeline.start(run, runtime, matrix, live, executor)
+
+
+def asking(events):
+    """Ask yes/no on a terminal, the live display stopped first; elsewhere
+    the answer is no."""
+    def confirm(question):
+        if not sys.stdin.isatty():
+            print(f"{question} not asked (no terminal): left as it is",
+                  file=sys.stderr)
+            return False
+        live = getattr(events, "progress", None)
+        if live is not None:
+            live.stop()  # it owns stdout while it runs
+        try:
+            return input(f"\n{question} [y/N] ").strip().lower() in (
+                "y", "yes")
+        except (EOFError, KeyboardInterrupt):
+            return False
+    return confirm
+
+
+def submitted_line(run_dir, record):
+    """What to say of a run submitted to Slurm without waiting."""
+    arrays = [a["array_job_id"] for a in record.get("slurm", {}).get(
+        "arrays", [])]
+    return (f"{run_dir}: submitted to Slurm as array job(s) "
+            f"{', '.join(arrays)}; `invoke report --run {run_dir}` shows "
+            f"it, the same command with --resume waits for it")
