@@ -3,7 +3,7 @@ job, on whatever nodes Slurm gives.
 
 Submit and collect are split. Submitting writes each job's spec file and
 one submission file per array (the jobs and the runtime, for the node
-side: dlrepro.run.slurmtask), checks every array with `sbatch --test-only`
+side: dlrepro.run.slurmenv), checks every array with `sbatch --test-only`
 (a partition or account Slurm rejects fails before anything is queued),
 then queues them. Waiting polls Slurm (sacct, or `scontrol show job` where
 accounting is off or sacct does not know a new array yet) and ends each
@@ -434,15 +434,15 @@ class SlurmExecutor:
                 f"array task\ncd {shlex.quote(str(ROOT))}\n")
         if array is None or not multinode(array):
             return (head + f"exec {shlex.quote(sys.executable)} -m "
-                    f"dlrepro.run.slurmtask {args}\n")
-        # One step, one task per node (dlrepro.run.slurmnode); a node
+                    f"dlrepro.run.slurmenv {args}\n")
+        # One step, one task per node (dlrepro.run.slurmenv); a node
         # whose part fails ends the step on every node. The job's outcome
         # is node 0's result (which folds in the other nodes'), so the
         # script itself ends 0 and Slurm's state does not overrule it.
         nodes = array.jobs[0].nodes
         return (head + f"srun --kill-on-bad-exit=1 --nodes={nodes} "
                 f"--ntasks={nodes} --ntasks-per-node=1 "
-                f"{shlex.quote(sys.executable)} -m dlrepro.run.slurmnode "
+                f"{shlex.quote(sys.executable)} -m dlrepro.run.slurmenv "
                 f"{args}\necho \"dlrepro: srun ended with status $?\"\n"
                 f"exit 0\n")
 
