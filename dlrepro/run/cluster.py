@@ -228,4 +228,3 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     result["slurm"] = block
     resultfile.write_atomic(str(path), result)
     return result["status"]
-
