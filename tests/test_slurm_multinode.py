@@ -25,7 +25,7 @@ import pytest
 
 import needs
 import waits
-from dlrepro.run import slurmnode
+from dlrepro.run import cluster as node_cluster
 from harness.frameworks import dataparallel
 from test_converge import RELATIVE_TOLERANCE, _max_relative
 from paths import INVOKE, ROOT
@@ -244,7 +244,7 @@ def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
         # n2's part is stopped as soon as it shows: its harness never
         # joins the rendezvous.
         while not stopped and time.monotonic() - started < 120:
-            for pid in _node_pids("n2", "dlrepro.run.slurmnode"):
+            for pid in _node_pids("n2", "dlrepro.run.node slurm"):
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
             time.sleep(0.02)
@@ -269,7 +269,7 @@ def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
     assert "node 0 (n1)" in message
     nodes = result["slurm"]["nodes"]
     assert nodes[1]["status"] is None
-    assert not _node_pids("n2", "dlrepro.run.slurmnode")
+    assert not _node_pids("n2", "dlrepro.run.node slurm")
 
 
 def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
@@ -280,7 +280,7 @@ def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
                             "--output", "/dev/null"], capture_output=True,
                            text=True, env=_env(), check=True)
     last = int(probe.stdout.strip().split(";")[0])
-    taken = [slurmnode.port_of(last + k) + 3 for k in (1, 2, 3)]
+    taken = [node_cluster.port_of(last + k) + 3 for k in (1, 2, 3)]
     holder = subprocess.Popen(
         ["ip", "netns", "exec", "n1", sys.executable, "-c",
          "import socket, sys, time\n"

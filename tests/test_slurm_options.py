@@ -102,10 +102,10 @@ def test_a_multi_node_job_is_its_own_cell_with_a_task_per_node(tmp_path):
     arrays = submit.arrays([one, two])
     single = submit.script(tmp_path, tmp_path / "s.json", arrays[0])
     multi = submit.script(tmp_path, tmp_path / "s.json", arrays[1])
-    assert "-m dlrepro.run.slurmtask" in single and "srun" not in single
+    assert "-m dlrepro.run.node slurm" in single and "srun" not in single
     assert "srun --kill-on-bad-exit=1 --nodes=2 --ntasks=2 " \
            "--ntasks-per-node=1 " in multi
-    assert "-m dlrepro.run.slurmnode" in multi
+    assert "-m dlrepro.run.node slurm" in multi
     # Threads are the total: each node gets its share.
     four, = _converge_jobs([4], 2, threads=4)
     [array] = submit.arrays([four])
@@ -128,7 +128,7 @@ def test_nodes_are_checked_before_anything_runs(nodes, executor, runtime,
 
 
 def test_the_port_comes_from_the_job_id():
-    from dlrepro.run import slurmnode
+    from dlrepro.run import cluster as slurmnode
     assert slurmnode.port_of(0) == 29500
     assert slurmnode.port_of(17) == 29670
     assert slurmnode.port_of(2017) == 29670
@@ -138,10 +138,15 @@ def test_the_port_comes_from_the_job_id():
 def test_podman_and_charliecloud_give_a_multi_node_job_the_nodes_network(
         tmp_path, monkeypatch):
     from dlrepro.run.runtimes import charliecloud, podman
-    monkeypatch.setenv("SLURM_JOB_ID", "5")
+    from dlrepro.run.engines.slurm.environment import from_slurm
+    # The engine's variables come from the node the runtime is given,
+    # not from this process's environment.
+    monkeypatch.setenv("SLURM_JOB_ID", "6")
+    node = from_slurm({"SLURM_JOB_ID": "5", "SLURM_NODEID": "0"})
     one, = _converge_jobs([2], 1, runtime="podman")
     two, = _converge_jobs([2], 2, runtime="podman")
     runtime = podman.Runtime()
+    runtime.node = node
     argv = runtime.run_argv(one, str(tmp_path), "tag", "name")
     assert argv[argv.index("--network") + 1] == "none"
     assert "SLURM_JOB_ID=5" not in argv
@@ -149,19 +154,21 @@ def test_podman_and_charliecloud_give_a_multi_node_job_the_nodes_network(
     assert argv[argv.index("--network") + 1] == "host"
     assert argv[argv.index("SLURM_JOB_ID=5") - 1] == "--env"
     ch = charliecloud.Runtime(ch_run="ch-run")
+    ch.node = node
     ch.records = {one.placement.target: {"path": str(tmp_path / "img")}}
     argv = ch.launch(one, tmp_path).argv
     assert "--net" in argv[:6] and "ip link set lo up" in " ".join(argv)
     argv = ch.launch(two, tmp_path).argv
     assert "--net" not in argv[:6] and "lo up" not in " ".join(argv)
     assert "--set-env=SLURM_JOB_ID=5" in argv
+    assert "--set-env=SLURM_JOB_ID=6" not in argv
 
 
 def _fold(tmp_path, own, side):
     """Node 0's result `own` and node 1's `side` ((status, type, message)
     or None: none written) folded as node 0 folds them."""
     from harness import resultfile
-    from dlrepro.run import slurmnode, writer
+    from dlrepro.run import cluster as slurmnode, writer
     job, = _converge_jobs([2], 2)
     cluster = {"nodes": 2, "node_rank": 0, "hosts": ["n1", "n2"],
                "addresses": ["10.0.0.1", "10.0.0.2"], "interface": "eth0",
@@ -215,7 +222,7 @@ def _node_result(network, test_losses):
 
 
 def test_nodes_whose_models_agree_pass():
-    from dlrepro.run import slurmnode
+    from dlrepro.run import cluster as slurmnode
     results = [_node_result("fcn-r", [2.30, 1.90]),
                _node_result("fcn-r", [2.30 * (1 + 1e-7), 1.90])]
     assert slurmnode.replica_disagreement(results) is None
@@ -224,7 +231,7 @@ def test_nodes_whose_models_agree_pass():
 def test_a_node_whose_model_went_astray_is_named():
     # What a Podman two-node MXNet run once did: node 0 ended `ok` with a
     # curve far from node 1's (test loss 7.3 against 2.6).
-    from dlrepro.run import slurmnode
+    from dlrepro.run import cluster as slurmnode
     results = [_node_result("alexnet-r", [2.6, 7.3]),
                _node_result("alexnet-r", [2.6, 2.6]), None]
     reason = slurmnode.replica_disagreement(results)
@@ -235,7 +242,7 @@ def test_a_node_whose_model_went_astray_is_named():
 def test_batch_norm_networks_are_not_compared():
     # Their running statistics stay per worker: nodes' models differ there
     # by design.
-    from dlrepro.run import slurmnode
+    from dlrepro.run import cluster as slurmnode
     results = [_node_result("resnet-56", [2.6, 7.3]),
                _node_result("resnet-56", [2.6, 2.6])]
     assert slurmnode.replica_disagreement(results) is None

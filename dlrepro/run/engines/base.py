@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from dlrepro.run import runfolder
+from dlrepro.run import nodeenv, runfolder
 from dlrepro.run.events import Events
 
 
@@ -60,6 +60,13 @@ class Engine(abc.ABC):
     def stopped(self):
         """After Ctrl-C: what became of the jobs in flight."""
         return "the running job was stopped"
+
+    @staticmethod
+    def node_env(environ):
+        """The NodeEnv (run/nodeenv.py) of a process this engine started
+        on a node, from its environment `environ`: all the node entry
+        (run/node.py) and the runtimes know of the engine."""
+        return nodeenv.local()
 
     def run(self, launch, log_path, timeout_s):
         """Run one job's process here to its end (an Exit): the node side

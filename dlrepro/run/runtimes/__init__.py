@@ -6,10 +6,10 @@ RUNTIMES.
 """
 import abc
 import importlib
-import os
 from typing import Callable, NamedTuple, Optional
 
 from dlrepro.errors import UserError
+from dlrepro.run.nodeenv import LOCAL
 
 RUNTIMES = {
     "native": "dlrepro.run.runtimes.native",
@@ -42,6 +42,10 @@ class Launch(NamedTuple):
 
 class Runtime(abc.ABC):
     name = None
+    # The node this runtime launches on (dlrepro.run.nodeenv), as its
+    # engine filled it: what a job on several nodes needs from the engine
+    # comes from here, never from the engine's own variables.
+    node = LOCAL
 
     @abc.abstractmethod
     def check(self):
@@ -74,25 +78,32 @@ class Runtime(abc.ABC):
         """After the job's process has ended, whatever happened."""
 
 
-def get(name, **options):
+def get(name, node=LOCAL, **options):
+    """The runtime `name`, launching on `node` (a NodeEnv)."""
     try:
         module = RUNTIMES[name]
     except KeyError:
         raise UserError(f"unknown runtime {name!r}; valid runtimes: "
                         f"{', '.join(sorted(RUNTIMES))}")
-    return importlib.import_module(module).Runtime(**options)
+    runtime = importlib.import_module(module).Runtime(**options)
+    runtime.node = node
+    return runtime
 
 
 def multinode(job):
     """A job whose harness runs on one node of several: it needs the node's
-    network (not `--network none`) and Slurm's variables."""
+    network (not `--network none`) and its engine's variables
+    (node_variables)."""
     return job.nodes > 1
 
 
-def slurm_environment():
-    """SLURM_* of this process, for a multi-node job's harness."""
-    return {k: v for k, v in sorted(os.environ.items())
-            if k.startswith("SLURM")}
+def node_variables(runtime, job):
+    """The engine's variables for the harness of `job` (name -> value,
+    sorted): frameworks find the other nodes by them. A job on one node
+    is given none."""
+    if not multinode(job):
+        return {}
+    return dict(sorted(runtime.node.variables.items()))
 
 
 def harness_args(job, results_dir):

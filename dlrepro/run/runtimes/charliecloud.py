@@ -49,7 +49,7 @@ from dlrepro.images import build as images, charliecloud as ch_images
 from dlrepro.images import podman as podman_images
 from dlrepro.run import oomkills
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
-from dlrepro.run.runtimes import multinode, slurm_environment
+from dlrepro.run.runtimes import multinode, node_variables
 from dlrepro.run.runtimes import docker
 
 HARNESS_IN_CONTAINER = docker.HARNESS_IN_CONTAINER
@@ -176,9 +176,8 @@ class Runtime(Base):
                  for name, value in sorted(ENVIRONMENT.items())]
         if placement.device == "gpu" and self.gpu_ids:
             argv.append(f"--set-env=CUDA_VISIBLE_DEVICES={self.gpu_ids}")
-        if multinode(job):
-            argv += [f"--set-env={key}={value}"
-                     for key, value in slurm_environment().items()]
+        argv += [f"--set-env={key}={value}"
+                 for key, value in node_variables(self, job).items()]
         argv += [str(image), "--", PYTHON_IN_CONTAINER]
         argv += harness_args(job, RESULTS_IN_CONTAINER)
         # ch-run passes its environment into the container: only what it

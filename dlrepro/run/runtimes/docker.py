@@ -48,7 +48,7 @@ PIDS_LIMIT = 4096
 def container_name(run_dir, cell_id):
     """The job's container: named by the run folder's parent and its own
     name, not its name alone, because a multi-node job's node r > 0 runs
-    in RUN/nodes (dlrepro.run.slurmnode), named alike in every run: two
+    in RUN/nodes (dlrepro.run.cluster), named alike in every run: two
     runs sharing a node's store (podman on one host) would otherwise both
     name node 1's container dlrepro-nodes-<job>.node1, and each launch's
     removal of a leftover container would remove the other run's live one."""

@@ -34,7 +34,7 @@ from pathlib import Path
 from dlrepro.errors import UserError
 from dlrepro.images import build as images, podman as podman_images
 from dlrepro.run import oomkills
-from dlrepro.run.runtimes import Death, multinode, slurm_environment
+from dlrepro.run.runtimes import Death, multinode, node_variables
 from dlrepro.run.runtimes import docker
 
 ARCHIVE_ENV = "DLREPRO_IMAGE_ARCHIVE"
@@ -146,10 +146,10 @@ class Runtime(docker.Runtime):
         argv = super().run_argv(job, run_dir, tag, name)
         if multinode(job):
             # One node of several: the node's own network namespace (each
-            # Slurm node its own; docs/multinode.md), and Slurm's variables.
+            # node its own; docs/multinode.md), and its engine's variables.
             at = argv.index("--network")
             argv[at + 1] = "host"
-            for key, value in slurm_environment().items():
+            for key, value in node_variables(self, job).items():
                 argv[at:at] = ["--env", f"{key}={value}"]
         if rootless():
             # The invoking user inside is the invoking user outside: the

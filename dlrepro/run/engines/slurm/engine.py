@@ -14,13 +14,14 @@ submits only the jobs that are missing or failed.
 from dlrepro.errors import UserError
 from dlrepro.run import runfolder, writer
 from dlrepro.run.engines.base import Engine
-from dlrepro.run.engines.slurm import client, submit
+from dlrepro.run.engines.slurm import client, environment, submit
 from dlrepro.run.engines.slurm.options import Options
 from dlrepro.run.engines.slurm.watch import POLL_S, Watch
 
 
 class SlurmEngine(Engine):
     name = "slurm"
+    node_env = staticmethod(environment.from_slurm)
     detached = True
 
     def __init__(self, options=None, runtime_options=None, wait=True,

@@ -1,6 +1,6 @@
 """Submitting to Slurm: jobs grouped into arrays by what each task asks
 for, their sbatch arguments and batch scripts, one submission file per
-array for the node side (dlrepro.run.slurmtask), and `sbatch --test-only`
+array for the node side (dlrepro.run.node), and `sbatch --test-only`
 before anything is queued."""
 import math
 import shlex
@@ -105,15 +105,15 @@ def script(run_dir, submission, array=None):
             f"array task\ncd {shlex.quote(str(ROOT))}\n")
     if array is None or not multinode(array):
         return (head + f"exec {shlex.quote(sys.executable)} -m "
-                f"dlrepro.run.slurmtask {args}\n")
-    # One step, one task per node (dlrepro.run.slurmnode); a node
+                f"dlrepro.run.node slurm {args}\n")
+    # One step, one task per node (dlrepro.run.node); a node
     # whose part fails ends the step on every node. The job's outcome
     # is node 0's result (which folds in the other nodes'), so the
     # script itself ends 0 and Slurm's state does not overrule it.
     nodes = array.jobs[0].nodes
     return (head + f"srun --kill-on-bad-exit=1 --nodes={nodes} "
             f"--ntasks={nodes} --ntasks-per-node=1 "
-            f"{shlex.quote(sys.executable)} -m dlrepro.run.slurmnode "
+            f"{shlex.quote(sys.executable)} -m dlrepro.run.node slurm "
             f"{args}\necho \"dlrepro: srun ended with status $?\"\n"
             f"exit 0\n")
 

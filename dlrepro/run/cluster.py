@@ -1,43 +1,30 @@
-"""One node's part of a multi-node Slurm job (a convergence run whose spec
-says "nodes" > 1): the batch script runs one `srun --kill-on-bad-exit=1`
-step with one task per node, and each task runs
+"""One node's part of a job on several nodes (a convergence run whose spec
+says "nodes" > 1), beside the node entry (dlrepro.run.node) that every
+node runs.
 
-    python -m dlrepro.run.slurmnode RUN_DIR SUBMISSION_JSON
-
-It builds its node's "cluster" object (docs/multinode.md "On Slurm"): the
-node rank from SLURM_NODEID, the hosts from `scontrol show hostnames`,
-their addresses by resolving them, the interface that holds this node's
-address, a base port derived from the Slurm job id (checked free on node 0,
-where the rendezvous listens), and which network the harness is on. Then it
-runs the harness the way a one-node task does (dlrepro.run.slurmtask:
-runtime.launch, the local engine, collect, annotate), on the node's network
-instead of none; SLURM_* reach the harness in its environment.
+Its node's "cluster" object (docs/multinode.md "On Slurm"), from the
+node's NodeEnv: the node rank, the job's hosts, their addresses by
+resolving them, the interface that holds this node's address, a base port
+derived from the engine's job id (checked free on node 0, where the
+rendezvous listens), and which network the harness is on.
 
 Node 0 writes the job's result, RUN_DIR/<job>.json; node r > 0 writes a
 side result, RUN_DIR/nodes/<job>.node<r>.json (its spec and log beside
 it). Node 0 then waits a little for the side results and folds their
 status into the job's: a node that failed (or wrote nothing) makes the job
-an error with that node's reason, keeping what node 0 measured. A node
-whose part did not end ok exits 1, so srun ends the step on every node
-rather than leaving peers waiting for it.
+an error with that node's reason, keeping what node 0 measured.
 """
 import errno
-import json
-import os
-import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from harness import networks
 from harness.errors import HarnessError
 
-from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import pipeline, runfolder, runtimes, slurmtask, writer
-from dlrepro.run.engines.local import LocalEngine
+from dlrepro.run import store, writer
 
 SIDE_DIR = "nodes"
 # Base ports: PORT_BASE + (job id mod PORT_SLOTS) * PORT_SPAN; a framework
@@ -76,16 +63,6 @@ def side_path(run_dir, job_id, rank):
 def port_of(job_id):
     """The job's base port, from its Slurm job id."""
     return PORT_BASE + (int(job_id) % PORT_SLOTS) * PORT_SPAN
-
-
-def hostnames(nodelist):
-    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, timeout=60)
-    if proc.returncode != 0 or not proc.stdout.split():
-        raise UserError(f"scontrol show hostnames {nodelist}: "
-                        f"{proc.stderr.strip() or 'no hosts'}")
-    return proc.stdout.split()
 
 
 def resolve(host):
@@ -129,16 +106,19 @@ def port_problem(port, address, host):
     return None
 
 
-def cluster_of(env, runtime_name, timeout_s):
-    """This node's cluster object (the harness spec's "cluster")."""
-    hosts = hostnames(env["SLURM_JOB_NODELIST"])
-    rank = int(env["SLURM_NODEID"])
+def cluster_of(node, runtime_name, timeout_s):
+    """This node's cluster object (the harness spec's "cluster"), from its
+    NodeEnv."""
+    hosts, rank = list(node.hosts), node.rank
+    if not 0 <= rank < len(hosts):
+        raise UserError(f"node rank {rank} is not one of the job's "
+                        f"{len(hosts)} hosts ({', '.join(hosts) or 'none'})")
     addresses = [resolve(h) for h in hosts]
     host = hosts[rank]
     return {
         "nodes": len(hosts), "node_rank": rank, "hosts": hosts,
         "addresses": addresses, "coordinator": addresses[0],
-        "port": port_of(env["SLURM_JOB_ID"]),
+        "port": port_of(node.job_id),
         "interface": interface_of(addresses[rank]),
         "network": NETWORKS.get(runtime_name, "host network of node {host}"
                                 ).format(host=host),
@@ -203,7 +183,7 @@ def _keeps_state_per_worker(result):
 def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     """Node 0: the other nodes' outcomes into the job's result (and its
     slurm block's list of nodes). Returns the job's status."""
-    result, _problem = runfolder.read_result(path)
+    result, _problem = store.read_result(path)
     entries = [node_entry(cluster, 0, result, path, run_dir)]
     results = [result]
     if result is None:
@@ -211,10 +191,10 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     deadline = time.monotonic() + wait_s
     for rank in range(1, cluster["nodes"]):
         side = side_path(run_dir, job.id, rank)
-        found, _ = runfolder.read_result(side)
+        found, _ = store.read_result(side)
         while found is None and time.monotonic() < deadline:
             time.sleep(0.5)
-            found, _ = runfolder.read_result(side)
+            found, _ = store.read_result(side)
         entries.append(node_entry(cluster, rank, found, side, run_dir))
         results.append(found)
     # Nodes that ended otherwise than node 0 did (all of them timing out
@@ -247,74 +227,3 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
     block["cluster"] = cluster
     writer.annotated(path, "slurm", block, result)
     return result["status"]
-
-
-def main(argv):
-    run_dir, submission = Path(argv[0]), json.loads(Path(argv[1]).read_text())
-    env = os.environ
-    job = slurmtask.job_of(
-        submission["jobs"][int(env.get("SLURM_ARRAY_TASK_ID", "0"))])
-    rank = int(env.get("SLURM_NODEID", "0"))
-    if rank == 0:
-        node_job, folder = job, run_dir
-    else:
-        node_job = job._replace(id=f"{job.id}.node{rank}")
-        folder = run_dir / SIDE_DIR
-        folder.mkdir(exist_ok=True)
-    path = folder / f"{node_job.id}.json"
-    signal.signal(signal.SIGTERM, slurmtask._stop)
-    started = time.monotonic()
-    cluster = None
-    launched = False
-    try:
-        cluster = cluster_of(env, submission["runtime"], job.timeout_s)
-        print(f"dlrepro: node {rank} of {cluster['nodes']} "
-              f"({cluster['hosts'][rank]}, {cluster['addresses'][rank]}, "
-              f"{cluster['interface']}), rendezvous "
-              f"{cluster['coordinator']}:{cluster['port']}", flush=True)
-        problem = (port_problem(cluster["port"], cluster["addresses"][0],
-                                cluster["hosts"][0]) if rank == 0 else None)
-        matrix = matrix_mod.load()
-        runtime = runtimes.get(submission["runtime"], matrix=matrix,
-                               **submission["runtime_options"])
-        runtime.check()
-        target = node_job.placement.target
-        reason = runtime.prepare([target], log=print).get(target)
-        if problem:
-            writer.write_synthesized(path, node_job, "error", "PortTaken",
-                                     problem)
-        elif reason:
-            writer.write_synthesized(path, node_job, "unsupported",
-                                     "Unsupported", reason)
-        else:
-            launched = True
-            pipeline.launch_job(node_job, runtime, LocalEngine(), folder,
-                                matrix, extra={"cluster": cluster})
-    except UserError as exc:
-        writer.write_synthesized(
-            path, node_job, "error", "SetupFailed",
-            f"on node {env.get('SLURMD_NODENAME')}: {exc}")
-    except slurmtask.Stopped:
-        print("dlrepro: Slurm stopped this node's part (SIGTERM)",
-              flush=True)
-    finally:
-        block = slurmtask.where()
-        block["node_rank"] = rank
-        if cluster is not None:
-            block["cluster"] = cluster
-        slurmtask.annotate(path, block, submission.get("gpu_freq"),
-                           time.monotonic() - started)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the fold is short
-    if rank == 0 and cluster is not None:
-        # Node 0 that never ran its part knows the job failed: no wait.
-        status = fold(path, job, cluster, run_dir,
-                      FOLD_WAIT_S if launched else 0)
-    else:
-        result, _ = runfolder.read_result(path)
-        status = result["status"] if result else None
-    print(f"dlrepro: node {rank}'s part ended: {status}", flush=True)
-    return 0 if status in ("ok", "unsupported") else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,210 @@
+"""The node entry: on a node an engine chose, run ONE job of a submission,
+or this node's part of a job on several nodes, the way a local run runs a
+job (runtime.launch, the local engine, collect), and add to its result where
+it ran: the engine's job and array ids, the node, the allocation, the CPUs
+and GPUs the process was given, and the --gpu-freq asked beside the clocks
+telemetry saw.
+
+An engine starts it as `python -m dlrepro.run.node ENGINE RUN_DIR
+SUBMISSION_JSON`; the engine fills the node's NodeEnv (Engine.node_env,
+dlrepro.run.nodeenv) from the process's environment, and that object is
+all the entry knows of the engine. The job is the submission's
+jobs[node.task]. SIGTERM (a cancel, the time limit, a node going down)
+stops the job as Ctrl-C does locally: the harness gets SIGTERM and writes
+what it measured; the submitting side then records why from the engine.
+
+A job on several nodes (a convergence run whose spec says "nodes" > 1):
+every node runs this entry. It builds its node's "cluster" object
+(dlrepro.run.cluster, docs/multinode.md) and runs the harness on the
+node's network; node 0 writes the job's result, RUN_DIR/<job>.json, node
+r > 0 a side result, RUN_DIR/nodes/<job>.node<r>.json, and node 0 folds
+the others' outcomes into the job's. A node whose part did not end ok
+exits 1, so the engine ends the job on every node rather than leaving
+peers waiting for it.
+"""
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from dlrepro import matrix as matrix_mod
+from dlrepro.errors import UserError
+from dlrepro.run import cluster as cluster_mod
+from dlrepro.run import pipeline, runtimes, store, writer
+from dlrepro.run.engines.local import LocalEngine
+from dlrepro.run.job import Job, Placement
+
+
+class Stopped(Exception):
+    """The engine sent SIGTERM."""
+
+
+def _stop(signum, frame):
+    # Once: the engine may signal again, and a second Stopped raised while
+    # the harness writes its partial result would end this process, and
+    # with it (its step over) the harness.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Stopped()
+
+
+def job_of(document):
+    return Job(id=document["id"], kind=document["kind"],
+               spec=document["spec"], timeout_s=document["timeout_s"],
+               placement=Placement(*document["placement"]),
+               mounts=tuple(document["mounts"]))
+
+
+def where(node):
+    """The result's block of where it ran, from the node's environment."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = None
+    return {
+        "job_id": f"{node.array_id}_{node.task}",
+        "array_job_id": node.array_id,
+        "array_task_id": node.task,
+        "slurm_job_id": node.job_id,
+        "node": node.node,
+        "partition": node.partition,
+        "allocation": dict(node.variables),
+        "placement": {"cpus": cpus, "gpus": node.gpus},
+    }
+
+
+def seen_clocks(result):
+    """SM clocks telemetry saw over the timed iterations, per GPU."""
+    telemetry = result.get("telemetry") or {}
+    return [{"index": g.get("index"), "sm_clock_mhz": g.get("sm_clock_mhz")}
+            for g in telemetry.get("gpus") or []] or None
+
+
+def annotate(path, block, gpu_freq, wall_s, result=None):
+    """Add the engine's block to the job's result (`result`, not yet
+    written, else the valid file at `path`) and write it: the one write
+    after the harness's. An invalid file is left for the submitting side
+    to judge."""
+    if result is None:
+        result, _problem = store.read_result(path)
+    if result is None:
+        return
+    writer.annotated(path, "slurm", dict(
+        block, wall_s=round(wall_s, 3),
+        gpu_freq={"asked": gpu_freq, "seen": seen_clocks(result)}), result)
+
+
+class Part:
+    """This node's part of a job: the job (a side job on node r > 0 of
+    several), the folder its files go to, and what happened so far."""
+
+    def __init__(self, job, node, run_dir):
+        self.whole = job
+        self.node = node
+        self.several = job.nodes > 1
+        if self.several and node.rank > 0:
+            self.job = job._replace(id=f"{job.id}.node{node.rank}")
+            self.folder = run_dir / cluster_mod.SIDE_DIR
+            self.folder.mkdir(exist_ok=True)
+        else:
+            self.job, self.folder = job, run_dir
+        self.path = self.folder / f"{self.job.id}.json"
+        self.cluster = None
+        self.launched = False
+
+    def stopped_message(self):
+        what = "this node's part" if self.several else "this task"
+        return (f"dlrepro: {self.node.engine.capitalize()} stopped {what} "
+                f"(SIGTERM)")
+
+    def block(self):
+        block = where(self.node)
+        if self.several:
+            block["node_rank"] = self.node.rank
+            if self.cluster is not None:
+                block["cluster"] = self.cluster
+        return block
+
+
+def main(argv, node):
+    """Run the job of `argv` (RUN_DIR SUBMISSION_JSON) on the node `node`
+    describes. Exits 0, or 1 when this node's part of a job on several
+    nodes did not end ok."""
+    run_dir, submission = Path(argv[0]), json.loads(Path(argv[1]).read_text())
+    part = Part(job_of(submission["jobs"][node.task or 0]), node, run_dir)
+    signal.signal(signal.SIGTERM, _stop)
+    started = time.monotonic()
+    result = None
+    try:
+        result = _run(part, submission)
+    except UserError as exc:
+        result = writer.synthesized(part.job, "error", "SetupFailed",
+                                    f"on node {node.node}: {exc}")
+    except Stopped:
+        print(part.stopped_message(), flush=True)
+    finally:
+        annotate(part.path, part.block(), submission.get("gpu_freq"),
+                 time.monotonic() - started, result)
+    if not part.several:
+        return 0
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the fold is short
+    return _end_part(part, run_dir)
+
+
+def _run(part, submission):
+    """This node's part run to its result, not yet written."""
+    job = part.job
+    problem = None
+    if part.several:
+        part.cluster = cluster_mod.cluster_of(
+            part.node, submission["runtime"], job.timeout_s)
+        problem = _announce(part.cluster, part.node.rank)
+    matrix = matrix_mod.load()
+    runtime = runtimes.get(submission["runtime"], matrix=matrix,
+                           node=part.node, **submission["runtime_options"])
+    runtime.check()
+    target = job.placement.target
+    reason = runtime.prepare([target], log=print).get(target)
+    if problem:
+        return writer.synthesized(job, "error", "PortTaken", problem)
+    if reason:
+        return writer.synthesized(job, "unsupported", "Unsupported", reason)
+    part.launched = True
+    extra = {"cluster": part.cluster} if part.several else None
+    return pipeline.launch_job(job, runtime, LocalEngine(), part.folder,
+                               matrix, extra=extra, write=False)
+
+
+def _announce(cluster, rank):
+    """Say where this node is; on node 0, why the job's ports cannot be
+    used, or None."""
+    print(f"dlrepro: node {rank} of {cluster['nodes']} "
+          f"({cluster['hosts'][rank]}, {cluster['addresses'][rank]}, "
+          f"{cluster['interface']}), rendezvous "
+          f"{cluster['coordinator']}:{cluster['port']}", flush=True)
+    if rank != 0:
+        return None
+    return cluster_mod.port_problem(cluster["port"], cluster["addresses"][0],
+                                    cluster["hosts"][0])
+
+
+def _end_part(part, run_dir):
+    """Node 0 folds the other nodes' results into the job's; every node
+    exits 1 when its part (node 0: the job) did not end ok."""
+    rank = part.node.rank
+    if rank == 0 and part.cluster is not None:
+        # Node 0 that never ran its part knows the job failed: no wait.
+        status = cluster_mod.fold(
+            part.path, part.whole, part.cluster, run_dir,
+            cluster_mod.FOLD_WAIT_S if part.launched else 0)
+    else:
+        result, _ = store.read_result(part.path)
+        status = result["status"] if result else None
+    print(f"dlrepro: node {rank}'s part ended: {status}", flush=True)
+    return 0 if status in ("ok", "unsupported") else 1
+
+
+if __name__ == "__main__":
+    from dlrepro.run.engines import ENGINES
+    sys.exit(main(sys.argv[2:], ENGINES[sys.argv[1]].node_env(os.environ)))
