@@ -26,7 +26,7 @@ from harness.resultfile import write_atomic  # noqa: E402
 
 from dlrepro import matrix  # noqa: E402
 from dlrepro.bench import plan, runner  # noqa: E402
-from dlrepro.run import pipeline, runfolder  # noqa: E402
+from dlrepro.run import pipeline, store  # noqa: E402
 from dlrepro.run.engines import slurm  # noqa: E402
 from dlrepro.run.runtimes import get  # noqa: E402
 
@@ -41,7 +41,7 @@ def sweep(executor, jobs, rt, out, m):
     done = pipeline.start(run, rt, m, executor=None if executor == "local"
                           else slurm.SlurmEngine())
     wall = time.perf_counter() - started
-    _record, pairs = runfolder.load_run(done)
+    _record, pairs = store.load_run(done)
     cells = {}
     for entry, result in pairs:
         if entry["status"] != "ok":

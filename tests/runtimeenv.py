@@ -21,7 +21,7 @@ import pytest
 import processes
 import waits
 from dlrepro import ROOT, matrix
-from dlrepro.run import pipeline, runfolder
+from dlrepro.run import pipeline, store
 from dlrepro.bench import plan
 from dlrepro.images import build as images, charliecloud as ch_images
 
@@ -128,7 +128,7 @@ def run_pipeline(rt, jobs, out):
     run = pipeline.Run(kind="bench", jobs=jobs, out=out, name="t",
                        command="test")
     run_dir = pipeline.start(run, rt, matrix.load())
-    _record, pairs = runfolder.load_run(run_dir)
+    _record, pairs = store.load_run(run_dir)
     return run_dir, {e["id"]: (e, r) for e, r in pairs}
 
 

@@ -35,7 +35,7 @@ from runtimeenv import ran, stopped_mid_loop
 from dlrepro import ROOT, matrix
 from dlrepro.bench import plan
 from dlrepro.errors import UserError
-from dlrepro.run import pipeline, runfolder
+from dlrepro.run import pipeline, store
 from dlrepro.run.runtimes import docker as docker_runtime, get, harness_args
 from harness import resultfile
 from harness.provenance import harness_digest
@@ -106,7 +106,7 @@ def run_pipeline(rt, jobs, out, resume=False):
     run = pipeline.Run(kind="bench", jobs=jobs, out=out, name="t",
                        command="test", resume=resume)
     run_dir = pipeline.start(run, rt, matrix.load())
-    _record, pairs = runfolder.load_run(run_dir)
+    _record, pairs = store.load_run(run_dir)
     return (run_dir, {e["id"]: e for e, _r in pairs},
             {e["id"]: r for e, r in pairs})
 
@@ -464,10 +464,10 @@ def test_build_bench_and_render_read_one_base_substitution(cntk_image, root,
                    "--threads", "1", "--out", str(tmp_path), env=env)
     assert bench.returncode == 0, bench.stdout + bench.stderr
     run_dir = (tmp_path / "latest").resolve()
-    record = runfolder.read_run(run_dir)
+    record = store.read_run(run_dir)
     [entry] = record["jobs"]
     assert entry["status"] == "ok", entry["message"]
-    result = runfolder.load_result(run_dir / entry["file"])
+    result = store.load_result(run_dir / entry["file"])
     assert result["environment"]["container"]["image"] == cntk_image
 
 
@@ -499,7 +499,7 @@ def test_ctrl_c_stops_the_container_and_says_how_to_resume(cntk_image, root,
     assert "interrupted: kept 0 finished job(s)" in err
     assert "the running job was stopped" in err and "--resume" in err
     assert not containers(name)
-    record = runfolder.read_run(run_dir)
+    record = store.read_run(run_dir)
     assert record["status"] == "interrupted"
     assert record["jobs"][0]["status"] != "ok"
 
@@ -520,7 +520,7 @@ def test_invoke_bench_all_runs_every_cpu_framework_in_its_image(
                   "1", "--out", str(tmp_path), env=env, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = (tmp_path / "latest").resolve()
-    record, pairs = runfolder.load_run(run_dir)
+    record, pairs = store.load_run(run_dir)
     assert record["status"] == "complete" and record["runtime"] == "docker"
     assert len(pairs) == 2 * len(images)
     assert {e["spec"]["framework"] for e, _r in pairs} == set(images)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import test_slurm
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from dlrepro.run.engines import ENGINES, Engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,12 +70,12 @@ def test_each_job_ends_in_its_result_and_entry(engine, tmp_path):
     done = _bench(engine, out)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = (out / "latest").resolve()
-    record = runfolder.read_run(run_dir)
+    record = store.read_run(run_dir)
     assert record["executor"] == engine
     assert record["status"] == "complete"
     assert {_cell(e): e["status"] for e in record["jobs"]} == EXPECTED
     for entry in record["jobs"]:
-        result, problem = runfolder.read_result(run_dir / entry["file"])
+        result, problem = store.read_result(run_dir / entry["file"])
         assert problem is None, problem
         assert result["status"] == entry["status"]
         assert entry["finished_at"] and (
@@ -98,8 +98,8 @@ def test_resume_of_a_finished_run_runs_nothing(engine, tmp_path):
     run_dir = (out / "latest").resolve()
     before = {p.name: p.read_bytes() for p in run_dir.glob("*.json")
               if p.name != "run.json"}
-    failed = [e["id"] for e in runfolder.read_run(run_dir)["jobs"]
-              if e["status"] not in runfolder.DONE_STATUSES]
+    failed = [e["id"] for e in store.read_run(run_dir)["jobs"]
+              if e["status"] not in store.DONE_STATUSES]
     again = _bench(engine, out, "--resume")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "already done" in again.stdout + again.stderr
@@ -109,7 +109,7 @@ def test_resume_of_a_finished_run_runs_nothing(engine, tmp_path):
     for name, content in before.items():
         if name.split(".")[0] not in failed:
             assert after[name] == content, name
-    record = runfolder.read_run(run_dir)
+    record = store.read_run(run_dir)
     assert record["status"] == "complete" and len(record["resumed_at"]) == 1
     assert {_cell(e): e["status"] for e in record["jobs"]} == EXPECTED
     if engine == "slurm":  # only the failed jobs were submitted again

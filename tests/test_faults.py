@@ -15,7 +15,7 @@ import pytest
 import fake_harness
 import memcgroup
 import processes
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from paths import INVOKE, ROOT, SCRIPTED
 from waits import wait_for
 
@@ -72,7 +72,7 @@ def slow_steps(run_dir, network):
 
 def statuses(run_dir):
     return {e["id"].split("-")[2]: e["status"]
-            for e in runfolder.read_run(run_dir)["jobs"]}
+            for e in store.read_run(run_dir)["jobs"]}
 
 
 def row(text, network):
@@ -113,7 +113,7 @@ def test_a_cell_killed_from_outside_is_an_error_and_measured_again(tmp_path):
     pid = wait_for(lambda: harness_pids(run_dir))[0]
     os.kill(pid, signal.SIGKILL)
     assert proc.wait(60) == 1  # its one job failed: nothing usable
-    result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    result = store.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
     assert result["status"] == "error"
     assert "killed by SIGKILL from outside" in result["error"]["message"]
     again = bench(tmp_path, "fcn8", extra=["--resume"])
@@ -175,7 +175,7 @@ def test_an_interpreter_without_the_framework_says_so(tmp_path, root):
             "--threads", "1", "--network", "fcn5", "--out", str(tmp_path)]
     proc = invoke(*args)
     assert proc.returncode == 1, proc.stderr  # its one job failed
-    entry = runfolder.read_run((tmp_path / "latest").resolve())["jobs"][0]
+    entry = store.read_run((tmp_path / "latest").resolve())["jobs"][0]
     assert "No module named 'torch'" in entry["message"], entry["message"]
     assert "schema" not in entry["message"]
 
@@ -265,10 +265,10 @@ def test_ctrl_c_stops_the_cell_says_what_was_kept_and_exits_130(tmp_path):
     assert "kept 1 finished job(s)" in err and "--resume" in err
     assert "Traceback" not in err
     assert harness_pids(run_dir) == []
-    record = runfolder.read_run(run_dir)
+    record = store.read_run(run_dir)
     assert record["status"] == "interrupted"
     # the stopped cell kept the iterations it had measured
-    stopped = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    stopped = store.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
     assert stopped["error"]["type"] == "Terminated"
 
 
@@ -305,7 +305,7 @@ def test_a_host_allocation_failure_is_an_error_not_oom(tmp_path,
                   "1", "--threads", "1", "--out", str(tmp_path / "out"))
     assert proc.returncode == 1, proc.stderr  # its one job failed
     run_dir = (tmp_path / "out" / "latest").resolve()
-    (entry,) = runfolder.read_run(run_dir)["jobs"]
+    (entry,) = store.read_run(run_dir)["jobs"]
     assert entry["status"] == "error"
     assert "DefaultCPUAllocator: can't allocate memory" in entry["message"]
 
@@ -359,7 +359,7 @@ def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
     os.kill(pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err  # its one job failed
-    result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    result = store.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
     message = result["error"]["message"]
     assert result["status"] == "error", message
     if knowing == "kernel-log":
@@ -386,7 +386,7 @@ def test_a_cell_that_is_the_oom_killers_victim_is_oom(
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, out + err  # its one job has no usable result
     run_dir = (tmp_path / "latest").resolve()
-    result = runfolder.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
+    result = store.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
     message = result["error"]["message"]
     assert memory_cgroup.oom_kills() == 1  # the kernel killed the harness
     if knowing != "kernel-log":

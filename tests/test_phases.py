@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dlrepro.bench import phases
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from harness import blocks, networks, phases as harness_phases, provenance
 from harness.timing import Series
 
@@ -42,7 +42,7 @@ def cell_result(make_cell, moments, status="ok", framework="pytorch",
         result["error"] = {"type": "X", "message": "failed"}
     result["phases"] = dict.fromkeys(harness_phases.THROUGHPUT)
     result["phases"].update((n, T0 + at) for n, at in moments.items())
-    assert runfolder.validation_errors(result) == []
+    assert store.validation_errors(result) == []
     return result
 
 
@@ -129,7 +129,7 @@ def test_a_convergence_runs_training_holds_its_iterations(make_cell):
     result["phases"] = {"process_start": T0 + 1, "harness_ready": T0 + 2,
                         "data_loaded": T0 + 3, "device_ready": T0 + 3.5,
                         "trained": T0 + 9.0, "result_written": T0 + 9.5}
-    assert runfolder.validation_errors(result) == []
+    assert store.validation_errors(result) == []
     spent = phases.job_spent(entry_of(result, 0.2, 10.2), result)
     assert spent["data"] == pytest.approx(1.0)
     assert spent["warm-up"] == pytest.approx(1.0)
@@ -140,7 +140,7 @@ def test_a_convergence_runs_training_holds_its_iterations(make_cell):
 def test_results_without_phases_are_skipped_with_a_note(make_cell):
     old = cell_result(make_cell, OK)
     del old["phases"]
-    assert runfolder.validation_errors(old) == []
+    assert store.validation_errors(old) == []
     lines = phases.summary_lines([(entry_of(old, 0.2, 10.2), old)])
     assert "no result here has phase times" in "\n".join(lines)
     new = cell_result(make_cell, shifted(OK, 11.0))
@@ -244,7 +244,7 @@ def test_a_real_pytorch_cell_records_its_phases_in_order(tmp_path):
                   "2", "--warmup", "1", "--threads", "1", "--out",
                   str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    record, pairs = runfolder.load_run((tmp_path / "latest").resolve())
+    record, pairs = store.load_run((tmp_path / "latest").resolve())
     ((entry, result),) = pairs
     block = result["phases"]
     stamps = [block[n] for n in harness_phases.THROUGHPUT]

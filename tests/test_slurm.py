@@ -26,7 +26,7 @@ import fake_harness
 import needs
 import processes
 from dlrepro.errors import UserError
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from dlrepro.run.engines.slurm import client
 from dockerenv import BASE_OVERRIDES, PREFIX
 from paths import INVOKE, ROOT, SCRIPTED
@@ -135,7 +135,7 @@ def latest(out):
 
 
 def record(out):
-    return runfolder.read_run(latest(out))
+    return store.read_run(latest(out))
 
 
 def result(out, network):
@@ -258,7 +258,7 @@ def test_converge_via_slurm(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     run_dir = (tmp_path / "latest-converge").resolve()
-    rec = runfolder.read_run(run_dir)
+    rec = store.read_run(run_dir)
     assert rec["executor"] == "slurm" and rec["status"] == "complete"
     [array] = rec["slurm"]["arrays"]  # both ask for --threads 2
     assert "--cpus-per-task=2" in array["sbatch"]
@@ -652,7 +652,7 @@ def _note(what, name):
 def _caller():
     """The first frame outside the wrapped modules: who wrote or read."""
     for frame in reversed(traceback.extract_stack()[:-3]):
-        if not frame.filename.endswith(("resultfile.py", "runfolder.py",
+        if not frame.filename.endswith(("resultfile.py", "store.py",
                                         "writer.py", "sitecustomize.py")):
             return "%s:%s" % (os.path.basename(frame.filename), frame.name)
     return "?"
@@ -669,15 +669,15 @@ try:
 except Exception:
     pass
 try:  # the host side only (the harness may run on another Python)
-    from dlrepro.run import runfolder
-    _read = runfolder.read_result
+    from dlrepro.run import store
+    _read = store.read_result
 
     def read_result(path):
         found = _read(path)
         if os.path.exists(str(path)):
             _note("validate", os.path.basename(str(path)))
         return found
-    runfolder.read_result = read_result
+    store.read_result = read_result
 except Exception:
     pass
 '''

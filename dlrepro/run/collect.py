@@ -6,7 +6,7 @@ most once, with whatever it adds) through dlrepro.run.writer."""
 import signal
 from pathlib import Path
 
-from dlrepro.run import runfolder
+from dlrepro.run import store
 from dlrepro.run.writer import set_aside, synthesized
 
 HARNESS_ERROR = "harness: error:"
@@ -34,7 +34,7 @@ def collect(job, run_dir, exit, launch, container):
     log = Path(run_dir) / f"{job.id}.log"
     result, rewrite = None, True
     if path.exists():
-        result, problem = runfolder.read_result(path)
+        result, problem = store.read_result(path)
         if problem:
             kept = set_aside(path)
             result = synthesized(

@@ -17,7 +17,7 @@ from harness.blocks import utc_now
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import collect, gpu_restore, runfolder, writer
+from dlrepro.run import collect, gpu_restore, runfolder, store, writer
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
@@ -98,7 +98,7 @@ def resumable(out, kind):
     """The latest run of `kind` under `out`, or a UserError saying there is
     none to resume."""
     try:
-        return runfolder.resolve_run(out, "latest", kind)
+        return store.resolve_run(out, "latest", kind)
     except UserError:
         raise UserError(f"no {KINDS[kind].label} run under {out} to resume; run without "
                         f"--resume")
@@ -109,7 +109,7 @@ def _open_record(run, run_dir, runtime, events, engine):
         return runfolder.new_record(run_dir, run.kind, run.command,
                                     runtime.name, run.jobs, run.suite,
                                     engine.name), {}
-    record = runfolder.read_run(run_dir)
+    record = store.read_run(run_dir)
     if record["kind"] != run.kind:
         raise UserError(f"{run_dir} is a {record['kind']} run, not a "
                         f"{run.kind} run")
@@ -148,7 +148,7 @@ def merge(record, jobs, run_dir, log=lambda line: None):
             entry = runfolder.new_entry(job)
             record["jobs"].append(entry)
             by_id[job.id] = entry
-        result = runfolder.finished_on_disk(run_dir, entry, job.spec)
+        result = store.finished_on_disk(run_dir, entry, job.spec)
         if result is not None:
             entry.update(spec=job.spec, status=result["status"],
                          message=(result["error"] or {}).get("message"))
@@ -198,7 +198,7 @@ def _kept(run_dir, record):
     """How many jobs have a valid final result on disk: the one that ended
     just as the signal came is there while run.json still says running."""
     return sum(1 for entry in record["jobs"]
-               if runfolder.finished_on_disk(run_dir, entry, entry["spec"])
+               if store.finished_on_disk(run_dir, entry, entry["spec"])
                is not None)
 
 

@@ -18,12 +18,6 @@ from dlrepro import git_revision
 from dlrepro.errors import UserError
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
                                foreign_cell, read_result, results_root)
-# The writers beside the pipeline (pipeline, collect, the Slurm engine)
-# and older tests still ask runfolder for what moved to the store; these
-# names are the store's own objects, not a second reader.
-from dlrepro.run.store import (  # noqa: F401
-    DONE_STATUSES, finished_on_disk, held, load_result, load_run,
-    read_run, resolve_run, validation_errors)
 
 # errno values that mean "the disk is full" rather than a bug, and those
 # that mean the results cannot be written at all.

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from dlrepro.errors import UserError
-from dlrepro.run import runfolder
+from dlrepro.run import store
 
 # States in which a task may still run (or run again).
 ACTIVE = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
@@ -166,7 +166,7 @@ def live_line(record):
     """One line on a Slurm run's unfinished jobs as Slurm sees them now
     (None for a local run, or when every job has ended)."""
     open_jobs = [e for e in record["jobs"] if e.get("slurm")
-                 and e["status"] not in runfolder.DONE_STATUSES]
+                 and e["status"] not in store.DONE_STATUSES]
     if record.get("executor") != "slurm" or not open_jobs:
         return None
     try:

@@ -11,7 +11,7 @@ from harness import resultfile
 from harness.blocks import utc_now
 
 from dlrepro.errors import UserError
-from dlrepro.run import collect, runfolder, writer
+from dlrepro.run import collect, store, writer
 from dlrepro.run.engines.slurm import client
 from dlrepro.run.events import Events
 
@@ -161,7 +161,7 @@ def task_result(path):
         result = None
     if isinstance(result, dict) and "wall_s" in (result.get("slurm") or {}):
         return result, None
-    return runfolder.read_result(path)
+    return store.read_result(path)
 
 
 def _said(task, block):
@@ -197,7 +197,7 @@ def finish(job, run_dir, task, block):
                                       f"memory limit ({said})"
         result.setdefault("slurm", dict(block))
         return writer.write_result(path, result)
-    if result is not None and result["status"] in runfolder.DONE_STATUSES:
+    if result is not None and result["status"] in store.DONE_STATUSES:
         return result
     if result is not None and state in (None, "COMPLETED"):
         return result  # the task ran to its end: its own error or timeout
