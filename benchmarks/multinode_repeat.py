@@ -146,6 +146,8 @@ def burners(count):
 
 
 def main():
+    """Flags, the rounds and the printed figures in one place. Long
+    because a benchmark reads best top to bottom, as one script."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--framework", default="mxnet")
     parser.add_argument("--runs", type=int, default=20)

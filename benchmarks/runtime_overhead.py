@@ -56,6 +56,8 @@ def startup_s(name, rt, job, run_dir):
 
 
 def main():
+    """Flags, the rounds and the printed figures in one place. Long
+    because a benchmark reads best top to bottom, as one script."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--framework", default="mxnet")
     parser.add_argument("--network", default="fcn5")

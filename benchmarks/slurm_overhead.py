@@ -54,6 +54,8 @@ def sweep(executor, jobs, rt, out, m):
 
 
 def main():
+    """Flags, the rounds and the printed figures in one place. Long
+    because a benchmark reads best top to bottom, as one script."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--framework", action="append")
     parser.add_argument("--network", action="append")

@@ -82,64 +82,11 @@ def _profile(m, framework, device, requested, host, choices):
 
 def build(suite, options, m, host):
     """Every cell of `suite` narrowed and overridden by `options`."""
-    groups = list(suite["groups"])
-    if options.networks:
-        present = {n for g in groups for n in g["networks"]}
-        missing = [n for n in options.networks if n not in present]
-        if missing and not options.batch_sizes:
-            raise UserError(f"network(s) {', '.join(missing)} are not in suite "
-                            f"{suite['name']}; give --batch-size for them")
-        groups = [dict(g, networks=[n for n in g["networks"]
-                                    if n in options.networks]) for g in groups]
-        if missing:
-            groups.append(dict(suite["groups"][0], networks=missing))
     planned = {}
     choices = {}
-    for group in groups:
-        device = options.device or group["device"]
-        frameworks = [f for f in options.frameworks
-                      if group["frameworks"] is None or f in group["frameworks"]]
-        batch_sizes = options.batch_sizes or group["batch_sizes"]
-        if device == "cpu":
-            thread_counts = options.threads or group["threads"] or [host.cpus]
-            gpu_counts = [0]
-        else:
-            thread_counts = [None]
-            gpu_counts = group["gpus"]
-        for framework, network, batch, threads, gpus in itertools.product(
-                frameworks, group["networks"], batch_sizes, thread_counts,
-                gpu_counts):
-            profile, choice = _profile(m, framework, device, options.profile,
-                                       host, choices)
-            cell = {
-                "framework": framework,
-                "profile": profile,
-                "network": network,
-                "dataset": "synthetic",
-                "batch_size": batch,
-                "global_batch_size": batch * max(gpus, 1),
-                "device": device,
-                "gpus": gpus,
-                "threads": threads,
-                "iterations": options.iterations or group["iterations"],
-                "warmup": (options.warmup if options.warmup is not None
-                           else group["warmup"]),
-                "runtime": options.runtime,
-                "seed": options.seed,
-                "clock_policy": (options.clock_policy
-                                 or group.get("clock_policy", "observe")),
-                "precision": (options.precision
-                              or group.get("precision", "default")),
-                "compile": options.compile or group.get("compile"),
-            }
-            assert tuple(cell) == CELL_FIELDS
-            try:
-                check_batch(batch, framework, network)
-            except HarnessError as exc:
-                raise UserError(str(exc))
-            if cell["compile"] not in (None, "none") and cell["warmup"] < 1:
-                raise UserError(f"--compile {cell['compile']} compiles in the "
-                                f"first iteration: give --warmup 1 or more")
+    for group in _groups(suite, options):
+        for cell, choice in _cells(group, options, m, host, choices):
+            _check_cell(cell)
             repeat = options.repeat or group.get("repeat", 1)
             skip = _skip_reason(cell, host)
             if skip is None and choice is not None and not choice.admitted:
@@ -156,6 +103,77 @@ def build(suite, options, m, host):
         raise UserError(f"nothing to run: suite {suite['name']} has no cells "
                         f"for the frameworks and networks given")
     return list(planned.values())
+
+
+def _groups(suite, options):
+    """The suite's groups narrowed to --network; networks the suite lacks
+    form a group of their own, with the first group's settings."""
+    groups = list(suite["groups"])
+    if not options.networks:
+        return groups
+    present = {n for g in groups for n in g["networks"]}
+    missing = [n for n in options.networks if n not in present]
+    if missing and not options.batch_sizes:
+        raise UserError(f"network(s) {', '.join(missing)} are not in suite "
+                        f"{suite['name']}; give --batch-size for them")
+    groups = [dict(g, networks=[n for n in g["networks"]
+                                if n in options.networks]) for g in groups]
+    if missing:
+        groups.append(dict(suite["groups"][0], networks=missing))
+    return groups
+
+
+def _cells(group, options, m, host, choices):
+    """(cell, profile choice) for every combination a group holds."""
+    device = options.device or group["device"]
+    frameworks = [f for f in options.frameworks
+                  if group["frameworks"] is None or f in group["frameworks"]]
+    batch_sizes = options.batch_sizes or group["batch_sizes"]
+    if device == "cpu":
+        thread_counts = options.threads or group["threads"] or [host.cpus]
+        gpu_counts = [0]
+    else:
+        thread_counts = [None]
+        gpu_counts = group["gpus"]
+    for framework, network, batch, threads, gpus in itertools.product(
+            frameworks, group["networks"], batch_sizes, thread_counts,
+            gpu_counts):
+        profile, choice = _profile(m, framework, device, options.profile,
+                                   host, choices)
+        cell = {
+            "framework": framework,
+            "profile": profile,
+            "network": network,
+            "dataset": "synthetic",
+            "batch_size": batch,
+            "global_batch_size": batch * max(gpus, 1),
+            "device": device,
+            "gpus": gpus,
+            "threads": threads,
+            "iterations": options.iterations or group["iterations"],
+            "warmup": (options.warmup if options.warmup is not None
+                       else group["warmup"]),
+            "runtime": options.runtime,
+            "seed": options.seed,
+            "clock_policy": (options.clock_policy
+                             or group.get("clock_policy", "observe")),
+            "precision": (options.precision
+                          or group.get("precision", "default")),
+            "compile": options.compile or group.get("compile"),
+        }
+        assert tuple(cell) == CELL_FIELDS
+        yield cell, choice
+
+
+def _check_cell(cell):
+    """UserError for a cell no framework can run as asked."""
+    try:
+        check_batch(cell["batch_size"], cell["framework"], cell["network"])
+    except HarnessError as exc:
+        raise UserError(str(exc))
+    if cell["compile"] not in (None, "none") and cell["warmup"] < 1:
+        raise UserError(f"--compile {cell['compile']} compiles in the "
+                        f"first iteration: give --warmup 1 or more")
 
 
 def job_for(cell, timeout_s, skip_reason=None, process=1, choice=None):
