@@ -145,7 +145,7 @@ CONVENTIONS_PROBE = probes.conventions_probe("""
     def run(layer, shape, ones=False):
         network = nets.Network("probe", shape, "float32", 2, [layer], 0.1,
                                0.0, "synthetic", "one layer")
-        model = backend.build_model(network, 1)
+        model = backend.build_model(network, 1, "cpu", 0)
         if ones:
             for parameter in model.parameters:
                 parameter.value = np.ones(parameter.shape, dtype=np.float32)
