@@ -83,7 +83,7 @@ class _Trainer(dataparallel.Trainer):
                                     plan["device"], plan["seed"])
         # Initialised on one context, then copied to every worker's: the
         # same weights as initialising on all of them.
-        model.reset_ctx(self.contexts)
+        model.collect_params().reset_ctx(self.contexts)
         self.model = backend.hybridize(model)
         self.parameters = backend.count_parameters(self.model)
         self.loss = backend.loss_block()
