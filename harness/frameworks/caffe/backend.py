@@ -1,8 +1,9 @@
 """Caffe 1.0 backend: NetSpec nets generated from harness.networks, trained
 with Caffe's own SGD solver.
 
-Why this is long: it is one framework's translation of every layer kind of
-the ten networks plus its training session.
+Its translation of every layer kind is in layers.py beside it (re-exported
+here); this module holds the versions, the BLAS, the solver and the
+training session.
 
 Caffe runs in its image (Ubuntu 18.04's python3-caffe-cpu: pycaffe on Python
 3.6); nothing here may use newer syntax (vermin checks). The fast path a

@@ -1,8 +1,7 @@
 """CNTK 2.7 backend: C.layers functions built from harness.networks.
 
-Why this is long: it is one framework's translation of every layer kind
-of the ten networks plus its training session; split, one translation would
-be scattered over files.
+Its translation of every layer kind is in layers.py beside it (re-exported
+here); this module holds the versions, the devices and the training session.
 
 CNTK runs only in its image (Python 3.6); nothing here may use newer
 syntax or library (vermin checks). The fast path a CNTK expert would time:

@@ -1,8 +1,9 @@
 """JAX backend: plain JAX (jax.numpy, jax.lax) with Optax's SGD, the whole
 training iteration one jitted function.
 
-Why this is long: one framework's translation of every layer kind of the ten
-networks plus its training session, as in the other backends.
+The translation of every layer kind is in layers.py beside it, the jitted
+training step in step.py (both re-exported here); this module holds the
+versions, threads, precision and the training session.
 
 Why plain JAX and not Flax: the networks are data (harness.networks), and a
 functional translation of that data is a short table of jax.lax calls in
@@ -17,7 +18,7 @@ The fast path a JAX user would time: one `jax.jit` of loss, gradient and
 Optax update together, parameters and optimizer state donated to it (updated
 in place), the mini-batch made once on the device, NHWC images (JAX's
 convention; on the GPU XLA's layout assignment picks cuDNN's layout itself).
-`jit` is JAX's only compile mode (COMPILE_MODES): the first call traces and
+`jit` is JAX's only compile mode (CAPABILITIES): the first call traces and
 compiles, so the warm-up covers compilation.
 
 Precision (the cell's `precision`; docs/precision.md): "default" leaves

@@ -1,8 +1,8 @@
 """MXNet backend: Gluon HybridBlocks built from harness.networks.
 
-Why this is long: it is one framework's translation of every layer kind
-of the ten networks plus its training session; split, one translation would
-be scattered over files.
+Its translation of every layer kind is in layers.py beside it (re-exported
+here); this module holds the versions, threads, precision and the training
+session.
 
 The fast path an MXNet expert would time: the network and the loss
 hybridized with static memory and shapes (one cached graph per block),

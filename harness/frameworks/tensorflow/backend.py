@@ -1,9 +1,9 @@
 """TensorFlow backend: a Keras functional model built from harness.networks,
 trained by a compiled train step.
 
-Why this is long: it is one framework's translation of every layer kind
-of the ten networks plus its training session; split, one translation would
-be scattered over files.
+Its translation of every layer kind is in layers.py beside it (re-exported
+here); this module holds the versions, threads, precision and the training
+session.
 
 The fast path a TensorFlow expert would time for these models (the "custom
 training loop" of TensorFlow's guides): the model called inside a
