@@ -70,7 +70,7 @@ def idiomatic_step(backend, network, batch_size, seed, folder):
             net_path, network.learning_rate, network.momentum, seed + 1),
         folder, "idiomatic-solver.prototxt")
     solver = caffe.SGDSolver(solver_path)
-    inputs, labels = backend.data(network, batch_size, seed + 1, None)
+    inputs, labels = backend.batch_arrays(network, batch_size, "cpu", seed + 1)
     backend.feed(solver.net, network, inputs, labels)
 
     def step():

@@ -36,8 +36,8 @@ def idiomatic_step(backend, network, batch_size, seed):
     the same arithmetic."""
     import cntk as C
     import numpy as np
-    features, labels = backend.input_variables(network)
-    model = backend.build_model(network, batch_size, features)
+    model = backend.build_model(network, batch_size, "cpu", seed)
+    features, labels = model.arguments[0], backend.input_variables(network)[1]
     loss = C.cross_entropy_with_softmax(model, labels)
     rate = C.learning_parameter_schedule(network.learning_rate,
                                          minibatch_size=batch_size)
@@ -47,7 +47,7 @@ def idiomatic_step(backend, network, batch_size, seed):
         else C.sgd(model.parameters, rate)
     trainer = C.Trainer(model, loss, [learner])
     from scipy import sparse  # CNTK's own dependency
-    inputs, targets = backend._data(network, batch_size, seed + 1, None)
+    inputs, targets = backend.batch_arrays(network, batch_size, "cpu", seed + 1)
     # The backend declares its labels sparse, as CNTK's tutorials do.
     one_hot = sparse.csr_matrix(np.eye(network.classes,
                                        dtype=np.float32)[targets])

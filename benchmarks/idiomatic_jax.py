@@ -41,7 +41,7 @@ class PlainLoop(object):
     def __init__(self, backend, network, inputs, labels, donate=False):
         import jax  # the framework loads only in its own venv
         import optax
-        model = backend.build_model(network, seed=0)
+        model = backend.build_model(network, len(labels), "cpu", 0)
         optimizer = optax.sgd(network.learning_rate,
                               momentum=network.momentum or None)
         self.params, self.state = model.params, model.state

@@ -30,8 +30,8 @@ def idiomatic_step(backend, network, batch_size, seed):
     read back with asscalar() ends the iteration."""
     import mxnet as mx
     from mxnet import autograd, gluon
-    mx.random.seed(seed)
-    model = backend.hybridize(backend.build_model(network))
+    model = backend.hybridize(backend.build_model(network, batch_size, "cpu",
+                                                  seed))
     loss_fn = backend.hybridize(gluon.loss.SoftmaxCrossEntropyLoss())
     trainer = gluon.Trainer(model.collect_params(), "sgd",
                             {"learning_rate": network.learning_rate,

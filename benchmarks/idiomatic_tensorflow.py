@@ -62,7 +62,7 @@ class KerasFit(object):
 
     def __init__(self, backend, network, inputs, labels):
         import tensorflow as tf
-        self.model = backend.build_model(network, backend.data_format("cpu"))
+        self.model = backend.build_model(network, len(labels), "cpu", 0)
         self.model.compile(
             optimizer=backend.make_optimizer(network),
             loss=tf.keras.losses.SparseCategoricalCrossentropy(

@@ -69,7 +69,7 @@ def run_convergence(spec, out_path, log=_log):
     # process use the process's pools.
     worker_threads = dataparallel.threads_per_worker(
         total_threads, per_node) \
-        if getattr(module, "PROCESS_PER_WORKER", False) else total_threads
+        if module.CAPABILITIES.process_per_worker else total_threads
     # Before any framework loads: thread pools read these at import.
     threads.apply(worker_threads)
     data = dataparallel.load_data(conv["data"], conv["seed"])

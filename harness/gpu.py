@@ -268,7 +268,7 @@ class CellGpus(object):
         if model is None or not self.used or not timing.get("mean_s"):
             return
         math_mode = None
-        if backend is not None and hasattr(backend, "math_mode"):
+        if backend is not None:
             try:
                 math_mode = backend.math_mode("gpu")
             except Exception:  # a broken framework must not lose the result

@@ -121,12 +121,9 @@ def _prepare(result, backend, network, cell, options):
                       "environment": threads.snapshot()}
     session = backend.prepare(network, cell["batch_size"], cell["device"],
                               cell["seed"], **options)
-    math_mode = (backend.math_mode(cell["device"])
-                 if hasattr(backend, "math_mode") else None)
     result["precision"] = arithmetic.precision_block(
-        cell["precision"], cell["device"], math_mode,
-        getattr(session, "loss_scaling", None),
-        getattr(session, "precision_note", None))
+        cell["precision"], cell["device"], backend.math_mode(cell["device"]),
+        session.loss_scaling, session.precision_note)
     result["model"]["framework_parameters"] = session.parameters
     result["model"]["parameter_note"] = parameter_note(network,
                                                         session.parameters)

@@ -3,6 +3,8 @@ trains nothing, and each `step` advances a fake clock by a scripted time
 and returns a scripted loss (or raises a scripted exception)."""
 import math
 
+from harness.frameworks import backends
+
 NAME = "fake"
 DEVICES = ("cpu",)
 
@@ -24,6 +26,7 @@ class Backend:
     """Module-like object with the backend interface."""
     NAME = NAME
     DEVICES = DEVICES
+    CAPABILITIES = backends.capabilities()
 
     def __init__(self, script, parameters=None, oom_types=(MemoryError,)):
         self.script = script
@@ -43,11 +46,16 @@ class Backend:
     def is_out_of_memory(self, exc):
         return isinstance(exc, self.oom_types)
 
-    def prepare(self, network, batch_size, device, seed, batch=None):
+    def math_mode(self, device):
+        return None
+
+    def prepare(self, network, batch_size, device, seed, batch=None,
+                precision="default", compile_mode=None):
         from harness import networks
         backend = self
 
         class Session:
+            loss_scaling = precision_note = None
             parameters = (backend.parameters if backend.parameters is not None
                           else networks.parameter_count(network))
 

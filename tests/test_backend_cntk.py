@@ -23,7 +23,9 @@ from probes import run_probe
 from harness import networks as nets
 from harness.frameworks.cntk import backend
 
-MODULE = Path(backend.__file__)
+# The backend and the modules beside it (its translation in layers.py).
+MODULES = sorted(p for p in Path(backend.__file__).parent.glob("*.py")
+                 if p.name != "parallel.py")
 
 
 def _layers(kind):
@@ -36,7 +38,9 @@ def _layers(kind):
 # --- static: always run ------------------------------------------------------
 
 def _calls(name):
-    tree = ast.parse(MODULE.read_text())
+    tree = ast.Module(body=[n for m in MODULES
+                            for n in ast.parse(m.read_text()).body],
+                      type_ignores=[])
     return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
             and getattr(node.func, "attr", None) == name]
 
@@ -143,7 +147,7 @@ CONVENTIONS_PROBE = probes.conventions_probe("""
     def run(layer, shape, ones=False):
         network = nets.Network("probe", shape, "float32", 2, [layer], 0.1,
                                0.0, "synthetic", "one layer")
-        model = backend.build_model(network, 1)
+        model = backend.build_model(network, 1, "cpu", 0)
         if ones:
             for parameter in model.parameters:
                 parameter.value = np.ones(parameter.shape, dtype=np.float32)

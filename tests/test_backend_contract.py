@@ -46,14 +46,23 @@ def test_the_backend_imports_without_its_framework(framework, root):
         WATCHED[framework]) == []
 
 
+def modules(framework):
+    """Every module of the framework's folder (backend.py and what it
+    imports from beside it)."""
+    return sorted(Path(backend(framework).__file__).parent.glob("*.py"))
+
+
 @pytest.mark.parametrize("framework", IN_PYTHON36_IMAGES)
 def test_the_backend_is_python36_compatible(framework, root):
-    probes.check_python36(Path(backend(framework).__file__), root)
+    for path in modules(framework):
+        probes.check_python36(path, root)
 
 
-@pytest.mark.parametrize("framework", IN_PYTHON36_IMAGES)
-def test_top_level_imports_are_standard_library_or_harness(framework):
-    tree = ast.parse(Path(backend(framework).__file__).read_text())
+@pytest.mark.parametrize("path", [p for f in IN_PYTHON36_IMAGES
+                                  for p in modules(f)],
+                         ids=lambda p: "{}/{}".format(p.parent.name, p.name))
+def test_top_level_imports_are_standard_library_or_harness(path):
+    tree = ast.parse(path.read_text())
     for node in tree.body:
         if isinstance(node, ast.Import):
             for alias in node.names:

@@ -22,7 +22,7 @@ from harness.frameworks.jax import backend
 # --- without JAX ---------------------------------------------------------------
 
 def test_jit_is_the_only_compile_mode():
-    assert backend.COMPILE_MODES == ("jit",)
+    assert backend.CAPABILITIES.compile_modes == ("jit",)
 
 
 def test_images_are_nhwc_and_sequences_unchanged():
@@ -88,7 +88,7 @@ CONVENTIONS_PROBE = probes.conventions_probe("""
                             "synthetic", "one layer")
 
     def run(layer, shape, ones=False):
-        model = backend.build_model(single(layer, shape))
+        model = backend.build_model(single(layer, shape), 1, "cpu", 0)
         params = model.params
         if ones:
             params = jax.tree_util.tree_map(np.ones_like, params)
@@ -118,7 +118,7 @@ INIT_PROBE = """
     backend.configure(1, "cpu", 0)
     out = []
     for name in ("alexnet-r", "lstm", "resnet-56"):
-        model = backend.build_model(nets.get(name), seed=0)
+        model = backend.build_model(nets.get(name), 1, "cpu", 0)
         for tree, kind in ((model.params, "param"), (model.state, "state")):
             leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
             for path, leaf in leaves:

@@ -29,7 +29,7 @@ CONVENTIONS_PROBE = probes.conventions_probe("""
                             "synthetic", "one layer")
 
     def run(layer, shape, ones=False):
-        model = backend.build_model(single(layer, shape))
+        model = backend.build_model(single(layer, shape), 1, "cpu", 0)
         if ones:
             for param in model.collect_params().values():
                 param.set_data(mx.nd.ones(param.shape))
@@ -57,7 +57,7 @@ INIT_PROBE = """
     backend.configure(None, "cpu", 0)
     out = []
     for name in ("alexnet-r", "lstm", "resnet-56"):
-        model = backend.build_model(nets.get(name))
+        model = backend.build_model(nets.get(name), 1, "cpu", 0)
         for pname, param in model.collect_params().items():
             data = param.data().asnumpy()
             out.append({"network": name, "name": pname,

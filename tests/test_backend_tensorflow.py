@@ -31,10 +31,10 @@ def test_data_format_is_nchw_on_gpu_and_nhwc_on_cpu():
 
 
 def test_input_shape_is_transposed_for_images_only():
-    assert tfb.input_shape(nets.get("alexnet"), "channels_last") == (224, 224, 3)
-    assert tfb.input_shape(nets.get("alexnet"), "channels_first") == (3, 224, 224)
-    assert tfb.input_shape(nets.get("lstm"), "channels_last") == (32,)
-    assert tfb.input_shape(nets.get("fcn5"), "channels_last") == (26752,)
+    assert tfb.input_shape_in(nets.get("alexnet"), "channels_last") == (224, 224, 3)
+    assert tfb.input_shape_in(nets.get("alexnet"), "channels_first") == (3, 224, 224)
+    assert tfb.input_shape_in(nets.get("lstm"), "channels_last") == (32,)
+    assert tfb.input_shape_in(nets.get("fcn5"), "channels_last") == (26752,)
 
 
 @pytest.mark.parametrize("size, kernel, stride, pads", [
@@ -76,7 +76,7 @@ def test_conv_padding_reproduces_every_described_conv():
         if type(r.layer) is not nets.Conv:
             continue
         layer = r.layer
-        padding, extra = tfb.conv_padding(r.in_shape[1:], layer.kernel,
+        padding, extra = tfb.keras_padding(r.in_shape[1:], layer.kernel,
                                           layer.stride, layer.pad)
         out = _conv_out(r.in_shape[1], layer.kernel, layer.stride, padding,
                         extra)
@@ -89,11 +89,11 @@ def test_conv_padding_reproduces_every_described_conv():
 
 
 def test_conv_padding_takes_same_when_exact_else_zero_padding():
-    assert tfb.conv_padding((224, 224), 11, 4, (3, 4)) == ("same", None)
-    assert tfb.conv_padding((224, 224), 7, 2, (3, 3)) == ("valid", (3, 3))
-    assert tfb.conv_padding((56, 56), 3, 2, (1, 1)) == ("valid", (1, 1))
-    assert tfb.conv_padding((56, 56), 1, 2, (0, 0)) == ("valid", None)
-    assert tfb.conv_padding((32, 32), 3, 1, (1, 1)) == ("same", None)
+    assert tfb.keras_padding((224, 224), 11, 4, (3, 4)) == ("same", None)
+    assert tfb.keras_padding((224, 224), 7, 2, (3, 3)) == ("valid", (3, 3))
+    assert tfb.keras_padding((56, 56), 3, 2, (1, 1)) == ("valid", (1, 1))
+    assert tfb.keras_padding((56, 56), 1, 2, (0, 0)) == ("valid", None)
+    assert tfb.keras_padding((32, 32), 3, 1, (1, 1)) == ("same", None)
 
 
 def test_pool_padding_is_same_for_every_described_pool():
@@ -116,8 +116,8 @@ def test_pool_padding_falls_back_where_same_differs_from_ceil_mode():
 def test_compile_modes_put_tensorflows_default_first():
     # The cell's compile null means the first: tf.function, XLA off, as
     # TensorFlow ships.
-    assert tfb.COMPILE_MODES[0] == "function"
-    assert set(tfb.COMPILE_MODES) == {"function", "xla", "none"}
+    assert tfb.CAPABILITIES.compile_modes[0] == "function"
+    assert set(tfb.CAPABILITIES.compile_modes) == {"function", "xla", "none"}
 
 
 # --- in TensorFlow's environment ------------------------------------------------
@@ -153,11 +153,11 @@ report = {}
 for name, network in sorted(nets.NETWORKS.items()):
     entry = {}
     for fmt in ("channels_last", "channels_first"):
-        model = tfb.build_model(network, fmt)
-        entry[fmt] = {"parameters": tfb.parameter_count(model),
+        model = tfb.keras_model(network, fmt, 0)
+        entry[fmt] = {"parameters": tfb.count_parameters(model),
                       "output_shape": list(model.output_shape[1:]),
                       "input_shape": list(model.input_shape[1:])}
-    model = tfb.build_model(network, "channels_last")
+    model = tfb.keras_model(network, "channels_last", 0)
     layers = []
     for layer in model.layers:
         config = layer.get_config()
@@ -220,7 +220,7 @@ def test_models_match_the_description_in_both_layouts(built, name):
         # TensorFlow's LSTM keeps one bias per gate: no extra parameters.
         assert entry["parameters"] == nets.parameter_count(network), fmt
         assert tuple(entry["output_shape"]) == nets.output_shape(network), fmt
-        assert tuple(entry["input_shape"]) == tfb.input_shape(network, fmt)
+        assert tuple(entry["input_shape"]) == tfb.input_shape_in(network, fmt)
 
 
 @pytest.mark.parametrize("name", sorted(nets.NETWORKS))
@@ -329,7 +329,7 @@ for size, k, s in ((16, 3, 2), (9, 2, 2), (15, 3, 2), (10, 5, 2), (12, 5, 3)):
     for op in ("max", "avg"):
         network = nets.Network("probe", (3, size, size), "float32", 2,
                                [nets.Pool(op, k, s)], 0.1, 0.0, "synthetic", "")
-        model = tfb.build_model(network, "channels_last")
+        model = tfb.keras_model(network, "channels_last", 0)
         got = model(tf.constant(x)).numpy()
         want = ref_pool(x.astype(np.float64), op, k, s)
         report["pool"].append({"case": [size, k, s, op],
@@ -344,7 +344,7 @@ for size, k, s, pad in ((9, 3, 2, (1, 1)), (12, 11, 4, (3, 4)), (10, 7, 2, (3, 3
     network = nets.Network("probe", (3, size, size), "float32", 2,
                            [nets.Conv(4, k, s, pad, False, None)], 0.1, 0.0,
                            "synthetic", "")
-    model = tfb.build_model(network, "channels_last")
+    model = tfb.keras_model(network, "channels_last", 0)
     conv = [l for l in model.layers if type(l).__name__ == "Conv2D"][0]
     got = model(tf.constant(x)).numpy()
     want = ref_conv(x.astype(np.float64), conv.kernel.numpy().astype(np.float64), s, pad)
@@ -356,16 +356,16 @@ for size, k, s, pad in ((9, 3, 2, (1, 1)), (12, 11, 4, (3, 4)), (10, 7, 2, (3, 3
 # The loss: ln(classes) for uniform logits; mean over tokens for sequences.
 logits = tf.zeros((4, 7, 10))
 labels = tf.constant(rng.randint(0, 10, (4, 7)).astype(np.int32))
-report["uniform_loss"] = float(tfb.loss(labels, logits).numpy())
+report["uniform_loss"] = float(tfb.loss(logits, labels).numpy())
 logits = tf.constant(rng.randn(4, 7, 10).astype(np.float32))
-flat = tfb.loss(tf.reshape(labels, (-1,)), tf.reshape(logits, (-1, 10)))
-report["token_mean"] = [float(tfb.loss(labels, logits).numpy()), float(flat.numpy())]
+flat = tfb.loss(tf.reshape(logits, (-1, 10)), tf.reshape(labels, (-1,)))
+report["token_mean"] = [float(tfb.loss(logits, labels).numpy()), float(flat.numpy())]
 
 # Option-A shortcut: every second pixel, zero channels appended.
 x = rng.randn(1, 6, 6, 2).astype(np.float32)
 network = nets.Network("probe", (2, 6, 6), "float32", 2,
                        [nets.SubsamplePad(2, 5)], 0.1, 0.0, "synthetic", "")
-got = tfb.build_model(network, "channels_last")(tf.constant(x)).numpy()
+got = tfb.keras_model(network, "channels_last", 0)(tf.constant(x)).numpy()
 report["subsample"] = {"shape": list(got.shape[1:]),
                        "kept": float(np.abs(got[..., :2] - x[:, ::2, ::2, :]).max()),
                        "padded": float(np.abs(got[..., 2:]).max())}

@@ -323,10 +323,12 @@ file TIMED_MARK is made once the steps after the first TIMED_AFTER (the
 timed iterations) have run for a second."""
 import os
 import time
+from harness.frameworks import backends
 from harness.frameworks.pytorch import backend as _real
 
 NAME = _real.NAME
 DEVICES = ("cpu", "gpu")
+CAPABILITIES = backends.capabilities()
 effective_threads = _real.effective_threads
 is_out_of_memory = _real.is_out_of_memory
 math_mode = _real.math_mode
@@ -340,8 +342,8 @@ def configure(threads, device, seed):
     _real.configure(threads, "cpu", seed)
 
 
-def prepare(network, batch_size, device, seed, batch=None):
-    session = _real.prepare(network, batch_size, "cpu", seed, batch)
+def prepare(network, batch_size, device, seed, batch=None, **options):
+    session = _real.prepare(network, batch_size, "cpu", seed, batch, **options)
     fail_at = int(os.environ.get("FAIL_AT", "0"))
     if fail_at:
         step, count = session.step, [0]

@@ -6,6 +6,7 @@ import jsonschema
 import pytest
 
 from harness import converge, frameworks, phases, resultfile, throughput
+from harness.frameworks import backends
 from harness.errors import Terminated, device_out_of_memory
 from tests.fake_backend import Backend, Script
 
@@ -106,7 +107,7 @@ class FailingParallel(object):
     """A data-parallel module whose training raises `exc`."""
     NAME = "pytorch"
     DEVICES = ("cpu", "gpu")
-    PROCESS_PER_WORKER = False
+    CAPABILITIES = backends.parallel_capabilities(False, True)
     MECHANISM = {"cpu": "scripted", "gpu": "scripted"}
 
     def __init__(self, exc):

@@ -599,10 +599,10 @@ from harness.frameworks.mxnet import backend, parallel
 build = backend.build_model
 
 
-def perturbed(network, ctx=None):
+def perturbed(*args):
     # Node 1's own draw made different: only a broadcast from ps-lite's
     # rank 0 can give the two nodes one model.
-    model = build(network, ctx)
+    model = build(*args)
     if plan["node_rank"] == 1:
         for param in model.collect_params().values():
             param.set_data(param.data() * 2 + 1)

@@ -68,14 +68,17 @@ def test_cells_differing_only_in_precision_or_compile_are_other_cells(make_cell)
 
 # --- the backend contract -------------------------------------------------------
 
-def _backend(**attributes):
-    return types.SimpleNamespace(NAME="plain", **attributes)
+def _backend(**declared):
+    return types.SimpleNamespace(NAME="plain",
+                                 CAPABILITIES=backends.capabilities(**declared))
 
 
 def test_a_backend_declaring_nothing_gets_fp32_and_no_compilation():
     plain = _backend()
-    assert frameworks.prepare_options(plain, "default", None) == {}
-    assert frameworks.prepare_options(plain, "fp32", "none") == {}
+    assert frameworks.prepare_options(plain, "default", None) == {
+        "precision": "default", "compile_mode": "none"}
+    assert frameworks.prepare_options(plain, "fp32", "none") == {
+        "precision": "fp32", "compile_mode": "none"}
     with pytest.raises(Unsupported, match="the plain backend offers "
                        "precision default, fp32 only, not 'bf16'"):
         frameworks.prepare_options(plain, "bf16", None)
@@ -85,12 +88,12 @@ def test_a_backend_declaring_nothing_gets_fp32_and_no_compilation():
 
 
 def test_declared_values_reach_prepare_resolved():
-    jax_like = _backend(COMPILE_MODES=("jit",))
-    # Only what the backend declares is passed; null means its first mode.
+    jax_like = _backend(compile_modes=("jit",))
+    # Both are passed, resolved: null means the backend's first mode.
     assert frameworks.prepare_options(jax_like, "fp32", None) == {
-        "compile_mode": "jit"}
-    both = _backend(PRECISIONS=("default", "bf16"),
-                    COMPILE_MODES=("none", "default"))
+        "precision": "fp32", "compile_mode": "jit"}
+    both = _backend(precisions=("default", "bf16"),
+                    compile_modes=("none", "default"))
     assert frameworks.prepare_options(both, "bf16", "default") == {
         "precision": "bf16", "compile_mode": "default"}
 
@@ -171,7 +174,7 @@ out = {}
 for name in sorted(nets.NETWORKS):
     network = nets.get(name)
     # On the meta device: shapes and dispatch only, nothing computed.
-    model = backend.build_model(network).to("meta")
+    model = backend.build_model(network, 1, "cpu", 0).to("meta")
     shape = (2,) + tuple(network.input_shape)
     if network.input_dtype == "int64":
         x = torch.zeros(shape, dtype=torch.int64, device="meta")
@@ -320,7 +323,7 @@ from harness.frameworks.pytorch import backend as _real
 
 NAME = _real.NAME
 DEVICES = ("cpu", "gpu")
-PRECISIONS = ("default", "bf16")
+CAPABILITIES = _real.CAPABILITIES._replace(precisions=("default", "bf16"))
 effective_threads = _real.effective_threads
 is_out_of_memory = _real.is_out_of_memory
 math_mode = _real.math_mode
@@ -334,9 +337,8 @@ def configure(threads, device, seed):
     _real.configure(threads, "cpu", seed)
 
 
-def prepare(network, batch_size, device, seed, batch=None, precision=None):
-    return _real.prepare(network, batch_size, "cpu", seed, batch,
-                         precision=precision)
+def prepare(network, batch_size, device, seed, batch=None, **options):
+    return _real.prepare(network, batch_size, "cpu", seed, batch, **options)
 '''
 
 

@@ -22,8 +22,8 @@ CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",
 # --- without JAX -------------------------------------------------------------
 
 def test_every_precision_reaches_prepare():
-    assert backend.PRECISIONS == ("default", "fp32", "tf32", "bf16", "fp16")
-    for precision in backend.PRECISIONS:
+    assert backend.CAPABILITIES.precisions == ("default", "fp32", "tf32", "bf16", "fp16")
+    for precision in backend.CAPABILITIES.precisions:
         assert frameworks.prepare_options(backend, precision, None) == \
             {"precision": precision, "compile_mode": "jit"}
     with pytest.raises(Unsupported, match="offers compile mode jit only"):
@@ -238,8 +238,8 @@ from harness.frameworks.jax import backend as _real
 
 NAME = _real.NAME
 DEVICES = ("cpu", "gpu")
-PRECISIONS = ("default", "fp32", "bf16")
-COMPILE_MODES = _real.COMPILE_MODES
+CAPABILITIES = _real.CAPABILITIES._replace(
+    precisions=("default", "fp32", "bf16"))
 effective_threads = _real.effective_threads
 is_out_of_memory = _real.is_out_of_memory
 math_mode = _real.math_mode

@@ -3,11 +3,54 @@ kinds to a backend's translators, the versions a result records and the
 part of a training Session every backend keeps. Standard library only;
 loads no framework.
 """
+import collections
 import re
 
 from .. import cudalibs
 from .. import networks as nets
 from ..errors import HarnessError, Unsupported
+
+
+# What a backend offers beyond the plain contract, declared on one object,
+# its module's CAPABILITIES: the harness decides from it alone, before the
+# framework is imported (harness.frameworks.prepare_options).
+Capabilities = collections.namedtuple(
+    "Capabilities", "precisions compile_modes not_offered")
+# What a backend offers that declares nothing more.
+PLAIN_PRECISIONS = ("default", "fp32")
+PLAIN_COMPILE_MODES = ("none",)
+
+
+def capabilities(precisions=PLAIN_PRECISIONS,
+                 compile_modes=PLAIN_COMPILE_MODES, not_offered=None):
+    """A backend's CAPABILITIES: the harness.spec.PRECISIONS values it
+    implements, its compile modes (the first its default) and
+    {value: reason} for the values it lacks."""
+    return Capabilities(tuple(precisions), tuple(compile_modes),
+                        dict(not_offered or {}))
+
+
+# A parallel module's CAPABILITIES: how its workers run and whether it
+# trains across nodes (harness.frameworks.multi_node_refusal, transport).
+ParallelCapabilities = collections.namedtuple(
+    "ParallelCapabilities",
+    "process_per_worker multi_node workers_per_node transport")
+
+
+def parallel_capabilities(process_per_worker, multi_node,
+                          workers_per_node=None, transport=None):
+    """`multi_node`: True, or the reason it cannot train across nodes;
+    `workers_per_node`: {device: (most per node, the reason)};
+    `transport`: {device: how the nodes' workers talk}."""
+    return ParallelCapabilities(bool(process_per_worker), multi_node,
+                                dict(workers_per_node or {}),
+                                dict(transport or {}))
+
+
+def compile_mode_or_default(compile_mode, declared):
+    """The compile mode prepare() runs: `compile_mode`, or for None the
+    backend's default (the first of its `declared` CAPABILITIES)."""
+    return declared.compile_modes[0] if compile_mode is None else compile_mode
 
 
 def translator_name(kind):
@@ -145,7 +188,10 @@ def check_cpu_fp16(framework, flags=None):
 
 class Session(object):
     """The network, the model and the mini-batch every backend's Session
-    holds; a backend adds `parameters`, step() and output_shape()."""
+    holds; a backend adds `parameters`, step() and output_shape(), and sets
+    `loss_scaling` and `precision_note` where it has something to say."""
+    loss_scaling = None
+    precision_note = None
 
     def __init__(self, network, model, inputs, labels):
         self.network = network

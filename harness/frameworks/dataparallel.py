@@ -12,18 +12,13 @@ batch's mean loss, as with one worker) the runs differ only by
 floating-point reduction order.
 """
 import argparse
-import collections
-import ctypes
 import json
 import math
 import os
 import random
-import re
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 from .. import datasets, networks, resultfile
@@ -180,6 +175,9 @@ def snapshot(curves, completed, epoch, local, trainer):
 def run_epochs(trainer, plan, train_count, curves=None,
                clock=time.perf_counter, progress=None):
     """Train plan["epochs"] epochs through `trainer` and fill `curves`.
+    Why this is long: one loop with its clocks, its progress writes and its
+    exits (divergence, an exception's partial curves) in one place, where a
+    reader checks that no write or evaluation is timed.
 
     `trainer` has step(indices) -> the loss of this worker's part (a float
     read back once the device has finished), global_losses(losses) -> the
@@ -273,20 +271,6 @@ def check_plan(plan, train_count):
     return per_epoch
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent():
-    """preexec_fn for launchers (torchrun, mpirun): SIGTERM the child when
-    the convergence process dies, even by SIGKILL, so no workers run on
-    (Linux; elsewhere a no-op)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG,
-                                                signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
 def finish(curves, trainer, plan):
     """`curves` with what the result records of the framework: the trainer's
     parameter count, its backend's versions and thread count."""
@@ -353,109 +337,6 @@ def read_partial(path):
     # curves are whole ("finished" true), the run still an error.
     curves.setdefault("finished", False)
     return curves
-
-
-# A glog/absl line's prefix: severity, date, time, thread, file:line].
-_LOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+ +\d+ [^\]]+\] ")
-
-
-def run_child(command, env, what, on_start=None):
-    """Run a worker process with its stderr forwarded to ours; a failure
-    (status or signal: frameworks that abort on a lost peer) is a
-    RuntimeError naming `what` and the child's most telling line.
-    on_start(process), when given, sees the process once it runs."""
-    tail = collections.deque(maxlen=200)
-    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
-                               universal_newlines=True,
-                               start_new_session=True,
-                               preexec_fn=die_with_parent)
-    if on_start is not None:
-        on_start(process)
-    pump = threading.Thread(target=_pump, args=(process.stderr, tail))
-    pump.daemon = True
-    pump.start()
-    try:
-        status = process.wait()
-    except BaseException:
-        # SIGTERM from the host's timeout, or Ctrl-C: take the child down.
-        stop(process)
-        raise
-    pump.join(5)
-    if status != 0:
-        ended = "exited with status {}".format(status) if status > 0 else \
-            "was killed by signal {}".format(_signal_name(-status))
-        raise RuntimeError("{} {}: {}".format(what, ended, telling(tail)))
-
-
-def _pump(stream, tail):
-    for line in iter(stream.readline, ""):
-        sys.stderr.write(line)
-        sys.stderr.flush()
-        tail.append(line.rstrip())
-    stream.close()
-
-
-# "RuntimeError: ...", "torch.distributed.DistStoreError: ...".
-# An exception with a message: torchrun's closing ChildFailedError has none
-# (the worker's own error came before it).
-_EXCEPTION = re.compile(r"\b[A-Z]\w*(Error|Exception)\b: *\S")
-
-
-def telling(lines):
-    """The line of a failed worker's log that says most: a fatal log line,
-    else the last exception, else the last line naming an error (not a
-    link to a page about errors), else the last line."""
-    lines = [l.strip() for l in lines if l.strip()]
-    fatal = [l for l in lines if l.startswith("F") and _LOG_PREFIX.match(l)]
-    raised = [l for l in lines if _EXCEPTION.search(l)]
-    errors = [l for l in lines if ("Error" in l or "error" in l or
-                                   "Failed" in l) and "http" not in l]
-    line = (fatal or raised[-1:] or errors[-1:] or lines[-1:] or
-            ["no output"])[0]
-    return _LOG_PREFIX.sub("", line)
-
-
-def _signal_name(number):
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)
-
-
-# How long stopped workers get to save what they measured before SIGKILL:
-# well inside the grace the harness itself gets from whatever stops it
-# (a container runtime's stop, 10 s; Slurm's KillWait, 30 s here), so that
-# the harness still writes its partial result after a worker that cannot
-# take the signal (one blocked in a collective on a lost peer) is killed.
-# A responsive worker saves in milliseconds.
-CHILD_STOP_GRACE_S = 4
-
-
-def stop(process):
-    """SIGTERM to the process's group, SIGKILL after CHILD_STOP_GRACE_S."""
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(CHILD_STOP_GRACE_S)
-    except (OSError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-def port_taken(host, port):
-    """': port P of HOST is in use' when it cannot be bound now, else ''
-    (a framework that aborts on a taken port says nothing clearer)."""
-    import socket
-    probe = socket.socket()
-    try:
-        probe.bind((host, port))
-    except (OSError, socket.error):
-        return "port {} of {} is in use (address already in use)".format(
-            port, host)
-    finally:
-        probe.close()
-    return ""
 
 
 def write_curves(out_path, curves, trainer, plan):

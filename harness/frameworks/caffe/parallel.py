@@ -16,21 +16,23 @@ logits.
 """
 import math
 
-from .. import arrays, dataparallel
+from .. import arrays, backends, dataparallel
 from ...errors import Unsupported
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "one worker: Caffe's SGDSolver.step(1) (Caffe has no CPU data "
            "parallelism)",
     "gpu": "one worker: Caffe's SGDSolver.step(1); multi-GPU (caffe train "
            "--gpu with NCCL) is not driven by this harness",
 }
-MULTI_NODE = ("Caffe 1.0's data parallelism is one machine's GPUs (caffe "
+_MULTI_NODE = ("Caffe 1.0's data parallelism is one machine's GPUs (caffe "
               "train --gpu 0,1,... synchronised by NCCL within the "
               "process); it has no multi-node training")
+CAPABILITIES = backends.parallel_capabilities(
+    process_per_worker=False,
+    multi_node=_MULTI_NODE)
 MULTI_WORKER_REFUSAL = {
     "cpu": "Caffe 1.0 has no CPU data parallelism: its multi-worker "
            "training is multi-GPU only (caffe train --gpu 0,1,... with "
@@ -59,7 +61,7 @@ class _Trainer(dataparallel.Trainer):
         self.solver = backend.build_model(self.network, self.global_batch,
                                           plan["device"], plan["seed"])
         self.net = self.solver.net
-        self.parameters = backend.count_parameters(self.net)
+        self.parameters = backend.count_parameters(self.solver)
         self.test_net = backend.forward_net(self.network, self.global_batch)
         self.test_net.share_with(self.net)
 

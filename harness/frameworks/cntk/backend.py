@@ -1,8 +1,7 @@
 """CNTK 2.7 backend: C.layers functions built from harness.networks.
 
-Why this is long: it is one framework's translation of every layer kind
-of the ten networks plus its training session; split, one translation would
-be scattered over files.
+Its translation of every layer kind is in layers.py beside it (re-exported
+here); this module holds the versions, the devices and the training session.
 
 CNTK runs only in its image (Python 3.6); nothing here may use newer
 syntax or library (vermin checks). The fast path a CNTK expert would time:
@@ -26,24 +25,29 @@ the same work:
 The shape and padding arithmetic below is plain Python, so tests check it
 on machines where CNTK cannot be installed.
 """
-import math
 import os
 
 from ... import cudalibs
-from ... import networks as nets
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+# The translation lives beside this module; its public names are the
+# backend's.
+from .layers import (  # noqa: F401
+    NAME, TRANSLATORS, bn_time_constant, build_model, conv_padding,
+    conv_size, count_parameters, fans, glorot_limit, input_variables,
+    minibatch_plan, planned_shape, planned_shapes, pool_size,
+    subsample_padding)
+from .load import _cntk, _numpy
 
-NAME = "cntk"
 DEVICES = ("cpu", "gpu")
-# No PRECISIONS or COMPILE_MODES: FP32 and CNTK's one static graph only
-# (harness.frameworks); why not the others, said in the results.
-NOT_OFFERED = {
+# FP32 and CNTK's one static graph only; why not the others, said in the
+# results.
+CAPABILITIES = backends.capabilities(not_offered={
     "tf32": "CNTK 2.7 is built with CUDA 10, which predates TF32",
     "bf16": "CNTK 2.7 has no bfloat16 type",
     "fp16": "CNTK 2.7 has no automatic mixed precision (float16 only as the "
             "type of a whole network built by hand, without loss scaling)",
-}
+})
 
 # What the cntk-gpu 2.7 wheel ships; recorded, labelled as such, only when
 # the loaded libraries cannot be asked.
@@ -51,95 +55,6 @@ BUNDLED = {"cuda": "10.0", "cudnn": "7.3.1"}
 
 # The wheels CNTK 2.7 was published as.
 _DISTRIBUTIONS = ("cntk", "cntk-gpu")
-
-
-def _cntk():
-    # Imported here so that `harness.frameworks` never loads a framework the
-    # cell does not use, and so that this module imports (and is tested)
-    # where CNTK cannot be installed.
-    import cntk
-    return cntk
-
-
-def _numpy():
-    import numpy  # CNTK's own dependency
-    return numpy
-
-
-# --- pure arithmetic (tested without CNTK) ----------------------------------
-
-def glorot_limit(fan_in, fan_out):
-    return math.sqrt(6.0 / (fan_in + fan_out))
-
-
-def fans(r):
-    """(fan_in, fan_out) of a resolved Dense, TimeDense or Conv layer, as
-    the description (and the PyTorch backend) counts them."""
-    layer, kind = r.layer, type(r.layer)
-    if kind is nets.Dense:
-        return r.in_shape[0], layer.units
-    if kind is nets.TimeDense:
-        return r.in_shape[1], layer.units
-    if kind is nets.Conv:
-        receptive = layer.kernel ** 2
-        return r.in_shape[0] * receptive, layer.filters * receptive
-    raise HarnessError("no fans for {}".format(kind.__name__))
-
-
-def conv_padding(layer):
-    """How a Conv is padded in CNTK: "none"; "auto" (CNTK centres the kernel
-    on every stride-th input, which for an odd kernel is exactly
-    (kernel // 2, kernel // 2)); or (before, after) zeros spliced in."""
-    before, after = layer.pad
-    if before == after == 0:
-        return "none"
-    if before == after == layer.kernel // 2 and layer.kernel % 2 == 1:
-        return "auto"
-    return (before, after)
-
-
-def conv_size(size, layer):
-    """One spatial output size of a Conv, by CNTK's rule for its padding."""
-    mode = conv_padding(layer)
-    if mode == "auto":
-        return -(-size // layer.stride)
-    before, after = (0, 0) if mode == "none" else mode
-    return (size + before + after - layer.kernel) // layer.stride + 1
-
-
-def pool_size(size, layer):
-    """One spatial output size of C.pooling without padding and with
-    ceil_out_dim=True."""
-    return -(-(size - layer.kernel) // layer.stride) + 1
-
-
-# CNTK's rules for the shapes of the translated layers (tests compare them
-# with networks.resolve).
-_SHAPES = backends.ShapeRules("CNTK", conv_size, pool_size)
-planned_shape = _SHAPES.shape
-planned_shapes = _SHAPES.shapes
-subsample_padding = backends.subsample_padding
-
-
-def bn_time_constant(momentum, samples):
-    """CNTK's normalization_time_constant (in samples) that blends the
-    running statistics like a decay of `momentum` per minibatch of
-    `samples`: CNTK's blend factor is 1 - exp(-samples / time_constant)."""
-    return -samples / math.log(momentum)
-
-
-def minibatch_plan(network, batch_size):
-    """{"sequences", "samples"}: what one train_minibatch call holds. CNTK
-    counts samples in sequence elements, so an LSTM minibatch of
-    `batch_size` sequences is batch_size x steps samples; the learning rate
-    is given for that many samples (the mean gradient per token)."""
-    if network.input_dtype == "int64":
-        steps = network.input_shape[0]
-        return {"sequences": batch_size, "samples": batch_size * steps}
-    return {"sequences": batch_size, "samples": batch_size}
-
-
-_product = backends.product
 
 
 # --- framework-facing interface ---------------------------------------------
@@ -222,193 +137,15 @@ def effective_threads():
     return int(_cntk().cntk_py.get_max_num_cputhreads())
 
 
+def math_mode(device):
+    """None: CNTK 2.7 has no TF32 (CUDA 10) and no switch to read back."""
+    return None
+
+
 def is_out_of_memory(exc):
     """The GPU ran out ("CUDA failure 2: out of memory ; GPU=0"); a host
     std::bad_alloc is an error (harness.frameworks: is_out_of_memory)."""
     return device_out_of_memory(exc)
-
-
-# --- translation -------------------------------------------------------------
-
-def _activation_kwargs(C, name):
-    if name is None:
-        return {}  # C.layers' default: identity
-    return {"activation": {"relu": C.relu, "sigmoid": C.sigmoid}[name]}
-
-
-def _apply_activation(C, name, x):
-    return x if name is None else {"relu": C.relu, "sigmoid": C.sigmoid}[name](x)
-
-
-def _uniform(C, limit):
-    return C.initializer.uniform(limit)
-
-
-def _zeros(C, x, axis, count, size):
-    """`count` zeros along static `axis` (of extent `size`), with x's other
-    dimensions and dynamic axes: slices of x times 0."""
-    pieces = []
-    while count > 0:
-        take = min(count, size)
-        pieces.append(C.element_times(C.slice(x, axis, 0, take), 0.0))
-        count -= take
-    return pieces[0] if len(pieces) == 1 else C.splice(*pieces, axis=axis)
-
-
-def _pad_axis(C, x, axis, size, before, after):
-    parts = []
-    if before:
-        parts.append(_zeros(C, x, axis, before, size))
-    parts.append(x)
-    if after:
-        parts.append(_zeros(C, x, axis, after, size))
-    return x if len(parts) == 1 else C.splice(*parts, axis=axis)
-
-
-def _dense(C, r, x, build, ctx):
-    layer = r.layer
-    dense = C.layers.Dense(layer.units, init=_uniform(C, glorot_limit(*fans(r))),
-                           init_bias=0, **_activation_kwargs(C, layer.activation))
-    return dense(x)
-
-
-def _time_dense(C, r, x, build, ctx):
-    # Applied to a sequence, a Dense layer maps every element.
-    dense = C.layers.Dense(r.layer.units,
-                           init=_uniform(C, glorot_limit(*fans(r))), init_bias=0)
-    return dense(x)
-
-
-def _conv(C, r, x, build, ctx):
-    layer = r.layer
-    mode = conv_padding(layer)
-    if mode not in ("auto", "none"):
-        before, after = mode
-        _, h, w = r.in_shape
-        x = _pad_axis(C, x, 1, h, before, after)
-        x = _pad_axis(C, x, 2, w, before, after)
-    conv = C.layers.Convolution2D(
-        (layer.kernel, layer.kernel), layer.filters,
-        strides=(layer.stride, layer.stride), pad=(mode == "auto"),
-        bias=layer.bias, init=_uniform(C, glorot_limit(*fans(r))),
-        init_bias=0, **_activation_kwargs(C, layer.activation))
-    return conv(x)
-
-
-def _batch_norm(C, r, x, build, ctx):
-    layer = r.layer
-    norm = C.layers.BatchNormalization(
-        map_rank=1, epsilon=layer.eps,
-        normalization_time_constant=bn_time_constant(layer.momentum,
-                                                     ctx["samples"]))
-    return _apply_activation(C, layer.activation, norm(x))
-
-
-def _activation(C, r, x, build, ctx):
-    return _apply_activation(C, r.layer.fn, x)
-
-
-def _pool(C, r, x, build, ctx):
-    layer = r.layer
-    kind = C.MAX_POOLING if layer.op == "max" else C.AVG_POOLING
-    return C.pooling(x, kind, (layer.kernel, layer.kernel),
-                     strides=(layer.stride, layer.stride),
-                     auto_padding=[False], ceil_out_dim=True,
-                     include_pad=False)
-
-
-def _global_avg_pool(C, r, x, build, ctx):
-    return C.reshape(C.layers.GlobalAveragePooling()(x), (r.in_shape[0],))
-
-
-def _flatten(C, r, x, build, ctx):
-    return C.reshape(x, (_product(r.in_shape),))
-
-
-def _residual(C, r, x, build, ctx):
-    body, shortcut = r.children
-    out = build(body, x, ctx)
-    out = out + (x if shortcut is None else build(shortcut, x, ctx))
-    return _apply_activation(C, r.layer.activation, out)
-
-
-def _subsample_pad(C, r, x, build, ctx):
-    c, h, w = r.in_shape
-    s = r.layer.stride
-    x = _pad_axis(C, x, 1, h, 0, subsample_padding(h, s))
-    x = _pad_axis(C, x, 2, w, 0, subsample_padding(w, s))
-    h2, w2 = -(-h // s), -(-w // s)
-    # A strided slice: (c, h2, s, w2, s), keep index 0 of both s axes.
-    x = C.reshape(x, (c, h2, s, w2, s))
-    x = C.slice(C.slice(x, 2, 0, 1), 4, 0, 1)
-    x = C.reshape(x, (c, h2, w2))
-    extra = r.layer.channels - c
-    if extra:
-        x = C.splice(x, _zeros(C, x, 0, extra, c), axis=0)
-    return x
-
-
-def _embedding(C, r, x, build, ctx):
-    return C.layers.Embedding(r.layer.dim, init=_uniform(C, 0.05))(x)
-
-
-def _lstm(C, r, x, build, ctx):
-    layer = r.layer
-    inputs = r.in_shape[1]
-    if inputs != layer.hidden:
-        # One `init` serves both the input (inputs x 4h) and the recurrent
-        # (h x 4h) matrices, whose Glorot limits then differ.
-        raise HarnessError("cntk backend: LSTM input width {} != hidden {} "
-                           "needs per-matrix initialisation".format(
-                               inputs, layer.hidden))
-    limit = glorot_limit(layer.hidden, 4 * layer.hidden)
-    for _ in range(layer.layers):
-        # One bias vector per gate, like TensorFlow: the description's count.
-        cell = C.layers.LSTM(layer.hidden, init=_uniform(C, limit), init_bias=0)
-        x = C.layers.Recurrence(cell)(x)
-    return x
-
-
-# Layer kind -> translator(C, resolved, x, build, ctx) returning the output:
-# _dense for nets.Dense and so on (backends.translator_name).
-TRANSLATORS = backends.translators(globals(), NAME)
-
-
-def _build(resolved_layers, x, ctx):
-    C = _cntk()
-    for r in resolved_layers:
-        translate = backends.translator(TRANSLATORS, r.layer, NAME)
-        x = translate(C, r, x, _build, ctx)
-    return x
-
-
-def input_variables(network):
-    """(features, labels) input variables: dense images or vectors with one
-    sparse one-hot label, or sparse one-hot token sequences for the LSTMs."""
-    C = _cntk()
-    np = _numpy()
-    if network.input_dtype == "int64":
-        return (C.sequence.input_variable(network.classes, is_sparse=True),
-                C.sequence.input_variable(network.classes, is_sparse=True))
-    return (C.input_variable(tuple(network.input_shape), dtype=np.float32),
-            C.input_variable(network.classes, is_sparse=True))
-
-
-def build_model(network, batch_size, features=None):
-    """The network as a CNTK Function of `features` (made by
-    input_variables when not given). `batch_size` fixes batch norm's time
-    constant, which CNTK counts in samples."""
-    if features is None:
-        features = input_variables(network)[0]
-    ctx = {"samples": minibatch_plan(network, batch_size)["samples"]}
-    return _build(nets.resolve(network), features, ctx)
-
-
-def count_parameters(model):
-    total = 0
-    for parameter in model.parameters:
-        total += _product(parameter.shape)
-    return total
 
 
 # --- training ------------------------------------------------------------------
@@ -428,11 +165,11 @@ def learner(model, network, samples):
     return C.learners.sgd(model.parameters, rate)
 
 
-class Session(object):
+class Session(backends.Session):
     def __init__(self, network, model, features, labels, arguments, samples):
         C = _cntk()
-        self.network = network
-        self.model = model
+        super(Session, self).__init__(network, model, arguments[features],
+                                      arguments[labels])
         self.features = features
         self.arguments = arguments
         self.parameters = count_parameters(model)
@@ -452,8 +189,10 @@ class Session(object):
         return tuple(out.shape[1:])
 
 
-def _data(network, batch_size, seed, batch):
-    """(inputs, labels) as numpy arrays: random, or the given Batch."""
+def batch_arrays(network, batch_size, device, seed, batch=None):
+    """The mini-batch (inputs, labels) as numpy arrays: `batch` (a
+    harness.data.Batch) when given, else drawn from `seed`. CNTK's Values on
+    the device need the model's input variables: prepare makes them."""
     np = _numpy()
     if batch is not None:
         dtype = np.int64 if network.input_dtype == "int64" else np.float32
@@ -497,14 +236,16 @@ def _device_values(network, features, labels, inputs, targets, device):
     }
 
 
-def prepare(network, batch_size, device, seed, batch=None):
+def prepare(network, batch_size, device, seed, batch=None,
+            precision="default", compile_mode=None):
+    # FP32 and the static graph only (CAPABILITIES): prepare_options
+    # refused any other precision or mode.
     C = _cntk()
-    C.cntk_py.set_fixed_random_seed(seed)
     if batch is not None:
         batch_size = batch.input_shape[0]
-    features, labels = input_variables(network)
-    model = build_model(network, batch_size, features)
-    inputs, targets = _data(network, batch_size, seed, batch)
+    model = build_model(network, batch_size, device, seed)
+    features, labels = model.arguments[0], input_variables(network)[1]
+    inputs, targets = batch_arrays(network, batch_size, device, seed, batch)
     arguments = _device_values(network, features, labels, inputs, targets,
                                C.device.use_default_device())
     return Session(network, model, features, labels, arguments,

@@ -21,11 +21,10 @@ import os
 import subprocess
 import sys
 
-from .. import arrays, dataparallel
+from .. import arrays, backends, children, dataparallel
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-PROCESS_PER_WORKER = True
 MECHANISM = {
     "cpu": "data_parallel_distributed_learner, 32-bit gradients (plain "
            "SGD, not 1-bit), one MPI process per worker (mpirun)",
@@ -39,22 +38,25 @@ MECHANISM = {
 # Slurm configuration), or srun would have to start the ranks directly with
 # PMI, which Ubuntu 16.04's Open MPI 1.10.2 package is not known to be built
 # with (not checked: no image built here). docs/multinode.md.
-MULTI_NODE = ("CNTK's data parallelism is one MPI job started by mpirun "
+_MULTI_NODE = ("CNTK's data parallelism is one MPI job started by mpirun "
               "(Open MPI 1.10 in its image), which reaches other nodes only "
               "over ssh or Slurm's srun, neither of which is in the CNTK "
               "container; one harness per node cannot join one MPI job")
+CAPABILITIES = backends.parallel_capabilities(
+    process_per_worker=True,
+    multi_node=_MULTI_NODE)
 _MODULE = "harness.frameworks.cntk.parallel"
 
 
 def _mpirun(command, env):
     process = subprocess.Popen(command, env=env, start_new_session=True,
-                               preexec_fn=dataparallel.die_with_parent)
+                               preexec_fn=children.die_with_parent)
     try:
         status = process.wait()
     except BaseException:
         # SIGTERM from the host's timeout, or Ctrl-C: SIGTERM to mpirun and
         # its ranks (they write the curves so far), then SIGKILL.
-        dataparallel.stop(process)
+        children.stop(process)
         raise
     if status != 0:
         raise RuntimeError("mpirun exited with status {} (see the log)"
@@ -84,14 +86,14 @@ class _Trainer(dataparallel.Trainer):
         if plan["device"] == "gpu":
             C.device.try_set_default_device(C.device.gpu(self.rank))
         backend.configure(plan["threads"], plan["device"], plan["seed"])
-        C.cntk_py.set_fixed_random_seed(plan["seed"])
         self.tokens = self.network.input_dtype == "int64"
         (self.train_x, self.train_y), (self.test_x, self.test_y) = \
             arrays.train_test(data, self.network)
         per_worker = plan["global_batch_size"] // self.workers
-        self.features, self.labels = backend.input_variables(self.network)
         self.model = backend.build_model(self.network, per_worker,
-                                         self.features)
+                                         plan["device"], plan["seed"])
+        self.features = self.model.arguments[0]
+        self.labels = backend.input_variables(self.network)[1]
         self.parameters = backend.count_parameters(self.model)
         self.loss = C.cross_entropy_with_softmax(self.model, self.labels)
         self.error = C.classification_error(self.model, self.labels)

@@ -1,8 +1,9 @@
 """JAX backend: plain JAX (jax.numpy, jax.lax) with Optax's SGD, the whole
 training iteration one jitted function.
 
-Why this is long: one framework's translation of every layer kind of the ten
-networks plus its training session, as in the other backends.
+The translation of every layer kind is in layers.py beside it, the jitted
+training step in step.py (both re-exported here); this module holds the
+versions, threads, precision and the training session.
 
 Why plain JAX and not Flax: the networks are data (harness.networks), and a
 functional translation of that data is a short table of jax.lax calls in
@@ -17,7 +18,7 @@ The fast path a JAX user would time: one `jax.jit` of loss, gradient and
 Optax update together, parameters and optimizer state donated to it (updated
 in place), the mini-batch made once on the device, NHWC images (JAX's
 convention; on the GPU XLA's layout assignment picks cuDNN's layout itself).
-`jit` is JAX's only compile mode (COMPILE_MODES): the first call traces and
+`jit` is JAX's only compile mode (CAPABILITIES): the first call traces and
 compiles, so the warm-up covers compilation.
 
 Precision (the cell's `precision`; docs/precision.md): "default" leaves
@@ -42,21 +43,25 @@ narrows the process's CPU affinity to `threads` CPUs before JAX starts, and
 effective_threads() reports the affinity XLA saw (harness.threads' variables
 cover oneDNN/OpenMP besides).
 """
-import math
 import os
 import re
 
 from ... import cudalibs
-from ... import networks as nets
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+# The translation and the training step live beside this module (one
+# concern each); their public names are the backend's.
+from .layers import (  # noqa: F401
+    NAME, TRANSLATORS, Layer, Model, build_model, count_parameters,
+    input_shape)
+from .load import _jax, _np, _optax
+from .step import (  # noqa: F401
+    COMPUTE_DTYPES, LossScale, loss, make_optimizer, make_train_step)
 
-NAME = "jax"
 DEVICES = ("cpu", "gpu")
-COMPILE_MODES = ("jit",)
-PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
-# Mixed precision: the compute type of the layers (jnp dtype names).
-COMPUTE_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+CAPABILITIES = backends.capabilities(
+    precisions=("default", "fp32", "tf32", "bf16", "fp16"),
+    compile_modes=("jit",))
 # jax_default_matmul_precision per precision (None: left unset).
 MATMUL_PRECISION = {"fp32": "highest", "tf32": "tensorfloat32"}
 # Values of jax_default_matmul_precision that forbid TF32 on the GPU.
@@ -66,24 +71,6 @@ STRICT_VALUES = ("highest", "float32", "precision.highest", "f32_f32_f32")
 # ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate ...") name no
 # device, so whether one means the GPU ran out depends on where the cell runs.
 _CONFIGURED = {}
-
-
-def _jax():
-    # Imported here so that `harness.frameworks` never loads a framework the
-    # cell does not use, and so that the CPU affinity is set before XLA
-    # sizes its thread pools.
-    import jax
-    return jax
-
-
-def _optax():
-    import optax
-    return optax
-
-
-def _np():
-    import numpy
-    return numpy
 
 
 # --- versions, threads, devices ------------------------------------------------
@@ -131,11 +118,16 @@ def _narrow_affinity(threads):
     os.sched_setaffinity(0, allowed[:threads])
 
 
-def configure(threads, device, seed, cpu_devices=None, distributed=None):
-    """`cpu_devices`: how many CPU devices XLA makes (the data-parallel
-    module's workers); set before JAX's backends start. `distributed`:
-    called with the jax module then too (jax.distributed.initialize must
-    come before the backends)."""
+def configure(threads, device, seed):
+    configure_workers(threads, device, seed, None, None)
+
+
+def configure_workers(threads, device, seed, cpu_devices, distributed):
+    """configure() for the data-parallel module. `cpu_devices`: how many
+    CPU devices XLA makes (its workers; None: XLA's default); set before
+    JAX's backends start. `distributed`: None, or called with the jax
+    module then too (jax.distributed.initialize must come before the
+    backends)."""
     if threads is not None and device == "cpu":
         _narrow_affinity(threads)
     jax = _jax()
@@ -296,420 +288,6 @@ def is_out_of_memory(exc):
             and ("resource_exhausted" in text or "out of memory" in text))
 
 
-# --- translation -------------------------------------------------------------
-#
-# Each translator returns a Layer: init(key) -> (params, state) and
-# apply(params, state, x, train) -> (y, state). Images are NHWC; params of a
-# layer are a dict (empty when it has none), state holds batch-norm running
-# statistics.
-
-class Layer(object):
-    def __init__(self, init, apply):
-        self.init = init
-        self.apply = apply
-
-
-def _stateless(apply, init=None):
-    """A Layer whose apply(params, x) keeps no state."""
-    return Layer(init or (lambda key: ({}, {})),
-                 lambda params, state, x, train: (apply(params, x), state))
-
-
-def _glorot(key, shape, fan_in, fan_out):
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return _jax().random.uniform(key, shape, minval=-limit, maxval=limit)
-
-
-def _activate(name, x):
-    jnn = _jax().nn
-    if name is None:
-        return x
-    return {"relu": jnn.relu, "sigmoid": jnn.sigmoid}[name](x)
-
-
-def _linear(inputs, units, activation=None):
-    jnp = _jax().numpy
-
-    def init(key):
-        return {"w": _glorot(key, (inputs, units), inputs, units),
-                "b": jnp.zeros((units,))}, {}
-
-    return _stateless(lambda p, x: _activate(activation, x @ p["w"] + p["b"]),
-                      init)
-
-
-def _dense(r, build):
-    return _linear(r.in_shape[0], r.layer.units, r.layer.activation)
-
-
-def _time_dense(r, build):
-    # x @ w acts on the last axis: one projection per time step.
-    return _linear(r.in_shape[1], r.layer.units)
-
-
-def _conv(r, build):
-    jax = _jax()
-    jnp = jax.numpy
-    layer = r.layer
-    c_in, k = r.in_shape[0], layer.kernel
-    # Explicit (before, after) on both spatial axes: TensorFlow's asymmetric
-    # SAME padding too, in one op.
-    padding = (tuple(layer.pad), tuple(layer.pad))
-
-    def init(key):
-        receptive = k * k
-        params = {"w": _glorot(key, (k, k, c_in, layer.filters),
-                               c_in * receptive, layer.filters * receptive)}
-        if layer.bias:
-            params["b"] = jnp.zeros((layer.filters,))
-        return params, {}
-
-    def apply(params, x):
-        y = jax.lax.conv_general_dilated(
-            x, params["w"], (layer.stride, layer.stride), padding,
-            dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        if layer.bias:
-            y = y + params["b"]
-        return _activate(layer.activation, y)
-
-    return _stateless(apply, init)
-
-
-def _batch_norm(r, build):
-    jnp = _jax().numpy
-    layer = r.layer
-    channels = r.in_shape[0]
-
-    def init(key):
-        return ({"gamma": jnp.ones((channels,)),
-                 "beta": jnp.zeros((channels,))},
-                {"mean": jnp.zeros((channels,)),
-                 "var": jnp.ones((channels,))})
-
-    def apply(params, state, x, train):
-        axes = tuple(range(x.ndim - 1))  # all but the channels (last) axis
-        # Statistics in FP32 whatever the compute type (mixed precision
-        # keeps batch norm in FP32, as jmp's policies and autocast do); the
-        # output goes on in the input's type.
-        compute_dtype, x = x.dtype, x.astype(jnp.float32)
-        if train:
-            mean = x.mean(axes)
-            var = x.var(axes)
-            # The description's momentum is the decay of the running
-            # statistics (PyTorch's is 1 - that); the running variance is
-            # the unbiased one, as PyTorch and Keras keep it.
-            count = x.size // channels
-            decay = layer.momentum
-            state = {"mean": decay * state["mean"] + (1 - decay) * mean,
-                     "var": decay * state["var"] + (1 - decay) * var
-                     * count / max(count - 1, 1)}
-        else:
-            mean, var = state["mean"], state["var"]
-        y = (x - mean) * (params["gamma"] / jnp.sqrt(var + layer.eps)) \
-            + params["beta"]
-        return _activate(layer.activation, y.astype(compute_dtype)), state
-
-    return Layer(init, apply)
-
-
-def _activation(r, build):
-    return _stateless(lambda p, x: _activate(r.layer.fn, x))
-
-
-def _pool(r, build):
-    jax = _jax()
-    jnp = jax.numpy
-    layer = r.layer
-    _c, h, w = r.in_shape
-    _c, out_h, out_w = r.out_shape
-    k, s = layer.kernel, layer.stride
-    # Ceil mode: pad the bottom/right so the last window that starts inside
-    # the input is kept; max ignores the padding, averages divide by the
-    # in-bounds count.
-    padding = ((0, 0), (0, (out_h - 1) * s + k - h),
-               (0, (out_w - 1) * s + k - w), (0, 0))
-    window, strides = (1, k, k, 1), (1, s, s, 1)
-
-    def apply(params, x):
-        if layer.op == "max":
-            return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, window,
-                                         strides, padding)
-        sums = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides,
-                                     padding)
-        counts = jax.lax.reduce_window(jnp.ones((1, h, w, 1), x.dtype), 0.0,
-                                       jax.lax.add, window, strides, padding)
-        return sums / counts
-
-    return _stateless(apply)
-
-
-def _global_avg_pool(r, build):
-    return _stateless(lambda p, x: x.mean((1, 2)))
-
-
-def _flatten(r, build):
-    # Flattens in memory order (NHWC); the weights are random, so the order
-    # of the features does not matter.
-    return _stateless(lambda p, x: x.reshape((x.shape[0], -1)))
-
-
-def _residual(r, build):
-    body_resolved, shortcut_resolved = r.children
-    body = build(body_resolved)
-    shortcut = None if shortcut_resolved is None else build(shortcut_resolved)
-    activation = r.layer.activation
-    jax = _jax()
-
-    def init(key):
-        body_key, shortcut_key = jax.random.split(key)
-        body_params, body_state = body.init(body_key)
-        if shortcut is None:
-            return {"body": body_params}, {"body": body_state}
-        short_params, short_state = shortcut.init(shortcut_key)
-        return ({"body": body_params, "shortcut": short_params},
-                {"body": body_state, "shortcut": short_state})
-
-    def apply(params, state, x, train):
-        out, body_state = body.apply(params["body"], state["body"], x, train)
-        new_state = {"body": body_state}
-        if shortcut is None:
-            skip = x
-        else:
-            skip, new_state["shortcut"] = shortcut.apply(
-                params["shortcut"], state["shortcut"], x, train)
-        return _activate(activation, out + skip), new_state
-
-    return Layer(init, apply)
-
-
-def _subsample_pad(r, build):
-    jnp = _jax().numpy
-    stride = r.layer.stride
-    extra = r.layer.channels - r.in_shape[0]
-
-    def apply(params, x):
-        x = x[:, ::stride, ::stride, :]
-        return jnp.pad(x, ((0, 0), (0, 0), (0, 0), (0, extra)))
-
-    return _stateless(apply)
-
-
-def _embedding(r, build):
-    jax = _jax()
-    layer = r.layer
-
-    def init(key):
-        return {"table": jax.random.uniform(key, (layer.vocab, layer.dim),
-                                            minval=-0.05, maxval=0.05)}, {}
-
-    return _stateless(lambda p, x: p["table"][x], init)
-
-
-def _lstm(r, build):
-    jax = _jax()
-    jnp = jax.numpy
-    layer = r.layer
-    hidden = layer.hidden
-    sizes = [r.in_shape[1]] + [hidden] * (layer.layers - 1)
-
-    def init(key):
-        params = []
-        for inputs, key in zip(sizes, jax.random.split(key, layer.layers)):
-            ih_key, hh_key = jax.random.split(key)
-            # Gates i, f, g, o side by side; one bias vector per gate
-            # (parameter_count's convention), zero, forget gate included.
-            params.append({
-                "w_ih": _glorot(ih_key, (inputs, 4 * hidden), inputs,
-                                4 * hidden),
-                "w_hh": _glorot(hh_key, (hidden, 4 * hidden), hidden,
-                                4 * hidden),
-                "b": jnp.zeros((4 * hidden,))})
-        return params, {}
-
-    def cell(w_hh, carry, projected):
-        h, c = carry
-        gates = projected + h @ w_hh
-        i, f, g, o = jnp.split(gates, 4, axis=-1)
-        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-        h = jax.nn.sigmoid(o) * jnp.tanh(c)
-        return (h, c), h
-
-    def apply(params, x):
-        # (batch, steps, features) -> time-major for lax.scan.
-        x = jnp.swapaxes(x, 0, 1)
-        zeros = jnp.zeros((x.shape[1], hidden), x.dtype)
-        for p in params:
-            # The input projection of every step is one matrix product;
-            # only the recurrent product runs step by step.
-            projected = x @ p["w_ih"] + p["b"]
-            _carry, x = jax.lax.scan(
-                lambda carry, step, w=p["w_hh"]: cell(w, carry, step),
-                (zeros, zeros), projected)
-        return jnp.swapaxes(x, 0, 1)
-
-    return _stateless(apply, init)
-
-
-# Layer kind -> translator(resolved, build) returning a Layer: _dense for
-# nets.Dense and so on (backends.translator_name).
-TRANSLATORS = backends.translators(globals(), NAME)
-
-
-def _sequence(resolved_layers):
-    jax = _jax()
-    layers = [backends.translator(TRANSLATORS, r.layer, NAME)(r, _sequence)
-              for r in resolved_layers]
-
-    def init(key):
-        params, state = [], []
-        for layer, key in zip(layers, jax.random.split(key, len(layers))):
-            p, s = layer.init(key)
-            params.append(p)
-            state.append(s)
-        return params, state
-
-    def apply(params, state, x, train):
-        new_state = []
-        for layer, p, s in zip(layers, params, state):
-            x, s = layer.apply(p, s, x, train)
-            new_state.append(s)
-        return x, new_state
-
-    return Layer(init, apply)
-
-
-class Model(object):
-    """A translated network: `apply(params, state, x, train) -> (y, state)`
-    and its initial `params` and `state` (batch-norm statistics)."""
-
-    def __init__(self, network, seed):
-        jax = _jax()
-        layer = _sequence(nets.resolve(network))
-        self.apply = layer.apply
-        self.params, self.state = layer.init(jax.random.key(seed))
-
-
-def build_model(network, seed=0):
-    """The network, initialised as described from `seed`: Glorot-uniform
-    weights, zero biases, batch-norm gamma 1 and beta 0, embeddings
-    uniform(-0.05, 0.05)."""
-    return Model(network, seed)
-
-
-def parameter_count(params):
-    return sum(int(leaf.size) for leaf in _jax().tree_util.tree_leaves(params))
-
-
-def input_shape(network):
-    """Per-sample input shape as the model takes it: images NHWC (the
-    description is channels-first)."""
-    shape = tuple(network.input_shape)
-    if len(shape) == 3:
-        return shape[1:] + shape[:1]
-    return shape
-
-
-def make_optimizer(network):
-    """Plain SGD with the network's learning rate and momentum. Optax's
-    momentum (t = g + m t; w -= lr t) is PyTorch's."""
-    momentum = network.momentum or None
-    return _optax().sgd(network.learning_rate, momentum=momentum)
-
-
-def loss(logits, labels):
-    """Mean softmax cross-entropy over samples, or over tokens when logits
-    are (batch, steps, classes)."""
-    return _optax().softmax_cross_entropy_with_integer_labels(
-        logits.reshape((-1, logits.shape[-1])), labels.reshape(-1)).mean()
-
-
-class LossScale(object):
-    """Dynamic loss scaling for fp16, with torch.amp.GradScaler's constants:
-    the loss is multiplied by `scale` before differentiation and the
-    gradients divided by it; a step whose gradients are not all finite is
-    skipped (weights, optimizer state and batch-norm statistics kept) and
-    halves the scale; GROWTH_INTERVAL finite steps in a row double it."""
-    INITIAL = 2.0 ** 16
-    GROWTH_INTERVAL = 2000
-    DESCRIPTION = ("dynamic (in the jitted step: initial 2^16, halved and the "
-                   "step skipped on non-finite gradients, doubled after 2000 "
-                   "finite steps; torch.amp.GradScaler's constants)")
-
-    @staticmethod
-    def init():
-        jnp = _jax().numpy
-        return {"scale": jnp.asarray(LossScale.INITIAL, jnp.float32),
-                "good_steps": jnp.asarray(0, jnp.int32)}
-
-    @staticmethod
-    def update(scaler, finite):
-        jnp = _jax().numpy
-        good = jnp.where(finite, scaler["good_steps"] + 1, 0)
-        grow = good >= LossScale.GROWTH_INTERVAL
-        scale = jnp.where(finite, jnp.where(grow, scaler["scale"] * 2.0,
-                                            scaler["scale"]),
-                          jnp.maximum(scaler["scale"] * 0.5, 1.0))
-        return {"scale": scale, "good_steps": jnp.where(grow, 0, good)}
-
-
-def _cast_floating(tree, dtype):
-    """The tree's floating-point leaves cast to `dtype` (integer token ids
-    stay as they are)."""
-    jax = _jax()
-    jnp = jax.numpy
-    return jax.tree_util.tree_map(
-        lambda a: a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating)
-        else a, tree)
-
-
-def make_train_step(apply, optimizer, donate=True, precision="default"):
-    """(params, state, opt_state, inputs, labels) -> (params, state,
-    opt_state, loss), jitted: forward, gradient and update in one XLA
-    program. `donate`: the old parameters' buffers are reused for the new.
-    `precision` "bf16"/"fp16": mixed precision (the module's docstring);
-    for fp16 `opt_state` is (the optimizer's state, LossScale.init())."""
-    jax = _jax()
-    jnp = jax.numpy
-    optax = _optax()
-    compute = COMPUTE_DTYPES.get(precision)
-
-    def objective(params, state, inputs, labels):
-        if compute is not None:
-            params, inputs = _cast_floating((params, inputs),
-                                            jnp.dtype(compute))
-        logits, state = apply(params, state, inputs, True)
-        # Softmax and loss in FP32 (a no-op without mixed precision).
-        return loss(logits.astype(jnp.float32), labels), state
-
-    def step(params, state, opt_state, inputs, labels):
-        (value, state), grads = jax.value_and_grad(objective, has_aux=True)(
-            params, state, inputs, labels)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), state, opt_state, value
-
-    def scaled_step(params, state, opt_state, inputs, labels):
-        inner, scaler = opt_state
-
-        def scaled(params_):
-            value, new_state = objective(params_, state, inputs, labels)
-            return value * scaler["scale"], (value, new_state)
-
-        (_scaled, (value, new_state)), grads = jax.value_and_grad(
-            scaled, has_aux=True)(params)
-        grads = jax.tree_util.tree_map(lambda g: g / scaler["scale"], grads)
-        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(g)) for g in
-                                      jax.tree_util.tree_leaves(grads)]))
-        updates, new_inner = optimizer.update(grads, inner, params)
-        new_params = optax.apply_updates(params, updates)
-        keep = lambda new, old: jax.tree_util.tree_map(  # noqa: E731
-            lambda n, o: jnp.where(finite, n, o), new, old)
-        return (keep(new_params, params), keep(new_state, state),
-                (keep(new_inner, inner), LossScale.update(scaler, finite)),
-                value)
-
-    return jax.jit(scaled_step if precision == "fp16" else step,
-                   donate_argnums=(0, 1, 2) if donate else ())
-
 
 # --- training ------------------------------------------------------------------
 
@@ -719,7 +297,7 @@ class Session(backends.Session):
         super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
         self.precision = precision
-        self.parameters = parameter_count(model.params)
+        self.parameters = count_parameters(model)
         self.params, self.state = model.params, model.state
         optimizer = make_optimizer(network)
         self.opt_state = optimizer.init(self.params)
@@ -768,7 +346,7 @@ class Session(backends.Session):
         return tuple(out.shape[1:])
 
 
-def batch_arrays(network, batch):
+def _numpy_batch(network, batch):
     """numpy (inputs, labels) of a harness.data.Batch, images NHWC, with
     the dtypes the model takes (int32 token ids: JAX's default)."""
     np = _np()
@@ -780,7 +358,7 @@ def batch_arrays(network, batch):
     return np.ascontiguousarray(inputs), labels
 
 
-def random_batch(network, batch_size, seed):
+def _random_batch(network, batch_size, seed):
     """A synthetic mini-batch drawn with JAX's generator from `seed`, on the
     default device: N(0, 1) inputs or uniform token ids, uniform labels."""
     jax = _jax()
@@ -796,19 +374,31 @@ def random_batch(network, batch_size, seed):
     return inputs, labels
 
 
+def _target(jax, device):
+    return jax.devices("gpu" if device == "gpu" else "cpu")[0]
+
+
+def batch_arrays(network, batch_size, device, seed, batch=None):
+    """The mini-batch (inputs, labels) as JAX arrays on `device`: `batch`
+    (a harness.data.Batch) when given, else drawn from `seed`."""
+    jax = _jax()
+    target = _target(jax, device)
+    if batch is not None:
+        return tuple(jax.device_put(a, target)
+                     for a in _numpy_batch(network, batch))
+    with jax.default_device(target):
+        return _random_batch(network, batch_size, seed)
+
+
 def prepare(network, batch_size, device, seed, batch=None,
-            precision="default", compile_mode="jit"):
-    # "jit" is the one mode offered (COMPILE_MODES): the step is always jitted.
+            precision="default", compile_mode=None):
+    # "jit" is the one mode offered (CAPABILITIES): the step is always
+    # jitted, whatever `compile_mode` says.
     _set_math(precision, device)
     jax = _jax()
-    target = jax.devices("gpu" if device == "gpu" else "cpu")[0]
-    with jax.default_device(target):
-        model = build_model(network, seed)
-        if batch is None:
-            inputs, labels = random_batch(network, batch_size, seed)
-        else:
-            inputs, labels = (jax.device_put(a, target)
-                              for a in batch_arrays(network, batch))
+    with jax.default_device(_target(jax, device)):
+        model = build_model(network, batch_size, device, seed)
+    inputs, labels = batch_arrays(network, batch_size, device, seed, batch)
     session = Session(network, model, inputs, labels, device, precision)
     if precision == "fp32":
         _check_strict(session)

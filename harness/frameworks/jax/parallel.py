@@ -29,25 +29,28 @@ statistics (node 0's are replica 0's).
 """
 import sys
 
-from .. import arrays, dataparallel
+from .. import arrays, backends, children, dataparallel
 from ...errors import HarnessError, Unsupported
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "jax.shard_map over N host devices (jax_num_cpu_devices) in one "
            "process, gradients psum-reduced (replicas share the cores)",
     "gpu": "jax.shard_map over N GPUs in one process, gradients "
            "psum-reduced (NCCL all-reduce)",
 }
-MULTI_NODE = True
-TRANSPORT = {
+_MULTI_NODE = True
+_TRANSPORT = {
     "cpu": "gloo over {interface} (jax_cpu_collectives_implementation); "
            "jax.distributed coordinator (gRPC) on node 0",
     "gpu": "NCCL over {interface}; jax.distributed coordinator (gRPC) on "
            "node 0",
 }
+CAPABILITIES = backends.parallel_capabilities(
+    process_per_worker=False,
+    multi_node=_MULTI_NODE,
+    transport=_TRANSPORT)
 AXIS = "workers"
 _MODULE = "harness.frameworks.jax.parallel"
 
@@ -89,10 +92,10 @@ class _Trainer(dataparallel.Trainer):
         device = plan["device"]
         self.multi = plan.get("nodes", 1) > 1
         local = plan.get("workers_per_node", self.workers)
-        backend.configure(plan["threads"], device, plan["seed"],
-                          cpu_devices=local if device == "cpu" else None,
-                          distributed=_initializer(plan) if self.multi
-                          else None)
+        backend.configure_workers(
+            plan["threads"], device, plan["seed"],
+            local if device == "cpu" else None,
+            _initializer(plan) if self.multi else None)
         jax = backend._jax()
         np = backend._np()
         self.jax = jax
@@ -117,10 +120,11 @@ class _Trainer(dataparallel.Trainer):
         self.test_x = _to_nhwc(test_x).astype(dtype)
         self.train_y = train_y.astype("int32")
         self.test_y = test_y.astype("int32")
-        model = backend.build_model(self.network, plan["seed"])
+        model = backend.build_model(self.network, self.global_batch,
+                                    device, plan["seed"])
         self.model = model
         optimizer = backend.make_optimizer(self.network)
-        self.parameters = backend.parameter_count(model.params)
+        self.parameters = backend.count_parameters(model)
         self.params = jax.device_put(model.params, self.replicated)
         self.opt_state = jax.device_put(optimizer.init(model.params),
                                         self.replicated)
@@ -259,13 +263,13 @@ def train(plan, data, log):
             cluster["node_rank"], cluster["coordinator"], cluster["port"],
             cluster["nodes"], cluster["timeout_s"])
     if cluster["node_rank"] == 0:
-        taken = dataparallel.port_taken(cluster["coordinator"],
+        taken = children.port_taken(cluster["coordinator"],
                                         cluster["port"])
         if taken:
             raise RuntimeError("{}: {}".format(what, taken))
 
     def run(command, env):
-        dataparallel.run_child(command, env, what)
+        children.run_child(command, env, what)
     return dataparallel.launch(plan, log, [sys.executable, "-m", _MODULE],
                                run, prefix="dlrepro-jax-")
 

@@ -31,24 +31,27 @@ import subprocess
 import sys
 import time
 
-from .. import arrays, dataparallel
+from .. import arrays, backends, children, dataparallel
 from ...errors import HarnessError
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "Gluon, contexts mx.cpu(0..N-1) in one process, split_and_load, "
            "kvstore 'local' (contexts share the cores)",
     "gpu": "Gluon, contexts mx.gpu(0..N-1), split_and_load, kvstore 'device'",
 }
-MULTI_NODE = True
-TRANSPORT = {
+_MULTI_NODE = True
+_TRANSPORT = {
     "cpu": "ps-lite (ZeroMQ over TCP) over {interface}: kvstore dist_sync, "
            "scheduler and server on node 0",
     "gpu": "ps-lite (ZeroMQ over TCP) over {interface}: kvstore dist_sync, "
            "scheduler and server on node 0",
 }
+CAPABILITIES = backends.parallel_capabilities(
+    process_per_worker=False,
+    multi_node=_MULTI_NODE,
+    transport=_TRANSPORT)
 _MODULE = "harness.frameworks.mxnet.parallel"
 # The kvstore key of the epoch's losses (the Trainer's keys are the
 # parameters' indices).
@@ -76,9 +79,12 @@ class _Trainer(dataparallel.Trainer):
         # Embedding and loss take; labels too.
         self.train_x = train_x.astype("float32")
         self.test_x = test_x.astype("float32")
-        mx.random.seed(plan["seed"])
-        self.model = backend.hybridize(backend.build_model(self.network,
-                                                           self.contexts))
+        model = backend.build_model(self.network, self.global_batch,
+                                    plan["device"], plan["seed"])
+        # Initialised on one context, then copied to every worker's: the
+        # same weights as initialising on all of them.
+        model.collect_params().reset_ctx(self.contexts)
+        self.model = backend.hybridize(model)
         self.parameters = backend.count_parameters(self.model)
         self.loss = backend.loss_block()
         options = {}
@@ -206,7 +212,7 @@ def train(plan, data, log):
                 cluster["node_rank"], cluster["coordinator"], cluster["port"],
                 cluster["nodes"], cluster["timeout_s"]))
     if cluster["node_rank"] == 0:
-        taken = dataparallel.port_taken(cluster["coordinator"],
+        taken = children.port_taken(cluster["coordinator"],
                                         cluster["port"])
         if taken:
             raise RuntimeError("{}: {}".format(what, taken))
@@ -244,13 +250,13 @@ def _run_node(command, env, plan, what):
                 services.append(subprocess.Popen(
                     [sys.executable, "-c", "import mxnet"],
                     env=_ps_env(env, cluster, role), start_new_session=True,
-                    preexec_fn=dataparallel.die_with_parent))
+                    preexec_fn=children.die_with_parent))
         ready = _ready_path(command[-1])
         worker_env = _ps_env(env, cluster, "worker")
         worker_env["DLREPRO_MXNET_READY"] = ready
         watch = _Watchdog(ready, cluster["timeout_s"])
         try:
-            dataparallel.run_child(command, worker_env, what,
+            children.run_child(command, worker_env, what,
                                    on_start=watch.start)
         except RuntimeError:
             if watch.expired:
@@ -262,7 +268,7 @@ def _run_node(command, env, plan, what):
             watch.stop()
     finally:
         for service in services:
-            dataparallel.stop(service)
+            children.stop(service)
 
 
 def _ready_path(out_path):
@@ -306,7 +312,7 @@ class _Watchdog(object):
                 return
             if time.time() > deadline:
                 self.expired = True
-                dataparallel.stop(self.process)
+                children.stop(self.process)
                 return
 
 

@@ -31,8 +31,9 @@ from ...errors import HarnessError, Unsupported, device_out_of_memory
 
 NAME = "pytorch"
 DEVICES = ("cpu", "gpu")
-PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
-COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+CAPABILITIES = backends.capabilities(
+    precisions=("default", "fp32", "tf32", "bf16", "fp16"),
+    compile_modes=("none", "default", "reduce-overhead", "max-autotune"))
 
 
 def _torch():
@@ -372,12 +373,17 @@ def _LSTM(*args):
     return _module_classes()[2](*args)
 
 
-def build_model(network):
-    """The network as an nn.Sequential on the CPU, initialised as described."""
+def build_model(network, batch_size, device, seed):
+    """The network as an nn.Sequential on the CPU (the caller moves it),
+    initialised as described from `seed` (PyTorch's global generator)."""
+    _torch().manual_seed(seed)
     return _build_module(nets.resolve(network))
 
 
-# --- training ------------------------------------------------------------------
+def count_parameters(model):
+    """Trainable parameters, as PyTorch counts them."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
 
 class Session(backends.Session):
     def __init__(self, network, model, inputs, labels, device,
@@ -393,8 +399,7 @@ class Session(backends.Session):
                         if precision == "fp16" else None)
         self.loss_scaling = ("dynamic (torch.amp.GradScaler)"
                              if self._scaler is not None else None)
-        self.parameters = sum(p.numel() for p in model.parameters()
-                              if p.requires_grad)
+        self.parameters = count_parameters(model)
         self.optimizer = torch.optim.SGD(model.parameters(),
                                          lr=network.learning_rate,
                                          momentum=network.momentum)
@@ -432,32 +437,41 @@ def _device(device):
     return _torch().device("cuda" if device == "gpu" else "cpu")
 
 
-def prepare(network, batch_size, device, seed, batch=None,
-            precision="default", compile_mode="none"):
+def batch_arrays(network, batch_size, device, seed, batch=None):
+    """The mini-batch (inputs, labels) as tensors on `device`: `batch` (a
+    harness.data.Batch) when given, else drawn from `seed` by a generator
+    of its own."""
     torch = _torch()
-    _set_math(torch, precision, device)
     dev = _device(device)
-    torch.manual_seed(seed)
-    model = build_model(network).to(dev)
-    model.train()
-    if batch is None:
-        shape = (batch_size,) + tuple(network.input_shape)
-        generator = torch.Generator(device=dev)
-        generator.manual_seed(seed)
-        if network.input_dtype == "int64":
-            inputs = torch.randint(0, network.classes, shape, device=dev,
-                                   generator=generator)
-            labels = torch.randint(0, network.classes, shape, device=dev,
-                                   generator=generator)
-        else:
-            inputs = torch.randn(shape, device=dev, generator=generator)
-            labels = torch.randint(0, network.classes, (batch_size,),
-                                   device=dev, generator=generator)
-    else:
+    if batch is not None:
         dtype = torch.int64 if network.input_dtype == "int64" else torch.float32
         inputs = torch.tensor(batch.inputs, dtype=dtype).reshape(
             batch.input_shape).to(dev)
         labels = torch.tensor(batch.labels, dtype=torch.int64).reshape(
             batch.label_shape).to(dev)
+        return inputs, labels
+    shape = (batch_size,) + tuple(network.input_shape)
+    generator = torch.Generator(device=dev)
+    generator.manual_seed(seed)
+    if network.input_dtype == "int64":
+        inputs = torch.randint(0, network.classes, shape, device=dev,
+                               generator=generator)
+        labels = torch.randint(0, network.classes, shape, device=dev,
+                               generator=generator)
+    else:
+        inputs = torch.randn(shape, device=dev, generator=generator)
+        labels = torch.randint(0, network.classes, (batch_size,),
+                               device=dev, generator=generator)
+    return inputs, labels
+
+
+def prepare(network, batch_size, device, seed, batch=None,
+            precision="default", compile_mode=None):
+    torch = _torch()
+    _set_math(torch, precision, device)
+    model = build_model(network, batch_size, device, seed).to(_device(device))
+    model.train()
+    inputs, labels = batch_arrays(network, batch_size, device, seed, batch)
     return Session(network, model, inputs, labels, device, precision,
-                   compile_mode)
+                   backends.compile_mode_or_default(compile_mode,
+                                                    CAPABILITIES))

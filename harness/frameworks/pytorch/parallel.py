@@ -32,24 +32,27 @@ import sys
 import threading
 
 from ...errors import device_out_of_memory
-from .. import arrays, dataparallel
+from .. import arrays, backends, children, dataparallel
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-PROCESS_PER_WORKER = True
 MECHANISM = {
     "cpu": "DistributedDataParallel, gloo, one process per worker "
            "(torchrun --standalone)",
     "gpu": "DistributedDataParallel, NCCL, one process per GPU "
            "(torchrun --standalone)",
 }
-MULTI_NODE = True
-TRANSPORT = {
+_MULTI_NODE = True
+_TRANSPORT = {
     "cpu": "gloo (TCP) over {interface}; static rendezvous (torchrun's "
            "TCPStore on the coordinator)",
     "gpu": "NCCL over {interface} (sockets, or InfiniBand where NCCL finds "
            "it); static rendezvous (torchrun's TCPStore on the coordinator)",
 }
+CAPABILITIES = backends.parallel_capabilities(
+    process_per_worker=True,
+    multi_node=_MULTI_NODE,
+    transport=_TRANSPORT)
 _MODULE = "harness.frameworks.pytorch.parallel"
 
 
@@ -128,7 +131,7 @@ def _torchrun(command, env, cluster, device, rendezvous):
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
                                start_new_session=True,
-                               preexec_fn=dataparallel.die_with_parent)
+                               preexec_fn=children.die_with_parent)
     pump = threading.Thread(target=_pump,
                             args=(process.stderr, sys.stderr, tail))
     pump.daemon = True
@@ -137,7 +140,7 @@ def _torchrun(command, env, cluster, device, rendezvous):
         status = process.wait()
     except BaseException:
         # SIGTERM from the host's timeout, or Ctrl-C: take the workers down.
-        dataparallel.stop(process)
+        children.stop(process)
         raise
     pump.join(5)
     if status != 0:
@@ -145,7 +148,7 @@ def _torchrun(command, env, cluster, device, rendezvous):
         # A worker's device OOM is named first, so that the run's status
         # (harness.lifecycle) can tell it from a crash.
         reason = next((l for l in lines if device_out_of_memory(l)),
-                      None) or dataparallel.telling(lines)
+                      None) or children.telling(lines)
         raise RuntimeError("torchrun{} exited with status {}: {}".format(
             " ({})".format(rendezvous) if rendezvous else "", status,
             reason.strip()))
@@ -193,11 +196,11 @@ class _Trainer(dataparallel.Trainer):
             self.train_y.to(device)
         self.test_x, self.test_y = self.test_x.to(device), \
             self.test_y.to(device)
-        torch.manual_seed(plan["seed"])
-        self.model = backend.build_model(self.network).to(device)
+        self.model = backend.build_model(
+            self.network, self.global_batch, plan["device"],
+            plan["seed"]).to(device)
         self.model.train()
-        self.parameters = sum(p.numel() for p in self.model.parameters()
-                              if p.requires_grad)
+        self.parameters = backend.count_parameters(self.model)
         self.ddp = DistributedDataParallel(
             self.model, device_ids=[device.index] if device.type == "cuda"
             else None)

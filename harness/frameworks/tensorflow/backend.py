@@ -1,9 +1,9 @@
 """TensorFlow backend: a Keras functional model built from harness.networks,
 trained by a compiled train step.
 
-Why this is long: it is one framework's translation of every layer kind
-of the ten networks plus its training session; split, one translation would
-be scattered over files.
+Its translation of every layer kind is in layers.py beside it (re-exported
+here); this module holds the versions, threads, precision and the training
+session.
 
 The fast path a TensorFlow expert would time for these models (the "custom
 training loop" of TensorFlow's guides): the model called inside a
@@ -32,35 +32,21 @@ docs/backends.md for what was verified on which version.
 import os
 
 from ... import cudalibs
-from ... import networks as nets
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+# The translation lives beside this module; its public names are the
+# backend's.
+from .layers import (  # noqa: F401
+    _seed, build_model, count_parameters, data_format, input_shape_in,
+    keras_model, keras_padding, loss, make_optimizer, pool_padding,
+    same_padding)
+from .load import _np, _tf
 
 NAME = "tensorflow"
 DEVICES = ("cpu", "gpu")
-PRECISIONS = ("default", "fp32", "tf32", "bf16", "fp16")
-COMPILE_MODES = ("function", "xla", "none")
-
-
-def _tf():
-    # Imported here so that `harness.frameworks` never loads a framework the
-    # cell does not use, and so that thread variables set by harness.threads
-    # are in place before TensorFlow reads them.
-    import tensorflow as tf
-    return tf
-
-
-def _np():
-    # numpy comes with TensorFlow; imported lazily for the same reason.
-    import numpy
-    return numpy
-
-
-def data_format(device):
-    """Keras data format for `device`: channels_first (NCHW) on the GPU,
-    channels_last (NHWC) on the CPU, where TensorFlow's convolutions and
-    pools have no NCHW kernels."""
-    return "channels_first" if device == "gpu" else "channels_last"
+CAPABILITIES = backends.capabilities(
+    precisions=("default", "fp32", "tf32", "bf16", "fp16"),
+    compile_modes=("function", "xla", "none"))
 
 
 def _major(tf):
@@ -186,19 +172,6 @@ def gpu_count():
     return len(_gpus(_tf()))
 
 
-def _seed(tf, seed):
-    set_all = getattr(tf.keras.utils, "set_random_seed", None)
-    if set_all is not None:
-        # Keras 3 initializers draw from Python's and Keras' own generators,
-        # which only this call seeds along with TensorFlow's.
-        set_all(seed)
-    else:
-        import random
-        random.seed(seed)
-        _np().random.seed(seed)
-        tf.compat.v1.set_random_seed(seed)
-
-
 def effective_threads():
     tf = _tf()
     threads = tf.config.threading.get_intra_op_parallelism_threads()
@@ -220,254 +193,6 @@ def is_out_of_memory(exc):
     return device_out_of_memory(exc)
 
 
-# --- translation -------------------------------------------------------------
-
-def same_padding(size, kernel, stride):
-    """(before, after) that TensorFlow's SAME padding adds on one axis."""
-    out = -(-size // stride)
-    total = max((out - 1) * stride + kernel - size, 0)
-    return total // 2, total - total // 2
-
-
-def conv_padding(in_hw, kernel, stride, pad):
-    """How to reproduce the description's explicit (before, after) padding:
-    ("same" | "valid", zero-padding to add first or None). SAME is one fused
-    op, so it is used whenever it pads exactly as described."""
-    pad = tuple(pad)
-    if pad == (0, 0):
-        return "valid", None
-    if all(same_padding(n, kernel, stride) == pad for n in in_hw):
-        return "same", None
-    # Keras' own ResNet50 does the same: ZeroPadding2D, then a VALID conv.
-    return "valid", pad
-
-
-def pool_padding(in_hw, kernel, stride):
-    """Pooling in ceil mode (harness.networks): the last window may run off
-    the bottom/right edge. TensorFlow's SAME pooling does exactly that, max
-    over in-bounds values and averages divided by the in-bounds count, when
-    it pads nothing before; then "same", else None (a _CeilPool layer)."""
-    for n in in_hw:
-        out = nets._pool_out(n, kernel, stride)
-        if -(-n // stride) != out or same_padding(n, kernel, stride)[0] != 0:
-            return None
-    return "same"
-
-
-def _initializers():
-    return {"kernel_initializer": "glorot_uniform",
-            "bias_initializer": "zeros"}
-
-
-def _spatial(shape):
-    return shape[1:]
-
-
-def _build(tf, resolved_layers, x, fmt):
-    # Why this is long: one branch per layer kind, read as one table of
-    # Keras equivalents.
-    layers = tf.keras.layers
-    channel_axis = 1 if fmt == "channels_first" else -1
-    for r in resolved_layers:
-        layer, kind = r.layer, type(r.layer)
-        if kind is nets.Dense:
-            x = layers.Dense(layer.units, activation=layer.activation,
-                             **_initializers())(x)
-        elif kind is nets.TimeDense:
-            # Dense acts on the last axis: one projection per time step.
-            x = layers.Dense(layer.units, **_initializers())(x)
-        elif kind is nets.Conv:
-            padding, extra = conv_padding(_spatial(r.in_shape), layer.kernel,
-                                          layer.stride, layer.pad)
-            if extra is not None:
-                x = layers.ZeroPadding2D((extra, extra), data_format=fmt)(x)
-            x = layers.Conv2D(layer.filters, layer.kernel, layer.stride,
-                              padding=padding, data_format=fmt,
-                              use_bias=layer.bias,
-                              activation=layer.activation,
-                              **_initializers())(x)
-        elif kind is nets.BatchNorm:
-            axis = channel_axis if len(r.in_shape) == 3 else -1
-            # Keras' momentum is the decay of the running averages, as in
-            # the description.
-            x = layers.BatchNormalization(axis=axis, momentum=layer.momentum,
-                                          epsilon=layer.eps)(x)
-            if layer.activation is not None:
-                x = layers.Activation(layer.activation)(x)
-        elif kind is nets.Activation:
-            if layer.fn is not None:
-                x = layers.Activation(layer.fn)(x)
-        elif kind is nets.Pool:
-            padding = pool_padding(_spatial(r.in_shape), layer.kernel,
-                                   layer.stride)
-            if padding is None:
-                x = _CeilPool(layer.op, layer.kernel, layer.stride, fmt)(x)
-            else:
-                pool = (layers.MaxPooling2D if layer.op == "max"
-                        else layers.AveragePooling2D)
-                x = pool(layer.kernel, layer.stride, padding=padding,
-                         data_format=fmt)(x)
-        elif kind is nets.GlobalAvgPool:
-            x = layers.GlobalAveragePooling2D(data_format=fmt)(x)
-        elif kind is nets.Flatten:
-            # Flattens in memory order (no transpose on NCHW); the weights
-            # are random, so the order of the features does not matter.
-            x = layers.Flatten()(x)
-        elif kind is nets.Residual:
-            body, shortcut = r.children
-            out = _build(tf, body, x, fmt)
-            skip = x if shortcut is None else _build(tf, shortcut, x, fmt)
-            x = layers.Add()([out, skip])
-            if layer.activation is not None:
-                x = layers.Activation(layer.activation)(x)
-        elif kind is nets.SubsamplePad:
-            x = _SubsamplePad(layer.stride, layer.channels - r.in_shape[0],
-                              fmt)(x)
-        elif kind is nets.Embedding:
-            x = layers.Embedding(
-                layer.vocab, layer.dim,
-                embeddings_initializer=tf.keras.initializers.RandomUniform(
-                    -0.05, 0.05))(x)
-        elif kind is nets.LSTM:
-            for _ in range(layer.layers):
-                # One bias vector per gate (parameter_count's convention);
-                # Glorot for both kernels and a zero forget-gate bias, as
-                # described, instead of Keras' orthogonal/unit-forget
-                # defaults. These settings keep the cuDNN kernel on the GPU.
-                x = layers.LSTM(layer.hidden, return_sequences=True,
-                                recurrent_initializer="glorot_uniform",
-                                unit_forget_bias=False,
-                                **_initializers())(x)
-        else:
-            raise HarnessError("tensorflow backend cannot build {}".format(
-                kind.__name__))
-    return x
-
-
-_CLASSES = {}
-
-
-def _layer_classes():
-    # Why this is long: the two custom Keras layers must be defined inside
-    # one function, because subclassing a Keras layer imports TensorFlow.
-    # Defined on first use: subclassing a Keras layer imports TensorFlow.
-    if _CLASSES:
-        return _CLASSES
-    tf = _tf()
-
-    class SubsamplePad(tf.keras.layers.Layer):
-        """Option-A shortcut: every `stride`-th pixel, zero channels after."""
-
-        def __init__(self, stride, extra_channels, fmt, **kwargs):
-            super(SubsamplePad, self).__init__(**kwargs)
-            self.stride = stride
-            self.extra = extra_channels
-            self.fmt = fmt
-
-        def call(self, x):
-            s = self.stride
-            if self.fmt == "channels_first":
-                x = x[:, :, ::s, ::s]
-                paddings = [[0, 0], [0, self.extra], [0, 0], [0, 0]]
-            else:
-                x = x[:, ::s, ::s, :]
-                paddings = [[0, 0], [0, 0], [0, 0], [0, self.extra]]
-            return tf.pad(x, paddings)
-
-    class CeilPool(tf.keras.layers.Layer):
-        """Ceil-mode pooling where SAME would pad before the input: pad the
-        bottom/right explicitly; max ignores the padding, average divides by
-        the in-bounds count."""
-
-        def __init__(self, op, kernel, stride, fmt, **kwargs):
-            super(CeilPool, self).__init__(**kwargs)
-            self.op = op
-            self.kernel = kernel
-            self.stride = stride
-            self.fmt = fmt
-
-        def _paddings(self, shape):
-            first = 2 if self.fmt == "channels_first" else 1
-            paddings = [[0, 0], [0, 0], [0, 0], [0, 0]]
-            for axis in (first, first + 1):
-                n = int(shape[axis])
-                out = nets._pool_out(n, self.kernel, self.stride)
-                paddings[axis][1] = (out - 1) * self.stride + self.kernel - n
-            return paddings
-
-        def _pool(self, x, op):
-            fmt = "NCHW" if self.fmt == "channels_first" else "NHWC"
-            return tf.nn.pool(x, [self.kernel] * 2, op, padding="VALID",
-                              strides=[self.stride] * 2, data_format=fmt)
-
-        def call(self, x):
-            paddings = self._paddings(x.shape)
-            if self.op == "max":
-                return self._pool(tf.pad(x, paddings,
-                                         constant_values=x.dtype.min), "MAX")
-            window = float(self.kernel * self.kernel)
-            sums = self._pool(tf.pad(x, paddings), "AVG") * window
-            channel = (x[:, :1] if self.fmt == "channels_first"
-                       else x[..., :1])
-            counts = self._pool(tf.pad(tf.ones_like(channel), paddings),
-                                "AVG") * window
-            return sums / counts
-
-    _CLASSES.update(SubsamplePad=SubsamplePad, CeilPool=CeilPool)
-    return _CLASSES
-
-
-def _SubsamplePad(*args):
-    return _layer_classes()["SubsamplePad"](*args)
-
-
-def _CeilPool(*args):
-    return _layer_classes()["CeilPool"](*args)
-
-
-def input_shape(network, fmt):
-    """Per-sample input shape in `fmt` (the description is channels-first)."""
-    shape = tuple(network.input_shape)
-    if len(shape) == 3 and fmt == "channels_last":
-        return shape[1:] + shape[:1]
-    return shape
-
-
-def build_model(network, fmt="channels_last"):
-    """The network as a Keras functional model taking inputs in `fmt`
-    (see data_format(device) and input_shape()), initialised as described:
-    Glorot-uniform weights, zero biases, embeddings uniform(-0.05, 0.05).
-    Create it under a distribution strategy's scope to replicate it."""
-    tf = _tf()
-    dtype = "int32" if network.input_dtype == "int64" else "float32"
-    inputs = tf.keras.Input(shape=input_shape(network, fmt), dtype=dtype)
-    outputs = _build(tf, nets.resolve(network), inputs, fmt)
-    return tf.keras.Model(inputs, outputs, name=network.name.replace("-", "_"))
-
-
-def make_optimizer(network):
-    """Plain SGD with the network's learning rate and momentum. Keras'
-    momentum form (v = m v - lr g; w += v) equals PyTorch's for a constant
-    learning rate."""
-    return _tf().keras.optimizers.SGD(learning_rate=network.learning_rate,
-                                      momentum=network.momentum)
-
-
-def loss(labels, logits):
-    """Mean softmax cross-entropy over samples, or over tokens when logits
-    are (batch, steps, classes)."""
-    tf = _tf()
-    # Mixed precision computes the logits in bf16/fp16; the softmax and its
-    # mean are taken in float32 (a no-op cast otherwise).
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=tf.cast(logits, tf.float32)))
-
-
-def parameter_count(model):
-    return sum(int(_np().prod(v.shape.as_list()))
-               for v in model.trainable_variables)
-
-
 # --- training ------------------------------------------------------------------
 
 def _train_step(tf, model, optimizer, mode):
@@ -476,7 +201,7 @@ def _train_step(tf, model, optimizer, mode):
 
     def step(inputs, labels):
         with tf.GradientTape() as tape:
-            value = loss(labels, model(inputs, training=True))
+            value = loss(model(inputs, training=True), labels)
             target = _scaled_loss(optimizer, value) if scaled else value
         variables = model.trainable_variables
         gradients = tape.gradient(target, variables)
@@ -522,7 +247,7 @@ class Session(backends.Session):
         tf = _tf()
         super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
-        self.parameters = parameter_count(model)
+        self.parameters = count_parameters(model)
         self.optimizer = make_optimizer(network)
         self.loss_scaling = None
         if precision == "fp16":
@@ -555,7 +280,7 @@ def _to_layout(array, fmt):
     return array
 
 
-def batch_arrays(network, batch, fmt):
+def _numpy_batch(network, batch, fmt):
     """numpy (inputs, labels) of a harness.data.Batch in `fmt`, with the
     dtypes the model takes."""
     np = _np()
@@ -572,31 +297,47 @@ def _buffer_dtype(np, buffer):
             "l": np.int64}[buffer.typecode]
 
 
+def _random_batch(tf, network, batch_size, fmt, seed):
+    shape = (batch_size,) + input_shape_in(network, fmt)
+    if network.input_dtype == "int64":
+        inputs = tf.random.uniform(shape, 0, network.classes,
+                                   dtype=tf.int32, seed=seed)
+        labels = tf.random.uniform(shape, 0, network.classes,
+                                   dtype=tf.int32, seed=seed + 1)
+    else:
+        inputs = tf.random.normal(shape, seed=seed)
+        labels = tf.random.uniform((batch_size,), 0, network.classes,
+                                   dtype=tf.int32, seed=seed + 1)
+    return inputs, labels
+
+
+def _placement(device):
+    return "/GPU:0" if device == "gpu" else "/CPU:0"
+
+
+def batch_arrays(network, batch_size, device, seed, batch=None):
+    """The mini-batch (inputs, labels) as tensors on `device` in
+    data_format(device): `batch` (a harness.data.Batch) when given, else
+    drawn from `seed`."""
+    tf = _tf()
+    fmt = data_format(device)
+    with tf.device(_placement(device)):
+        if batch is None:
+            return _random_batch(tf, network, batch_size, fmt, seed)
+        return tuple(tf.identity(tf.constant(a))
+                     for a in _numpy_batch(network, batch, fmt))
+
+
 def prepare(network, batch_size, device, seed, batch=None,
-            precision="default", compile_mode="function"):
+            precision="default", compile_mode=None):
     tf = _tf()
     _set_math(tf, precision, device)
-    # Keras initialisers and tf.random draw from global generators that
-    # every call advances: seeding here, not only in configure, gives each
-    # prepare with one seed the same weights and batch.
-    _seed(tf, seed)
-    fmt = data_format(device)
-    placement = "/GPU:0" if device == "gpu" else "/CPU:0"
-    with tf.device(placement):
-        model = build_model(network, fmt)
-        if batch is None:
-            shape = (batch_size,) + input_shape(network, fmt)
-            if network.input_dtype == "int64":
-                inputs = tf.random.uniform(shape, 0, network.classes,
-                                           dtype=tf.int32, seed=seed)
-                labels = tf.random.uniform(shape, 0, network.classes,
-                                           dtype=tf.int32, seed=seed + 1)
-            else:
-                inputs = tf.random.normal(shape, seed=seed)
-                labels = tf.random.uniform((batch_size,), 0, network.classes,
-                                           dtype=tf.int32, seed=seed + 1)
-        else:
-            arrays = batch_arrays(network, batch, fmt)
-            inputs, labels = (tf.identity(tf.constant(a)) for a in arrays)
+    # build_model seeds the global generators that Keras' initialisers and
+    # tf.random draw from: each prepare with one seed has the same weights
+    # and batch.
+    with tf.device(_placement(device)):
+        model = build_model(network, batch_size, device, seed)
+    inputs, labels = batch_arrays(network, batch_size, device, seed, batch)
     return Session(network, model, inputs, labels, device, precision,
-                   compile_mode)
+                   backends.compile_mode_or_default(compile_mode,
+                                                    CAPABILITIES))

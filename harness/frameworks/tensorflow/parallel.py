@@ -24,30 +24,34 @@ collective.
 import json
 import os
 
-from .. import arrays, dataparallel
+from .. import arrays, backends, children, dataparallel
 from ...errors import HarnessError
 from . import backend
 from .backend import DEVICES, NAME, gpu_count  # noqa: F401 (the interface)
 
-PROCESS_PER_WORKER = False
 MECHANISM = {
     "cpu": "tf.distribute.MirroredStrategy over N logical CPU devices in "
            "one process (replicas share the cores)",
     "gpu": "tf.distribute.MirroredStrategy over N GPUs (NCCL all-reduce)",
 }
-MULTI_NODE = True
-WORKERS_PER_NODE = {
+_MULTI_NODE = True
+_WORKERS_PER_NODE = {
     "cpu": (1, "TensorFlow's MultiWorkerMirroredStrategy runs one replica "
                "per worker process on the CPU (its one CPU device; logical "
                "CPU devices are MirroredStrategy's, on one node): use one "
                "worker per node"),
 }
-TRANSPORT = {
+_TRANSPORT = {
     "cpu": "gRPC over {interface} (TensorFlow collective ops, ring "
            "all-reduce; MultiWorkerMirroredStrategy)",
     "gpu": "NCCL all-reduce, gRPC control over {interface} "
            "(MultiWorkerMirroredStrategy)",
 }
+CAPABILITIES = backends.parallel_capabilities(
+    process_per_worker=False,
+    multi_node=_MULTI_NODE,
+    workers_per_node=_WORKERS_PER_NODE,
+    transport=_TRANSPORT)
 
 
 def _devices(tf, device, workers, nodes=1):
@@ -93,13 +97,15 @@ class _Trainer(dataparallel.Trainer):
         self.train_y = train_y.astype("int32")
         self.test_y = test_y.astype("int32")
         with self.strategy.scope():
-            self.model = backend.build_model(self.network, self.fmt)
+            self.model = backend.build_model(
+                self.network, self.global_batch, plan["device"],
+                plan["seed"])
             self.optimizer = backend.make_optimizer(self.network)
             build = getattr(self.optimizer, "build", None)
             if build is not None:
                 # Keras >= 2.11 makes the slots here, not in the traced step.
                 build(self.model.trainable_variables)
-        self.parameters = backend.parameter_count(self.model)
+        self.parameters = backend.count_parameters(self.model)
         self._step = self._make_step()
         self._sync = (tf.test.experimental.sync_devices
                       if plan["device"] == "gpu" and hasattr(
@@ -259,7 +265,7 @@ def _multi_worker(tf, plan):
         if "Could not start gRPC server" in reason:
             # gRPC does not say why; the usual cause is checked here.
             host, port = workers[task].rsplit(":", 1)
-            taken = dataparallel.port_taken(host, int(port))
+            taken = children.port_taken(host, int(port))
             reason += ": " + taken if taken else ""
         raise RuntimeError(
             "TensorFlow's cluster rendezvous (coordination service at {}, "
