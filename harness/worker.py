@@ -10,8 +10,8 @@ run_cell, as `run` runs it: its own model, warm-up, timing and result file,
 written atomically the moment the cell ends. The worker answers on standard
 output with one line per event, a word and a JSON object:
 
-    cell-start {"spec": PATH}
-    cell-done {"result": PATH, "status": STATUS}
+    cell-start {"spec": PATH}                      (its spec read and valid)
+    cell-done {"result": PATH, "status": STATUS}   (its result written)
     cell-invalid {"spec": PATH, "message": TEXT}   (no result: as `run`'s exit 2)
 
 Anything else the framework prints to standard output goes to standard
@@ -179,30 +179,33 @@ class Worker(object):
             fields, sort_keys=True)))
         self.protocol.flush()
 
-    def isolation_block(self, device):
-        """Where the next cell stands in the group, and what the process
-        still holds after freeing what it can."""
-        framework_held, note = None, None
-        if self.cells_before:
-            gc.collect()
-            framework_held, note = release_framework(
-                self.fixed["cell.framework"], device)
-            gc.collect()
+    def isolation_block(self):
+        """Where the next cell stands in the group; its memory_held is
+        filled in by hold_less."""
         return {"mode": MODE,
                 "position": len(self.cells_before) + 1,
                 "worker_pid": os.getpid(),
                 "cells_before": list(self.cells_before),
-                "memory_held": {
-                    "rss_bytes": rss_bytes(),
-                    "gpus": gpu_held(self.gpu_module) if device == "gpu"
-                    else None,
-                    "framework": framework_held,
-                    "note": note}}
+                "memory_held": {"rss_bytes": None, "gpus": None,
+                                "framework": None, "note": None}}
+
+    def hold_less(self, held):
+        """Free what the process can before the next cell, then record in
+        `held` (an isolation block's memory_held) what it still holds."""
+        device = self.fixed["cell.device"]
+        if self.cells_before:
+            gc.collect()
+            held["framework"], held["note"] = release_framework(
+                self.fixed["cell.framework"], device)
+            gc.collect()
+        held["rss_bytes"] = rss_bytes()
+        if device == "gpu":
+            held["gpus"] = gpu_held(self.gpu_module)
 
     def run_one(self, spec_path):
         """Run the cell of `spec_path`; its exit status when the worker must
-        end now (a signal), else None."""
-        self.say("cell-start", spec=spec_path)
+        end now (a signal), else None. A cell said to start ends in a
+        result, whenever a signal comes."""
         try:
             out = result_path(spec_path)
             spec, cell = read_spec(spec_path)
@@ -210,17 +213,25 @@ class Worker(object):
             self.say("cell-invalid", spec=spec_path, message=str(exc))
             return None
         settings = process_settings(spec, cell)
-        if self.fixed is None:
-            self.fixed = settings
-        isolation = self.isolation_block(self.fixed["cell.device"])
-        refusal = mismatch(self.fixed, settings)
-        if refusal:
-            result, ending = write_unrun(spec, cell, out, isolation, {
-                "type": "GroupMismatch", "message": refusal}), None
-        else:
-            self.cells_before.append(
-                os.path.basename(out)[:-len(RESULT_SUFFIX)])
-            result, ending = run_guarded(spec, cell, out, isolation)
+        self.fixed = self.fixed or settings
+        isolation = self.isolation_block()
+        try:
+            self.say("cell-start", spec=spec_path)
+            self.hold_less(isolation["memory_held"])
+            refusal = mismatch(self.fixed, settings)
+            if refusal:
+                result, ending = write_unrun(spec, cell, out, isolation, {
+                    "type": "GroupMismatch", "message": refusal}), None
+            else:
+                self.cells_before.append(
+                    os.path.basename(out)[:-len(RESULT_SUFFIX)])
+                result, ending = run_guarded(spec, cell, out, isolation)
+        except (Terminated, KeyboardInterrupt) as exc:
+            # Before the cell began: it ends here, unrun, and so does the
+            # worker.
+            error = lifecycle.error_block(exc)
+            result, ending = write_unrun(spec, cell, out, isolation,
+                                         error), error["type"]
         self.say("cell-done", result=out, status=result["status"])
         return EXIT_STATUS.get(ending)
 
