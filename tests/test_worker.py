@@ -16,6 +16,7 @@ import processes
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
 from dlrepro.run import runfolder as results
+from tests import fake_nvml
 from tests.fake_backend import Backend, Script
 
 WAIT_S = 300
@@ -161,6 +162,33 @@ def test_a_line_that_names_no_spec_is_answered_and_skipped(
     assert "cannot read spec" in invalid[1]
     assert load_valid(tmp_path / "a.json")["isolation"]["position"] == 1
     assert status == 0
+
+
+def test_gpu_memory_held_is_read_through_nvml(monkeypatch):
+    fake_nvml.configure([fake_nvml.hopper_h200(), fake_nvml.hopper_h200()])
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+
+    class Process(object):
+        def __init__(self, pid, used):
+            self.pid, self.usedGpuMemory = pid, used
+    monkeypatch.setattr(fake_nvml, "nvmlDeviceGetComputeRunningProcesses",
+                        lambda handle: [Process(1, 5), Process(os.getpid(),
+                                                               7 << 30)],
+                        raising=False)
+    total = fake_nvml.device_state(1)["memory_total"]
+    assert worker.gpu_held(fake_nvml) == [
+        {"index": 1, "process_bytes": 7 << 30,
+         "device_used_bytes": total // 100}]
+
+
+def test_gpu_memory_of_a_process_nvml_cannot_see_is_null(monkeypatch):
+    # In a container NVML lists the host's PIDs; an old nvidia-ml-py has
+    # no process list at all (as the fake).
+    fake_nvml.configure([fake_nvml.hopper_h200()])
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert worker.gpu_held(fake_nvml)[0]["process_bytes"] is None
+    fake_nvml.configure([fake_nvml.hopper_h200()], loaded=False)
+    assert worker.gpu_held(fake_nvml) is None
 
 
 # The real command, with native PyTorch.
