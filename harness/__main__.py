@@ -10,7 +10,9 @@
 SPEC is a JSON file, or `-` for standard input: {"cell": {...},
 "container": {...} or null}. Exit status: 0 when a result file was written
 (whatever the cell's status), 2 for a spec that is not a valid cell, 143
-when terminated (the result file is still written).
+when terminated (the result file is still written). `worker`: 0 at the end
+of its input, 143 (SIGTERM) or 130 (SIGINT) once the cell running then has
+its result.
 """
 import argparse
 import json
