@@ -1,6 +1,7 @@
 """python -m harness worker (harness.worker): several cells in one process,
 each its own result. In-process with the scripted backend for the exact
 logic; then the real command with native PyTorch (.venvs/pytorch-cpu)."""
+import gc
 import io
 import json
 import os
@@ -28,6 +29,14 @@ def restore_thread_variables(monkeypatch):
     from harness.threads import THREAD_ENV_VARS
     for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def unfreeze_garbage():
+    # The worker freezes the objects alive after its first cell (gc.freeze):
+    # here those are the test run's own.
+    yield
+    gc.unfreeze()
 
 
 def write_spec(folder, name, cell):
