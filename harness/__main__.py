@@ -1,6 +1,7 @@
 """Entry point inside a container or a framework's virtual environment.
 
     python -m harness run --spec SPEC --out RESULT.json
+    python -m harness worker < SPEC PATHS (one a line; harness.worker)
     python -m harness converge --spec SPEC --out RESULT.json
     python -m harness networks
     python -m harness versions --framework pytorch [--device gpu]
@@ -9,7 +10,9 @@
 SPEC is a JSON file, or `-` for standard input: {"cell": {...},
 "container": {...} or null}. Exit status: 0 when a result file was written
 (whatever the cell's status), 2 for a spec that is not a valid cell, 143
-when terminated (the result file is still written).
+when terminated (the result file is still written). `worker`: 0 at the end
+of its input, 143 (SIGTERM) or 130 (SIGINT) once the cell running then has
+its result.
 """
 import argparse
 import json
@@ -42,6 +45,12 @@ def _run(args):
     if error.get("type") == "Terminated":
         return 143
     return 0
+
+
+def _worker(args):
+    # Imported here: `run` does not need the group's code.
+    from .worker import protocol_stream, serve
+    return serve(sys.stdin, protocol_stream())
 
 
 def _converge(args):
@@ -92,6 +101,10 @@ def main(argv=None):
     run.add_argument("--spec", required=True, help="spec JSON file, or -")
     run.add_argument("--out", required=True, help="result file to write")
     run.set_defaults(func=_run)
+    worker = commands.add_parser(
+        "worker", help="run the cells whose spec files stdin names, one a "
+        "line, in this one process")
+    worker.set_defaults(func=_worker)
     converge = commands.add_parser(
         "converge", help="one convergence run (N data-parallel workers)")
     converge.add_argument("--spec", required=True, help="spec JSON file, or -")

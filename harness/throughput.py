@@ -32,7 +32,7 @@ def load_backend(framework, configure):
     return backend
 
 
-def run_cell(spec, out_path, clock=time.perf_counter):
+def run_cell(spec, out_path, clock=time.perf_counter, isolation=None):
     """Run the cell described by `spec` and write its result to `out_path`.
 
     Returns the result dict. Raises HarnessError only for a spec that cannot
@@ -46,6 +46,8 @@ def run_cell(spec, out_path, clock=time.perf_counter):
     gpus = gpu.CellGpus(cell, spec, out_path)
     result = new_result(cell, spec.get("container"))
     result["phases"] = ready
+    if isolation is not None:  # a cell of a worker's group (harness.worker)
+        result["isolation"] = isolation
     series = Series()
     env = result["environment"]
     # Before SIGTERM is armed (lifecycle.run): a signal while this is read
