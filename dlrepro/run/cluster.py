@@ -180,10 +180,12 @@ def _keeps_state_per_worker(result):
         return True
 
 
-def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S):
-    """Node 0: the other nodes' outcomes into the job's result (and its
-    slurm block's list of nodes). Returns the job's status."""
-    result, _problem = store.read_result(path)
+def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S, result=None):
+    """Node 0: the other nodes' outcomes into the job's result (`result`,
+    not yet written, else the valid file at `path`; and its slurm block's
+    list of nodes), written to `path`. Returns the job's status."""
+    if result is None:
+        result, _problem = store.read_result(path)
     entries = [node_entry(cluster, 0, result, path, run_dir)]
     results = [result]
     if result is None:

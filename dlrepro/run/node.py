@@ -81,18 +81,17 @@ def seen_clocks(result):
             for g in telemetry.get("gpus") or []] or None
 
 
-def annotate(path, block, gpu_freq, wall_s, result=None):
-    """Add the engine's block to the job's result (`result`, not yet
-    written, else the valid file at `path`) and write it: the one write
-    after the harness's. An invalid file is left for the submitting side
-    to judge."""
+def annotated(path, block, gpu_freq, wall_s, result=None):
+    """The job's result (`result`, not yet written, else the valid file at
+    `path`) with the engine's block added, or None: an invalid file is
+    left for the submitting side to judge."""
     if result is None:
         result, _problem = store.read_result(path)
-    if result is None:
-        return
-    writer.annotated(path, "slurm", dict(
-        block, wall_s=round(wall_s, 3),
-        gpu_freq={"asked": gpu_freq, "seen": seen_clocks(result)}), result)
+    if result is not None:
+        result["slurm"] = dict(
+            block, wall_s=round(wall_s, 3),
+            gpu_freq={"asked": gpu_freq, "seen": seen_clocks(result)})
+    return result
 
 
 class Part:
@@ -112,6 +111,13 @@ class Part:
         self.path = self.folder / f"{self.job.id}.json"
         self.cluster = None
         self.launched = False
+
+    @property
+    def folds(self):
+        """Node 0 of several, its cluster known: it folds the other nodes'
+        outcomes into the job's result before writing it."""
+        return self.several and self.node.rank == 0 and \
+            self.cluster is not None
 
     def stopped_message(self):
         what = "this node's part" if self.several else "this task"
@@ -144,12 +150,16 @@ def main(argv, node):
     except Stopped:
         print(part.stopped_message(), flush=True)
     finally:
-        annotate(part.path, part.block(), submission.get("gpu_freq"),
-                 time.monotonic() - started, result)
+        # The one write after the harness's (node 0 of several: after the
+        # fold, which adds the other nodes' outcomes).
+        result = annotated(part.path, part.block(), submission.get(
+            "gpu_freq"), time.monotonic() - started, result)
+        if result is not None and not part.folds:
+            writer.write_result(part.path, result)
     if not part.several:
         return 0
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the fold is short
-    return _end_part(part, run_dir)
+    return _end_part(part, run_dir, result)
 
 
 def _run(part, submission):
@@ -189,17 +199,17 @@ def _announce(cluster, rank):
                                     cluster["hosts"][0])
 
 
-def _end_part(part, run_dir):
-    """Node 0 folds the other nodes' results into the job's; every node
-    exits 1 when its part (node 0: the job) did not end ok."""
+def _end_part(part, run_dir, result):
+    """Node 0 folds the other nodes' results into the job's `result` and
+    writes it; every node exits 1 when its part (node 0: the job) did not
+    end ok."""
     rank = part.node.rank
-    if rank == 0 and part.cluster is not None:
+    if part.folds:
         # Node 0 that never ran its part knows the job failed: no wait.
         status = cluster_mod.fold(
             part.path, part.whole, part.cluster, run_dir,
-            cluster_mod.FOLD_WAIT_S if part.launched else 0)
+            cluster_mod.FOLD_WAIT_S if part.launched else 0, result)
     else:
-        result, _ = store.read_result(part.path)
         status = result["status"] if result else None
     print(f"dlrepro: node {rank}'s part ended: {status}", flush=True)
     return 0 if status in ("ok", "unsupported") else 1
