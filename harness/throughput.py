@@ -48,6 +48,9 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None):
     result["phases"] = ready
     if isolation is not None:  # a cell of a worker's group (harness.worker)
         result["isolation"] = isolation
+        if isolation.get("position", 1) > 1:
+            # Its process started for an earlier cell: no start of its own.
+            ready["process_start"] = None
     series = Series()
     env = result["environment"]
     # Before SIGTERM is armed (lifecycle.run): a signal while this is read

@@ -16,7 +16,7 @@ import pytest
 import processes
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
-from dlrepro.run import runfolder as results
+from dlrepro.run import store as results
 from tests import fake_nvml
 from tests.fake_backend import Backend, Script
 
@@ -81,6 +81,10 @@ def test_cells_of_one_group_each_write_their_own_result(serve, make_cell,
     assert (a["isolation"]["position"], b["isolation"]["position"]) == (1, 2)
     assert b["isolation"]["cells_before"] == ["a"]
     assert a["isolation"]["worker_pid"] == os.getpid()
+    # The process started for the first cell: the second has no start.
+    assert a["phases"]["process_start"] is not None
+    assert b["phases"]["process_start"] is None
+    assert b["phases"]["harness_ready"] > a["phases"]["result_written"]
     assert "declares no release_memory" in b["isolation"]["memory_held"][
         "note"]
 
