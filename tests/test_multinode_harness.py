@@ -405,11 +405,7 @@ def lose_node(process):
     on as orphans)."""
     lost = _descendants(process.pid)
     process.kill()
-    for pid in lost:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    processes.signal_each(lost, signal.SIGKILL)
 
 
 def _descendants(pid):
