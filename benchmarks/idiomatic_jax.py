@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import networks, threads  # noqa: E402
+from harness import networks  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
 import sidebyside  # noqa: E402
 
@@ -131,12 +131,8 @@ def format_rows(rows):
 
 
 def main():
-    args = sidebyside.block_args(__doc__.splitlines()[0], 6, CASES)
-    threads.apply(args.threads)  # before XLA sizes its thread pools
-    from harness.frameworks.jax import backend
-    backend.configure(args.threads, "cpu", 0)
-    rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
-            for name, batch in args.cases]
+    args, backend, rows = sidebyside.block_run(
+        __doc__.splitlines()[0], "jax", measure, CASES)
     versions = backend.versions("cpu")
     if args.json:
         print(json.dumps({"versions": versions, "threads": args.threads,

@@ -26,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import networks, threads  # noqa: E402
+from harness import networks  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
 import sidebyside  # noqa: E402
 
@@ -111,12 +111,8 @@ def format_rows(rows):
 
 
 def main():
-    args = sidebyside.block_args(__doc__.splitlines()[0], 6, CASES)
-    threads.apply(args.threads)  # before TensorFlow loads
-    from harness.frameworks.tensorflow import backend
-    backend.configure(args.threads, "cpu", 0)
-    rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
-            for name, batch in args.cases]
+    args, backend, rows = sidebyside.block_run(
+        __doc__.splitlines()[0], "tensorflow", measure, CASES)
     # XLA off: prepare's default compile mode is "function", as fit's.
     versions = dict(backend.versions("cpu"), tf_xla=False)
     if args.json:
