@@ -19,7 +19,7 @@ Conventions shared by all backends:
 """
 from collections import namedtuple
 
-from .errors import HarnessError
+from .errors import HarnessError, named
 
 # Layer kinds. Backends dispatch on the class, so adding a kind means adding
 # it to every backend (tests enumerate the kinds and fail otherwise).
@@ -192,11 +192,7 @@ NETWORKS = dict((n.name, n) for n in (
 
 def get(name):
     """The network called `name`, or a HarnessError listing the valid ones."""
-    try:
-        return NETWORKS[name]
-    except KeyError:
-        raise HarnessError("unknown network {!r}; valid networks: {}".format(
-            name, ", ".join(sorted(NETWORKS))))
+    return named(NETWORKS, name, "network")
 
 
 # --- shape inference -------------------------------------------------------
