@@ -290,11 +290,12 @@ def _walk(resolved):
 def largest_tensor(network):
     """Elements of the largest tensor one sample makes, input or a layer's
     output."""
-    return max(_elements(shape) for shape in [network.input_shape] + [
+    return max(elements(shape) for shape in [network.input_shape] + [
         r.out_shape for r in _walk(resolve(network))])
 
 
-def _elements(shape):
+def elements(shape):
+    """The number of elements of a tensor of `shape` (1 for ())."""
     count = 1
     for size in shape:
         count *= size
