@@ -265,6 +265,17 @@ def block_case(name, batch, rounds, block, other, harness_s, other_s,
             "round_ratios": ratios}
 
 
+def show_rows(as_json, report, heading, columns):
+    """A block-alternating benchmark's output: `report` (its cases under
+    "rows") as JSON, or `heading` and the table of the rows' `columns`
+    (rows_table)."""
+    if as_json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(heading)
+        print("\n".join(rows_table(report["rows"], columns)))
+
+
 def rows_table(rows, columns):
     """Lines of a table with one row per case: network and batch size, then
     `columns`, ((heading, key, decimals), ...), each as wide as its
