@@ -23,6 +23,7 @@ def _engine_fields():
 
 
 EngineFlags = make_dataclass("EngineFlags", _engine_fields())
+EngineFlags.__module__ = __name__
 EngineFlags.__doc__ = ("Where the jobs run, as the flags say (flaghelp.SLURM): "
                        "--executor, the Slurm options, --slurm-config, "
                        "--no-wait.")
