@@ -9,13 +9,8 @@ if command -v chromium >/dev/null; then
     echo "chromium.sh: $(chromium --version 2>/dev/null) present"
     exit 0
 fi
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-    sudo="sudo"
-fi
+. "$(dirname "$0")/apt.sh"
 started=$(date +%s)
-$sudo apt-get update -qq
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    --no-install-recommends chromium >/dev/null
+apt_install chromium
 echo "chromium.sh: installed $(chromium --version 2>/dev/null) in" \
      "$(( $(date +%s) - started )) s"

@@ -31,14 +31,9 @@ if [ ${#missing[@]} -eq 0 ]; then
     echo "container-runtimes.sh: $(podman --version), ch-run $(ch-run --version 2>&1) present"
     exit 0
 fi
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-    sudo="sudo"
-fi
+. "$(dirname "$0")/apt.sh"
 started=$(date +%s)
-$sudo apt-get update -qq
 # No recommended packages: buildah's and dbus's are not needed to run.
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    --no-install-recommends "${missing[@]}" >/dev/null
+apt_install "${missing[@]}"
 echo "container-runtimes.sh: installed $(podman --version), ch-run" \
      "$(ch-run --version 2>&1) in $(( $(date +%s) - started )) s"

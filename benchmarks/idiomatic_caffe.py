@@ -161,9 +161,7 @@ def main(argv=None):
         with open(args.table) as handle:
             print("\n".join(table_lines(json.load(handle))))
         return 0
-    for option in ("threads", "rounds", "iterations"):
-        if getattr(args, option) < 1:
-            parser.error("--{} must be >= 1".format(option))
+    sidebyside.check_counts(parser, args)
     cases = ALL_CASES if args.all else sidebyside.CASES
     if args.network:
         unknown = sorted(set(args.network) - set(n for n, _ in cases))
@@ -171,26 +169,13 @@ def main(argv=None):
             parser.error("unknown network(s) {}".format(", ".join(unknown)))
         cases = [c for c in cases if c[0] in args.network]
     # Before Caffe loads: OpenBLAS reads its thread count at load.
-    thread_env.apply(args.threads)
-    from harness.frameworks.caffe import backend
-    backend.configure(args.threads, "cpu", args.seed)
+    backend = sidebyside.load_backend("caffe", args.threads, args.seed)
     results = [measure(backend, name, batch, args.rounds, args.iterations,
                        args.warmup, args.seed, args.threads)
                for name, batch in cases]
-    report = {"framework": "caffe",
-              "framework_version": backend.versions("cpu")[
-                  "framework_version"],
-              "threads": args.threads,
-              "effective_threads": backend.effective_threads(),
-              "rounds": args.rounds, "iterations": args.iterations,
-              "warmup": args.warmup, "cpu_model": provenance.cpu_model(),
-              "cases": results}
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-    else:
-        print("\n".join(table_lines(report)))
+    sidebyside.show(sidebyside.report_of("caffe", backend, args, results),
+                    args.json, table_lines)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -18,7 +18,6 @@ parameter each step, which the harness does not).
     PYTHONPATH=. .venvs/jax-cpu/bin/python benchmarks/idiomatic_jax.py \\
         [--rounds 6] [--block 5] [--warmup 3] [--threads 2] [--json]
 """
-import json
 import os
 import statistics
 import sys
@@ -27,7 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import networks, threads  # noqa: E402
+from harness import networks  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
 import sidebyside  # noqa: E402
 
@@ -119,35 +118,27 @@ def measure(backend, name, batch, rounds, block, warmup):
     return case
 
 
-def format_rows(rows):
-    return sidebyside.rows_table(rows, (
-        ("harness s/iter", "harness_mean_s", 4),
-        ("plain s/iter", "plain_mean_s", 4),
-        ("donated s/iter", "donated_mean_s", 4),
-        ("/plain means", "ratio_of_means", 3),
-        ("/plain medians", "ratio_of_medians", 3),
-        ("/donated means", "donated_ratio_of_means", 3),
-        ("/donated medians", "donated_ratio_of_medians", 3)))
+COLUMNS = (("harness s/iter", "harness_mean_s", 4),
+           ("plain s/iter", "plain_mean_s", 4),
+           ("donated s/iter", "donated_mean_s", 4),
+           ("/plain means", "ratio_of_means", 3),
+           ("/plain medians", "ratio_of_medians", 3),
+           ("/donated means", "donated_ratio_of_means", 3),
+           ("/donated medians", "donated_ratio_of_medians", 3))
 
 
 def main():
-    args = sidebyside.block_args(__doc__.splitlines()[0], 6, CASES)
-    threads.apply(args.threads)  # before XLA sizes its thread pools
-    from harness.frameworks.jax import backend
-    backend.configure(args.threads, "cpu", 0)
-    rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
-            for name, batch in args.cases]
+    args, backend, rows = sidebyside.block_run(
+        __doc__.splitlines()[0], "jax", measure, CASES)
     versions = backend.versions("cpu")
-    if args.json:
-        print(json.dumps({"versions": versions, "threads": args.threads,
-                          "effective_threads": backend.effective_threads(),
-                          "rows": rows}, indent=2, sort_keys=True))
-    else:
-        print("jax {}, jaxlib {}, optax {}, {} threads ({} CPUs)".format(
+    sidebyside.show_rows(
+        args.json, {"versions": versions, "threads": args.threads,
+                    "effective_threads": backend.effective_threads(),
+                    "rows": rows},
+        "jax {}, jaxlib {}, optax {}, {} threads ({} CPUs)".format(
             versions["framework_version"], versions["jaxlib_version"],
             versions["optax_version"], args.threads,
-            backend.effective_threads()))
-        print("\n".join(format_rows(rows)))
+            backend.effective_threads()), COLUMNS)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ alike; `--block 1` alternates every iteration. Prints the ratio of mean
         benchmarks/idiomatic_tensorflow.py \\
         [--rounds 6] [--block 5] [--warmup 3] [--threads 2] [--json]
 """
-import json
 import os
 import statistics
 import sys
@@ -26,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import networks, threads  # noqa: E402
+from harness import networks  # noqa: E402
 from harness.timing import run_loop  # noqa: E402
 import sidebyside  # noqa: E402
 
@@ -102,31 +101,23 @@ def measure(backend, name, batch, rounds, block, warmup):
         "fit", harness_times, fit_times)
 
 
-def format_rows(rows):
-    return sidebyside.rows_table(rows, (
-        ("harness s/iter", "harness_mean_s", 4),
-        ("fit s/iter", "fit_mean_s", 4),
-        ("ratio of means", "ratio_of_means", 3),
-        ("ratio of medians", "ratio_of_medians", 3)))
+COLUMNS = (("harness s/iter", "harness_mean_s", 4),
+           ("fit s/iter", "fit_mean_s", 4),
+           ("ratio of means", "ratio_of_means", 3),
+           ("ratio of medians", "ratio_of_medians", 3))
 
 
 def main():
-    args = sidebyside.block_args(__doc__.splitlines()[0], 6, CASES)
-    threads.apply(args.threads)  # before TensorFlow loads
-    from harness.frameworks.tensorflow import backend
-    backend.configure(args.threads, "cpu", 0)
-    rows = [measure(backend, name, batch, args.rounds, args.block, args.warmup)
-            for name, batch in args.cases]
+    args, backend, rows = sidebyside.block_run(
+        __doc__.splitlines()[0], "tensorflow", measure, CASES)
     # XLA off: prepare's default compile mode is "function", as fit's.
     versions = dict(backend.versions("cpu"), tf_xla=False)
-    if args.json:
-        print(json.dumps({"versions": versions, "threads": args.threads,
-                          "rows": rows}, indent=2, sort_keys=True))
-    else:
-        print("tensorflow {}, keras {}, {} threads, XLA {}".format(
+    sidebyside.show_rows(
+        args.json, {"versions": versions, "threads": args.threads,
+                    "rows": rows},
+        "tensorflow {}, keras {}, {} threads, XLA {}".format(
             versions["framework_version"], versions["keras_version"],
-            args.threads, "on" if versions["tf_xla"] else "off"))
-        print("\n".join(format_rows(rows)))
+            args.threads, "on" if versions["tf_xla"] else "off"), COLUMNS)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dlrepro.converge import plan as conv_plan  # noqa: E402
+from harness import spec as hspec  # noqa: E402
 
 TOLERANCE = 1e-3
-PORTS = 10
 
 
 def spec(framework, workers, nodes, epochs, seed):
@@ -44,12 +44,14 @@ def spec(framework, workers, nodes, epochs, seed):
     return dict(conv, nodes=nodes)
 
 
-def free_port():
+def free_port(span=hspec.CLUSTER_PORTS):
+    """A base port whose `span` ports are free now (the frameworks may use
+    port..port+span-1); tests/test_multinode_harness.py's too."""
     for _ in range(50):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             base = probe.getsockname()[1]
-        if base + PORTS < 65536 and all(_free(base + i) for i in range(PORTS)):
+        if base + span < 65536 and all(_free(base + i) for i in range(span)):
             return base
     raise RuntimeError("no free port range")
 
@@ -63,12 +65,17 @@ def _free(port):
     return True
 
 
-def cluster(nodes, rank, port):
-    return {"nodes": nodes, "node_rank": rank,
-            "hosts": ["node{}".format(r) for r in range(nodes)],
-            "addresses": ["127.0.0.1"] * nodes, "coordinator": "127.0.0.1",
-            "port": port, "interface": "lo", "timeout_s": 120,
-            "network": "loopback of the test machine (one host)"}
+def cluster(nodes, rank, port, timeout_s=None):
+    """The cluster object the Slurm executor writes per node, on this
+    machine's loopback (tests/test_multinode_harness.py's too)."""
+    described = {"nodes": nodes, "node_rank": rank,
+               "hosts": ["node{}".format(r) for r in range(nodes)],
+               "addresses": ["127.0.0.1"] * nodes,
+               "coordinator": "127.0.0.1", "port": port, "interface": "lo",
+               "network": "loopback of the test machine (one host)"}
+    if timeout_s is not None:
+        described["timeout_s"] = timeout_s
+    return described
 
 
 def start(python, conv, cluster_object, out):
@@ -186,8 +193,9 @@ def main():
                 if args.slurm:
                     nodes, job_s = slurm_run(tmp, run, args)
                 else:
-                    processes = [start(python, conv, cluster(2, r, port), o)
-                                 for r, o in enumerate(outs)]
+                    processes = [
+                        start(python, conv, cluster(2, r, port, 120), o)
+                        for r, o in enumerate(outs)]
                     nodes = [result(o, p) for o, p in zip(outs, processes)]
             finally:
                 for burner in load:

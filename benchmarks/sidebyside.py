@@ -145,30 +145,54 @@ def main(argv, description, framework, measure, title, notes):
     parser.add_argument("--json", action="store_true",
                         help="print the figures as JSON instead of a table")
     args = parser.parse_args(argv)
-    for option in ("threads", "rounds", "iterations"):
-        if getattr(args, option) < 1:
-            parser.error("--{} must be >= 1".format(option))
-    # Before the framework loads: its thread pools read these at import.
-    thread_env.apply(args.threads)
-    backend = importlib.import_module("harness.frameworks." + framework
-                                      + ".backend")
-    backend.configure(args.threads, "cpu", args.seed)
+    check_counts(parser, args)
+    backend = load_backend(framework, args.threads, args.seed)
     cases = [measure(backend, name, batch, args.rounds, args.iterations,
                      args.warmup, args.seed)
              for name, batch in CASES
              if not args.network or name in args.network]
-    version = backend.versions("cpu")["framework_version"]
-    report = {"framework": framework, "framework_version": version,
-              "threads": args.threads,
-              "effective_threads": backend.effective_threads(),
-              "rounds": args.rounds, "iterations": args.iterations,
-              "warmup": args.warmup, "cpu_model": provenance.cpu_model(),
-              "cases": cases}
-    if args.json:
+    show(report_of(framework, backend, args, cases), args.json,
+         lambda report: format_table(report, title[0], title[1], notes))
+    return 0
+
+
+def check_counts(parser, args):
+    """A parser error unless --threads, --rounds and --iterations are 1 or
+    more."""
+    for option in ("threads", "rounds", "iterations"):
+        if getattr(args, option) < 1:
+            parser.error("--{} must be >= 1".format(option))
+
+
+def load_backend(framework, threads, seed=0):
+    """`framework`'s backend, configured for `threads` CPU threads: loaded
+    after the thread variables are set, since its thread pools read them at
+    import."""
+    thread_env.apply(threads)
+    backend = importlib.import_module("harness.frameworks." + framework
+                                      + ".backend")
+    backend.configure(threads, "cpu", seed)
+    return backend
+
+
+def report_of(framework, backend, args, cases):
+    """What an idiomatic-loop benchmark reports: the framework, its version
+    and threads, the options, this CPU, and `cases`."""
+    return {"framework": framework,
+            "framework_version": backend.versions("cpu")["framework_version"],
+            "threads": args.threads,
+            "effective_threads": backend.effective_threads(),
+            "rounds": args.rounds, "iterations": args.iterations,
+            "warmup": args.warmup, "cpu_model": provenance.cpu_model(),
+            "cases": cases}
+
+
+def show(report, as_json, table):
+    """`report` as JSON, or as the lines `table(report)`."""
+    if as_json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
-        print("\n".join(format_table(report, title[0], title[1], notes)))
-    return 0
+        print("\n".join(table(report)))
 
 
 # --- benchmarks that alternate blocks of iterations --------------------------
@@ -202,6 +226,17 @@ def block_args(description, rounds, cases):
     return args
 
 
+def block_run(description, framework, measure, cases, rounds=6):
+    """A block-alternating benchmark's options parsed (block_args), its
+    backend loaded, and `measure(backend, name, batch, rounds, block,
+    warmup)` of each chosen case: (args, backend, rows)."""
+    args = block_args(description, rounds, cases)
+    backend = load_backend(framework, args.threads)
+    return args, backend, [
+        measure(backend, name, batch, args.rounds, args.block, args.warmup)
+        for name, batch in args.cases]
+
+
 def with_medians(case, other, harness_s, other_s):
     """`case` with the median seconds of each side and their ratio, which
     the odd iteration that background load stretches moves less than the
@@ -228,6 +263,17 @@ def block_case(name, batch, rounds, block, other, harness_s, other_s,
             "ratio_of_means": harness_mean / other_mean,
             "median_round_ratio": statistics.median(ratios),
             "round_ratios": ratios}
+
+
+def show_rows(as_json, report, heading, columns):
+    """A block-alternating benchmark's output: `report` (its cases under
+    "rows") as JSON, or `heading` and the table of the rows' `columns`
+    (rows_table)."""
+    if as_json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(heading)
+        print("\n".join(rows_table(report["rows"], columns)))
 
 
 def rows_table(rows, columns):

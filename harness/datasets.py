@@ -30,7 +30,7 @@ import os
 import random
 from collections import namedtuple
 
-from .errors import HarnessError
+from .errors import HarnessError, named
 from .datasetformats import (Split, cifar_splits, mnist_split, ptb_splits,
                              sample_size, token_split)
 from .synthetic import synthetic_splits
@@ -134,11 +134,8 @@ __all__ = ["FileSpec", "Layout", "Dataset", "DATASETS", "NETWORK_DATASETS",
 
 
 def get(name):
-    try:
-        return DATASETS[name]
-    except KeyError:
-        raise HarnessError("unknown dataset {!r}; valid datasets: {}".format(
-            name, ", ".join(sorted(DATASETS))))
+    """The dataset called `name`, or a HarnessError listing the valid ones."""
+    return named(DATASETS, name, "dataset")
 
 
 def for_network(network_name):

@@ -1,4 +1,5 @@
-"""The harness's exception types, and the one rule for what `oom` means."""
+"""The harness's exception types, the error for an unknown name, and the one
+rule for what `oom` means."""
 
 
 class HarnessError(Exception):
@@ -8,6 +9,16 @@ class HarnessError(Exception):
 
 class Unsupported(HarnessError):
     """This cell cannot run on this stack; its status is `unsupported`."""
+
+
+def named(table, name, kind):
+    """table[name], or a HarnessError that lists the valid names: "unknown
+    network 'x'; valid networks: ..." for `kind` "network"."""
+    try:
+        return table[name]
+    except KeyError:
+        raise HarnessError("unknown {} {!r}; valid {}s: {}".format(
+            kind, name, kind, ", ".join(sorted(table))))
 
 
 class Terminated(BaseException):

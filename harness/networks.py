@@ -19,7 +19,7 @@ Conventions shared by all backends:
 """
 from collections import namedtuple
 
-from .errors import HarnessError
+from .errors import HarnessError, named
 
 # Layer kinds. Backends dispatch on the class, so adding a kind means adding
 # it to every backend (tests enumerate the kinds and fail otherwise).
@@ -192,11 +192,7 @@ NETWORKS = dict((n.name, n) for n in (
 
 def get(name):
     """The network called `name`, or a HarnessError listing the valid ones."""
-    try:
-        return NETWORKS[name]
-    except KeyError:
-        raise HarnessError("unknown network {!r}; valid networks: {}".format(
-            name, ", ".join(sorted(NETWORKS))))
+    return named(NETWORKS, name, "network")
 
 
 # --- shape inference -------------------------------------------------------
@@ -294,11 +290,12 @@ def _walk(resolved):
 def largest_tensor(network):
     """Elements of the largest tensor one sample makes, input or a layer's
     output."""
-    return max(_elements(shape) for shape in [network.input_shape] + [
+    return max(elements(shape) for shape in [network.input_shape] + [
         r.out_shape for r in _walk(resolve(network))])
 
 
-def _elements(shape):
+def elements(shape):
+    """The number of elements of a tensor of `shape` (1 for ())."""
     count = 1
     for size in shape:
         count *= size

@@ -67,3 +67,12 @@ def end_since(marked):
     """End every process start() started since mark() said `marked`."""
     while len(_STARTED) > marked:
         end(*_STARTED.pop())
+
+
+def signal_each(pids, signum):
+    """`signum` to each of `pids`, those that have ended passed over."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass

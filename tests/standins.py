@@ -17,6 +17,38 @@ DRIVER = ("import sys, importlib\n"
           "sys.exit(main(sys.argv[1:]))\n")
 
 
+SOURCE = '''"""{doc}"""
+from harness.frameworks.{framework} import backend as _real
+
+NAME = _real.NAME
+DEVICES = ("cpu", "gpu")
+{declared}effective_threads = _real.effective_threads
+is_out_of_memory = _real.is_out_of_memory
+math_mode = _real.math_mode
+
+
+def versions(device):
+    return _real.versions("cpu")
+
+
+def configure(threads, device, seed):
+    _real.configure(threads, "cpu", seed)
+
+
+def prepare(network, batch_size, device, seed, batch=None, **options):
+    return _real.prepare(network, batch_size, "cpu", seed, batch, **options)
+'''
+
+
+def source(framework, doc, declared="", more=""):
+    """A stand-in's text: `framework`'s real backend with `gpu` cells
+    computed on the CPU; `declared`, lines that declare what this stand-in
+    offers (its precisions, ...); `more`, text after (a prepare of its own
+    may wrap the one above, as `_cpu_prepare = prepare`)."""
+    return SOURCE.format(doc=doc, framework=framework,
+                         declared=declared) + more
+
+
 def write(shim, source):
     """`source` as the module gpu_standin in the folder `shim`."""
     (shim / "gpu_standin.py").write_text(source)

@@ -316,34 +316,22 @@ def test_undo_runs_only_allowed_calls(tmp_path):
 
 # --- real processes: exception, signals, exit --------------------------------
 
-STANDIN = '''"""Stand-in for a GPU framework in tests: the real PyTorch
-backend, with `gpu` cells computed on the CPU (there is no GPU here; NVML is
-faked). FAIL_AT=n makes step n raise the error a failing GPU would; the
-file TIMED_MARK is made once the steps after the first TIMED_AFTER (the
-timed iterations) have run for a second."""
+STANDIN = standins.source("pytorch", """Stand-in for a GPU framework in tests:
+the real PyTorch backend, with `gpu` cells computed on the CPU (there is no
+GPU here; NVML is faked). FAIL_AT=n makes step n raise the error a failing
+GPU would; the file TIMED_MARK is made once the steps after the first
+TIMED_AFTER (the timed iterations) have run for a second.""",
+    declared="from harness.frameworks import backends\n"
+             "CAPABILITIES = backends.capabilities()\n", more='''
 import os
 import time
-from harness.frameworks import backends
-from harness.frameworks.pytorch import backend as _real
 
-NAME = _real.NAME
-DEVICES = ("cpu", "gpu")
-CAPABILITIES = backends.capabilities()
-effective_threads = _real.effective_threads
-is_out_of_memory = _real.is_out_of_memory
-math_mode = _real.math_mode
-
-
-def versions(device):
-    return _real.versions("cpu")
-
-
-def configure(threads, device, seed):
-    _real.configure(threads, "cpu", seed)
+_cpu_prepare = prepare
 
 
 def prepare(network, batch_size, device, seed, batch=None, **options):
-    session = _real.prepare(network, batch_size, "cpu", seed, batch, **options)
+    session = _cpu_prepare(network, batch_size, device, seed, batch,
+                           **options)
     fail_at = int(os.environ.get("FAIL_AT", "0"))
     if fail_at:
         step, count = session.step, [0]
@@ -376,7 +364,7 @@ def _marking(step, mark, warmup):
                 open(mark, "w").close()
         return loss
     return marked
-'''
+''')
 
 
 def assert_schema_valid(result):

@@ -72,12 +72,20 @@ def test_restore_run_undoes_newest_first(tmp_path):
     assert "nothing to restore" in again[0]
 
 
-def test_restore_without_permission_is_a_user_error(tmp_path):
+def _restore_fails(folder, break_it, says):
+    """A changed cell's restore after `break_it(the fake's state)`: a
+    UserError that matches `says`. The state file's path."""
     fake_nvml.configure([fake_nvml.ampere_a100()])
-    path = _changed_cell(tmp_path, "c.clock-state.json")
-    fake_nvml.state()["root"] = False
-    with pytest.raises(UserError, match="NO_PERMISSION.*root"):
+    path = _changed_cell(folder, "c.clock-state.json")
+    break_it(fake_nvml.state())
+    with pytest.raises(UserError, match=says):
         gpu_restore.restore_file(path, module=fake_nvml)
+    return path
+
+
+def test_restore_without_permission_is_a_user_error(tmp_path):
+    path = _restore_fails(tmp_path, lambda s: s.update(root=False),
+                          "NO_PERMISSION.*root")
     assert json.loads(path.read_text())["status"] == "restore-failed"
     fake_nvml.state()["root"] = True
     assert "restored" in gpu_restore.restore_file(path, module=fake_nvml)
@@ -85,19 +93,13 @@ def test_restore_without_permission_is_a_user_error(tmp_path):
 
 
 def test_restore_without_nvml_says_where_to_run(tmp_path):
-    fake_nvml.configure([fake_nvml.ampere_a100()])
-    path = _changed_cell(tmp_path, "c.clock-state.json")
-    fake_nvml.state()["loaded"] = False
-    with pytest.raises(UserError, match="LIBRARY_NOT_FOUND.*run this on"):
-        gpu_restore.restore_file(path, module=fake_nvml)
+    _restore_fails(tmp_path, lambda s: s.update(loaded=False),
+                   "LIBRARY_NOT_FOUND.*run this on")
 
 
 def test_gpu_missing_from_this_host_fails_loudly(tmp_path):
-    fake_nvml.configure([fake_nvml.ampere_a100()])
-    path = _changed_cell(tmp_path, "c.clock-state.json")
-    fake_nvml.state()["devices"][0]["uuid"] = "GPU-another-board"
-    with pytest.raises(UserError, match="GPU_NOT_FOUND"):
-        gpu_restore.restore_file(path, module=fake_nvml)
+    _restore_fails(tmp_path, lambda s: s["devices"][0].update(
+        uuid="GPU-another-board"), "GPU_NOT_FOUND")
 
 
 def _invoke(tmp_path, *args, fake=None):

@@ -15,6 +15,7 @@ import pytest
 
 import processes
 import waits
+from benchmarks.multinode_repeat import cluster as cluster_object, free_port
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from harness import frameworks
@@ -37,18 +38,6 @@ CONV = {"framework": "pytorch", "profile": "cpu", "network": "fcn-r",
         "epochs": 1, "seed": 0, "threads": None, "runtime": "native",
         "clock_policy": "observe", "target_loss": None,
         "data": {"source": "synthetic"}}
-
-
-def cluster_object(nodes, rank, port, timeout_s=None):
-    """What the Slurm executor writes per node, on this machine's loopback."""
-    cluster = {"nodes": nodes, "node_rank": rank,
-               "hosts": ["node{}".format(r) for r in range(nodes)],
-               "addresses": ["127.0.0.1"] * nodes,
-               "coordinator": "127.0.0.1", "port": port, "interface": "lo",
-               "network": "loopback of the test machine (one host)"}
-    if timeout_s is not None:
-        cluster["timeout_s"] = timeout_s
-    return cluster
 
 
 # --- the spec ------------------------------------------------------------------
@@ -150,27 +139,6 @@ def test_a_refused_layout_ends_unsupported_with_the_reason(
 def mnist(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data")
     return folder, dd.generate("mnist", folder, TRAIN, TEST, seed=11)
-
-
-def free_port(span=hspec.CLUSTER_PORTS):
-    """A base port whose `span` ports are free now (the frameworks may use
-    port..port+span-1)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + span < 65536 and all(_free(base + i) for i in range(span)):
-            return base
-    raise RuntimeError("no free port range")
-
-
-def _free(port):
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def conv_spec(framework, mnist, workers, nodes, seed=5):
@@ -437,11 +405,7 @@ def lose_node(process):
     on as orphans)."""
     lost = _descendants(process.pid)
     process.kill()
-    for pid in lost:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    processes.signal_each(lost, signal.SIGKILL)
 
 
 def _descendants(pid):

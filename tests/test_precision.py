@@ -317,29 +317,11 @@ def test_resume_runs_a_cell_again_for_another_precision_or_mode(tmp_path):
 
 # --- MFU on a (faked) GPU ---------------------------------------------------------
 
-BF16_STANDIN = '''"""The real PyTorch backend with `gpu` cells computed on the CPU (there is
-no GPU here; NVML is faked), bf16 autocast included."""
-from harness.frameworks.pytorch import backend as _real
-
-NAME = _real.NAME
-DEVICES = ("cpu", "gpu")
-CAPABILITIES = _real.CAPABILITIES._replace(precisions=("default", "bf16"))
-effective_threads = _real.effective_threads
-is_out_of_memory = _real.is_out_of_memory
-math_mode = _real.math_mode
-
-
-def versions(device):
-    return _real.versions("cpu")
-
-
-def configure(threads, device, seed):
-    _real.configure(threads, "cpu", seed)
-
-
-def prepare(network, batch_size, device, seed, batch=None, **options):
-    return _real.prepare(network, batch_size, "cpu", seed, batch, **options)
-'''
+BF16_STANDIN = standins.source(
+    "pytorch", """The real PyTorch backend with `gpu` cells computed on the
+CPU (there is no GPU here; NVML is faked), bf16 autocast included.""",
+    declared='CAPABILITIES = _real.CAPABILITIES._replace(\n'
+             '    precisions=("default", "bf16"))\n')
 
 
 @pytest.mark.parametrize("precision, peak", [("bf16", "bf16"),

@@ -232,32 +232,11 @@ def test_a_backends_precision_note_is_appended_to_the_block():
 
 # --- the MFU peak on a (faked) GPU ----------------------------------------------
 
-GPU_STANDIN = '''"""The real JAX backend with `gpu` cells computed on the CPU (there is no
-GPU here; NVML is faked): math_mode("gpu") reads what prepare set."""
-from harness.frameworks.jax import backend as _real
-
-NAME = _real.NAME
-DEVICES = ("cpu", "gpu")
-CAPABILITIES = _real.CAPABILITIES._replace(
-    precisions=("default", "fp32", "bf16"))
-effective_threads = _real.effective_threads
-is_out_of_memory = _real.is_out_of_memory
-math_mode = _real.math_mode
-
-
-def versions(device):
-    return _real.versions("cpu")
-
-
-def configure(threads, device, seed):
-    _real.configure(threads, "cpu", seed)
-
-
-def prepare(network, batch_size, device, seed, batch=None, precision=None,
-            compile_mode=None):
-    return _real.prepare(network, batch_size, "cpu", seed, batch,
-                         precision=precision, compile_mode=compile_mode)
-'''
+GPU_STANDIN = standins.source(
+    "jax", """The real JAX backend with `gpu` cells computed on the CPU (there
+is no GPU here; NVML is faked): math_mode("gpu") reads what prepare set.""",
+    declared='CAPABILITIES = _real.CAPABILITIES._replace(\n'
+             '    precisions=("default", "fp32", "bf16"))\n')
 
 
 @pytest.mark.parametrize("precision, peak", [

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import needs
+import processes
 import waits
 from dlrepro.run import cluster as node_cluster
 from harness.frameworks import dataparallel
@@ -253,11 +254,7 @@ def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-        for pid in stopped:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        processes.signal_each(stopped, signal.SIGCONT)
     took = time.monotonic() - started
     # The job's own timeout (60 s) plus Slurm's kill wait, not its --time.
     assert took < 180, output

@@ -22,18 +22,25 @@ def rows(record, pairs):
     """One dict per cell of a run (record, pairs from dlrepro.run.store)."""
     out = []
     for spec, members in aggregate.cells(pairs):
-        ok = aggregate.ok_results(members)
-        first = next((r for _, r in members if r is not None), None)
-        row = {"run_id": record["run_id"], "cell_id": members[0][0]["id"]}
-        cell = first["cell"] if first else spec
+        first, cell, row = cell_row(record, spec, members)
         row.update({k: cell.get(k) for k in CELL_FIELDS})
-        row.update(_stats(ok))
+        row.update(_stats(aggregate.ok_results(members)))
         row.update(_provenance(first))
-        row["status"] = report.status_of(members)
-        row["message"] = next((e["message"] for e, _ in members
-                               if e.get("message")), None)
         out.append(row)
     return out
+
+
+def cell_row(record, spec, members):
+    """What a cell's row starts from, here and in the results database:
+    its first result (None when no process left one), the cell as run
+    (else as planned), and the row's run, cell, status and message."""
+    first = next((r for _e, r in members if r is not None), None)
+    cell = first["cell"] if first else spec
+    return first, cell, {
+        "run_id": record["run_id"], "cell_id": members[0][0]["id"],
+        "status": report.status_of(members),
+        "message": next((e["message"] for e, _r in members
+                         if e.get("message")), None)}
 
 
 def _stats(ok):

@@ -237,32 +237,33 @@ def select_frameworks(m, frameworks, all_frameworks):
     return tuple(dict.fromkeys(names))
 
 
+def _checked(flag, check, value):
+    """`check(value)` unless the flag is not given; its HarnessError as a
+    one-line error naming `flag`."""
+    if value is None:
+        return
+    try:
+        check(value)
+    except HarnessError as exc:
+        raise UserError(f"{flag}: {exc}")
+
+
 def options(m, *, framework, all_frameworks, profile, network, batch_size,
             device, threads, iterations, warmup, runtime, seed, clock_policy,
             timeout, repeat=None, precision=None, compile=None):
     """Options from `invoke bench`'s flags, each checked with a one-line
     error naming its flag."""
     from harness import clocks, networks, spec
-    from harness.errors import HarnessError
     from dlrepro import parse
     from dlrepro.run.runtimes import RUNTIMES
     if device not in (None, "cpu", "gpu"):
         raise UserError(f"--device must be cpu or gpu, got {device!r}")
-    try:
-        if clock_policy is not None:
-            clocks.parse_policy(clock_policy)
-    except HarnessError as exc:
-        raise UserError(f"--clock-policy: {exc}")
-    try:
-        if precision is not None:
-            spec.check_precision(precision)
-    except HarnessError as exc:
-        raise UserError(f"--precision: {exc}")
-    try:
-        if compile is not None:
-            spec.check_compile(compile)
-    except HarnessError as exc:
-        raise UserError(f"--compile: {exc}")
+    for flag, check, value in (("--clock-policy", clocks.parse_policy,
+                                 clock_policy),
+                                ("--precision", spec.check_precision,
+                                 precision),
+                                ("--compile", spec.check_compile, compile)):
+        _checked(flag, check, value)
     if runtime not in RUNTIMES:
         raise UserError(f"unknown runtime {runtime!r}; valid runtimes: "
                         f"{', '.join(sorted(RUNTIMES))}")

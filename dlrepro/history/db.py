@@ -20,8 +20,8 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
 from harness.spec import CELL_FIELDS
 
-from dlrepro.bench import aggregate, report
-from dlrepro.bench.export import stat_columns
+from dlrepro.bench import aggregate
+from dlrepro.bench.export import cell_row, stat_columns
 from dlrepro.errors import UserError
 from dlrepro.history import schema
 from dlrepro.run import store
@@ -210,17 +210,12 @@ def cell_rows(record, pairs, machine):
     for spec, members in aggregate.cells(pairs):
         if any(e["status"] in ("pending", "running") for e, _r in members):
             continue
-        first = next((r for _e, r in members if r is not None), None)
-        cell = first["cell"] if first else spec
+        first, cell, started = cell_row(record, spec, members)
         row = {name: None for name in columns.keys()}
-        row.update({"machine": machine, "run_id": record["run_id"],
-                    "cell_id": members[0][0]["id"], "cell_key": cell_key(cell),
-                    **{k: _scalar(cell.get(k)) for k in CELL_FIELDS}})
+        row.update(started, machine=machine, cell_key=cell_key(cell),
+                   **{k: _scalar(cell.get(k)) for k in CELL_FIELDS})
         row.update(_stats(aggregate.ok_results(members)))
         row.update(_provenance(first))
-        row["status"] = report.status_of(members)
-        row["message"] = next((e["message"] for e, _r in members
-                               if e.get("message")), None)
         out.append(row)
     return out
 

@@ -56,14 +56,9 @@ def machines_figure(machines, found):
         ax.set_yscale("log")
         ax.set_title(network)
         ax.set_ylabel("ms per mini-batch")
-    handles, labels = {}, []
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            if label not in handles:
-                handles[label] = handle
-                labels.append(label)
-    figure.legend([handles[k] for k in labels], labels, loc="outside upper "
-                  "center", ncols=min(4, len(labels)), frameon=False)
+    handles, labels = style.legend_entries(axes)
+    figure.legend(handles, labels, loc="outside upper center",
+                  ncols=min(4, len(labels)), frameon=False)
     return figure
 
 

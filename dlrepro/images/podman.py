@@ -39,6 +39,22 @@ class Image:
         self.labels = attrs.get("Labels") or {}
 
 
+def run(podman_bin, *args, timeout=TIMEOUT_S, **kwargs):
+    """`podman ARGS`, its output captured as text."""
+    return subprocess.run([podman_bin, *args], capture_output=True,
+                          text=True, timeout=timeout, **kwargs)
+
+
+def inspected(podman_bin, what, name, timeout=TIMEOUT_S):
+    """`podman WHAT inspect NAME`'s record (WHAT: image or container), or
+    None when there is none."""
+    proc = run(podman_bin, what, "inspect", name, timeout=timeout)
+    if proc.returncode != 0:
+        return None
+    found = json.loads(proc.stdout or "[]")
+    return found[0] if found else None
+
+
 class Store:
     """Podman's image store through its command line, with the one call of
     the Docker SDK that images.plan makes (client.images.get), so that the
@@ -49,16 +65,11 @@ class Store:
         self.images = self
 
     def _run(self, *args, timeout=TIMEOUT_S, **kwargs):
-        return subprocess.run([self.podman_bin, *args], capture_output=True,
-                              text=True, timeout=timeout, **kwargs)
+        return run(self.podman_bin, *args, timeout=timeout, **kwargs)
 
     def inspect(self, ref):
         """The image's `podman image inspect` record, or None."""
-        proc = self._run("image", "inspect", ref)
-        if proc.returncode != 0:
-            return None
-        found = json.loads(proc.stdout or "[]")
-        return found[0] if found else None
+        return inspected(self.podman_bin, "image", ref)
 
     def get(self, ref):
         import docker  # images.local_image tells "missing" by this error

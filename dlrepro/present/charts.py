@@ -77,17 +77,11 @@ def time_figure(rows, title):
 
 
 def _legend(figure, axes, title):
-    handles, labels = {}, []
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            if label not in handles:
-                handles[label] = handle
-                labels.append(label)
+    handles, labels = style.legend_entries(axes)
     figure.suptitle(title, x=0.01, ha="left")
     if labels:
-        figure.legend([handles[label] for label in labels], labels,
-                      loc="outside upper right", ncols=len(labels),
-                      frameon=False)
+        figure.legend(handles, labels, loc="outside upper right",
+                      ncols=len(labels), frameon=False)
 
 
 # CPU thread scaling -----------------------------------------------------

@@ -52,6 +52,18 @@ def grid(count, columns=3, width=3.6, height=2.8):
     return figure, list(axes[:count])
 
 
+def legend_entries(axes):
+    """The handles and labels of every axes' legend entries, each label
+    once, in the order first seen: one legend for a figure's grid."""
+    handles, labels = {}, []
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            if label not in handles:
+                handles[label] = handle
+                labels.append(label)
+    return [handles[label] for label in labels], labels
+
+
 def svg(figure):
     """The figure as standalone SVG text."""
     buffer = io.StringIO()

@@ -3,39 +3,38 @@ the Slurm flags, the executor they ask for, one start with the live
 display, and the line for a run handed to Slurm without waiting.
 """
 import sys
-from dataclasses import dataclass
+from dataclasses import field, make_dataclass
 from typing import Optional
 
 from dlrepro.errors import UserError
 from dlrepro.run import pipeline, progress
+from dlrepro.run.engines.slurm.options import FLAGS as SLURM_FLAGS, Options
 
 
-@dataclass
-class EngineFlags:
-    """Where the jobs run, as the flags say (tasks.py's _SLURM_HELP)."""
-    executor: str = "local"
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    constraint: Optional[str] = None
-    exclusive: bool = False
-    time_limit: Optional[str] = None
-    array_throttle: Optional[str] = None
-    mem: Optional[str] = None
-    gpu_freq: Optional[str] = None
-    slurm_config: Optional[str] = None
-    no_wait: bool = False
+def _engine_fields():
+    # The Slurm options are slurm.Options' fields, written once there.
+    defaults = Options._field_defaults
+    return ([("executor", str, field(default="local"))]
+            + [(name, bool if defaults[name] is False else Optional[str],
+                field(default=defaults[name]))
+               for name in SLURM_FLAGS]
+            + [("slurm_config", Optional[str], field(default=None)),
+               ("no_wait", bool, field(default=False))])
+
+
+EngineFlags = make_dataclass("EngineFlags", _engine_fields())
+EngineFlags.__module__ = __name__
+EngineFlags.__doc__ = ("Where the jobs run, as the flags say (flaghelp.SLURM): "
+                       "--executor, the Slurm options, --slurm-config, "
+                       "--no-wait.")
 
 
 def executor_of(flags, suite, runtime_options):
     """The executor `flags` (EngineFlags) ask for."""
     return executor_for(
         flags.executor, suite, runtime_options, flags.no_wait,
-        flags.slurm_config, partition=flags.partition,
-        account=flags.account, qos=flags.qos, constraint=flags.constraint,
-        exclusive=flags.exclusive, time_limit=flags.time_limit,
-        array_throttle=flags.array_throttle, mem=flags.mem,
-        gpu_freq=flags.gpu_freq)
+        flags.slurm_config,
+        **{name: getattr(flags, name) for name in SLURM_FLAGS})
 
 
 def executor_for(executor, suite, runtime_options, no_wait, slurm_config,

@@ -23,7 +23,6 @@ Options (keyword arguments, or environment variables for `invoke bench`):
                   (default True)
   and the docker runtime's base_overrides, build, shm_size, memory, gpu_ids.
 """
-import json
 import os
 import re
 import resource
@@ -171,8 +170,7 @@ class Runtime(docker.Runtime):
     # -- container life -------------------------------------------------------
 
     def _podman(self, *args, timeout=CLI_TIMEOUT_S):
-        return subprocess.run([self.podman_bin, *args], capture_output=True,
-                              text=True, timeout=timeout)
+        return podman_images.run(self.podman_bin, *args, timeout=timeout)
 
     def _stop(self, name):
         # SIGTERM first: the harness writes a partial result, then exits.
@@ -180,11 +178,8 @@ class Runtime(docker.Runtime):
                      timeout=docker.STOP_GRACE_S + CLI_TIMEOUT_S)
 
     def _inspect(self, name):
-        proc = self._podman("container", "inspect", name)
-        if proc.returncode != 0:
-            return None
-        found = json.loads(proc.stdout or "[]")
-        return found[0] if found else None
+        return podman_images.inspected(self.podman_bin, "container", name,
+                                       CLI_TIMEOUT_S)
 
     def launch(self, job, run_dir):
         launch = super().launch(job, run_dir)

@@ -31,6 +31,11 @@ class Options(NamedTuple):
     sbatch: tuple = ()
 
 
+# The options a flag sets (sbatch's extra arguments come only from a file or
+# a suite); the flags give them as text, options() checks and converts.
+FLAGS = tuple(name for name in Options._fields if name != "sbatch")
+
+
 def options(flags, suite=None, config_path=None):
     """Options from a --slurm-config file, then a suite's [slurm] table,
     then flags (None: not given); each checked with a one-line error."""
