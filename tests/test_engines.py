@@ -5,7 +5,7 @@ job that ends ok, one that fails, one past its timeout and one that cannot
 run each end in a schema-valid result and a run.json entry that says so;
 a resumed run whose jobs are all done runs none of them again. The Slurm
 engine needs the test cluster (.ci/slurm.sh; skipped without one, as in
-tests/test_slurm.py)."""
+tests/test_slurm_results.py)."""
 import inspect
 import os
 import subprocess
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import test_slurm
+import slurmenv
 from dlrepro.run import store
 from dlrepro.run.engines import ENGINES, Engine
 
@@ -46,10 +46,10 @@ def engine(request, tmp_path):
     """Each engine by its --executor name; Slurm's tasks of a test are
     cancelled after it."""
     if request.param == "slurm":
-        test_slurm._cluster_or_skip()
+        slurmenv._cluster_or_skip()
     yield request.param
     if request.param == "slurm":
-        left = test_slurm._queued(under=tmp_path)
+        left = slurmenv._queued(under=tmp_path)
         if left:
             subprocess.run(["scancel"] + sorted(left))
 

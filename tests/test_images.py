@@ -269,7 +269,7 @@ def test_missing_base_says_what_to_run(docker_client):
 
 # --- base substitution ----------------------------------------------------------------
 # One setting for every command (fault 11); the real build -> bench path is
-# tests/test_docker_runtime.py::test_build_bench_and_render_read_one_base_substitution.
+# tests/test_docker_runtime_cli.py::test_build_bench_and_render_read_one_base_substitution.
 
 def test_one_base_substitution_for_every_command(monkeypatch):
     m = matrix.load()

@@ -23,11 +23,12 @@ from harness import spec as hspec
 from harness.errors import HarnessError
 from harness.frameworks import dataparallel
 
-# The tolerance of tests/test_converge.py and its reasoning: 2 nodes x 1
+# The tolerance of tests/convergeenv.py and its reasoning: 2 nodes x 1
 # worker see the batches of 1 node x 2 workers, gradients averaged over the
 # global batch, so the curves differ only by float32 reduction order.
 RELATIVE_TOLERANCE = 1e-3
-# The smallest real-data run tests/test_converge.py trains, one epoch.
+# The smallest real-data run tests/test_converge_training.py trains, one
+# epoch.
 TRAIN, TEST, BATCH = 1024, 256, 64
 # Frameworks that train across nodes here (MULTI_NODE True): all but CNTK
 # and Caffe.

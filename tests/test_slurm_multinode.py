@@ -28,7 +28,7 @@ import processes
 import waits
 from dlrepro.run import cluster as node_cluster
 from harness.frameworks import dataparallel
-from test_converge import RELATIVE_TOLERANCE, _max_relative
+from convergeenv import RELATIVE_TOLERANCE, _max_relative
 from paths import INVOKE, ROOT
 
 SLURM_CONF = "/etc/slurm-nodes/slurm.conf"

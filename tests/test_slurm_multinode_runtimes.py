@@ -30,7 +30,7 @@ from dlrepro.run.runtimes import docker as docker_runtime
 
 from runtimeenv import (FRAMEWORK, INVOKE, binary_or_skip, cli_env,
                         docker_image)
-from test_converge import RELATIVE_TOLERANCE, _max_relative
+from convergeenv import RELATIVE_TOLERANCE, _max_relative
 from test_slurm_multinode import (ADDRESSES, NODES, SLURM_CONF,  # noqa: F401
                                   _node_pids, cluster)  # (autouse fixture)
 

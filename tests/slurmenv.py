@@ -1,0 +1,175 @@
+"""What the Slurm test modules share (tests/test_slurm_results.py,
+test_slurm_limits.py, test_engines.py): the test cluster or a skip, the
+fake cells' `invoke bench --executor slurm`, and what a run folder and
+Slurm say about a network's task. Each test module asks for cluster_for
+in an autouse fixture, so that no test runs without a cluster or leaves
+its processes and Slurm jobs behind."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+from pathlib import Path
+
+import fake_harness
+import needs
+import processes
+import waits
+from dlrepro.run import store
+from paths import INVOKE, ROOT, SCRIPTED
+
+FAKE = ["bench", "--framework", "pytorch", "--runtime", "native",
+        "--python", SCRIPTED, "--warmup", "1", "--threads", "1",
+        "--executor", "slurm"]
+
+
+def _cluster_or_skip():
+    reason = None
+    if shutil.which("sinfo") is None:
+        reason = "no Slurm client commands (sinfo) on PATH"
+    else:
+        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], text=True,
+                              capture_output=True, timeout=30)
+        states = proc.stdout.split()
+        if proc.returncode != 0 or not any(
+                s.rstrip("*") in ("idle", "mixed", "allocated",
+                                  "completing")
+                for s in states):
+            reason = (f"no Slurm node up (sinfo: "
+                      f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
+    if reason is not None:
+        needs.missing(reason, ".ci/slurm.sh", "DLREPRO_REQUIRE_SLURM")
+
+
+def _accounting_or_skip():
+    """The test cluster's accounting (slurmdbd: sacct, accounts and QOS
+    enforced) and its preempting partition `high`, as .ci/slurm.sh sets
+    them up; a cluster without them skips (fails in CI)."""
+    config = subprocess.run(["scontrol", "show", "config"], text=True,
+                            capture_output=True, timeout=30).stdout
+    said = dict(line.split("=", 1) for line in
+                (" ".join(l.split()) for l in config.splitlines())
+                if " = " in line)
+    said = {k.strip(): v.strip() for k, v in said.items()}
+    partitions = subprocess.run(["sinfo", "-h", "-o", "%R"], text=True,
+                                capture_output=True, timeout=30).stdout
+    reason = None
+    if said.get("AccountingStorageType") != "accounting_storage/slurmdbd":
+        reason = "no Slurm accounting (AccountingStorageType " \
+                 f"{said.get('AccountingStorageType')})"
+    elif "qos" not in said.get("AccountingStorageEnforce", ""):
+        reason = "Slurm does not enforce accounts and QOS"
+    elif "high" not in partitions.split():
+        reason = "no preempting partition `high`"
+    if reason is not None:
+        needs.missing(reason, ".ci/slurm.sh", "DLREPRO_REQUIRE_SLURM")
+
+
+def _queued(under=None):
+    """Array job ids in Slurm; with `under`, only those whose batch script
+    lies under that folder (a test's own, not another user's)."""
+    lines = subprocess.run(["squeue", "-h", "-o", "%F|%o"],
+                           capture_output=True, text=True).stdout.split()
+    return {line.split("|")[0] for line in lines
+            if under is None or line.split("|", 1)[-1].startswith(
+                str(under))}
+
+
+STARTED = []
+
+
+def cluster_for(tmp_path):
+    """A cluster, and nothing of a test left behind: its submitting
+    processes stopped, its Slurm jobs cancelled (a generator for a
+    fixture: it yields while the test runs)."""
+    _cluster_or_skip()
+    yield
+    for proc in STARTED:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    STARTED.clear()
+    left = _queued(under=tmp_path)
+    if left:
+        subprocess.run(["scancel"] + sorted(left))
+
+
+def invoke(*args, modes="", timeout=300, env=None):
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout,
+                          env=dict(env or os.environ,
+                                   DLREPRO_FAKE_MODES=modes))
+
+
+def start(*args, modes=""):
+    proc = processes.start([INVOKE, *args], cwd=ROOT,
+                           env=dict(os.environ, DLREPRO_FAKE_MODES=modes),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    STARTED.append(proc)
+    return proc
+
+
+def fake(out, *networks, iterations=3, extra=()):
+    return FAKE + ["--out", str(out), "--iterations", str(iterations)] + [
+        a for n in networks for a in ("--network", n)] + list(extra)
+
+
+def latest(out):
+    return (Path(out) / "latest").resolve()
+
+
+def record(out):
+    return store.read_run(latest(out))
+
+
+def result(out, network):
+    path = next(p for p in latest(out).glob(f"*-{network}-*.json")
+                if p.name.count(".") == 1)
+    return json.loads(path.read_text())
+
+
+def task_of(out, network):
+    """The Slurm task id (ARRAY_INDEX) of a network's job, once submitted."""
+    if not (latest(out) / "run.json").exists():
+        return None
+    for entry in record(out)["jobs"]:
+        if f"-{network}-" in entry["id"] and entry.get("slurm"):
+            return entry["slurm"]["job_id"]
+    return None
+
+
+def task_state(task):
+    proc = subprocess.run(["scontrol", "show", "job", "-o", task],
+                          capture_output=True, text=True)
+    for token in proc.stdout.split():
+        if token.startswith("JobState="):
+            return token.split("=", 1)[1]
+    return None
+
+
+def slow_steps(out, network):
+    """How many steps the task of `network`, in mode slow, has begun."""
+    logs = list(latest(out).glob(f"*-{network}-*.log"))
+    return sum(log.read_text().count(fake_harness.SLOW_STEP) for log in logs)
+
+
+def timing(out, network):
+    """Whether the task of `network` has finished a timed iteration."""
+    return waits.said_first_timed(*latest(out).glob(f"*-{network}-*.log"))
+
+
+def running(out, network):
+    task = task_of(out, network)
+    return task if task and task_state(task) == "RUNNING" else None
+
+
+def comparable(result):
+    """What a result says about its cell, without what differs between two
+    runs of it (times, the host's process, where it ran)."""
+    return {"status": result["status"], "cell": result["cell"],
+            "fields": sorted(result),
+            "model": {k: v for k, v in result["model"].items()
+                      if not k.startswith("achieved")},
+            "environment": sorted(result["environment"]),
+            "timing": sorted(result["timing"] or {})}
