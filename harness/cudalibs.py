@@ -136,3 +136,15 @@ def library_versions(fallback=None, paths=None):
         if versions[key] is None:
             sources[key] = "; ".join(reasons)
     return versions, sources
+
+
+def fill_from_loaded(found, sources):
+    """(found, sources) with the CUDA, cuDNN and NCCL versions a framework
+    did not report taken from the libraries this process loaded."""
+    missing = [k for k in ("cuda", "cudnn", "nccl") if k not in found]
+    if missing:
+        loaded, reasons = library_versions()
+        for key in missing:
+            found[key] = loaded[key]
+            sources[key] = reasons[key]
+    return found, sources

@@ -100,11 +100,8 @@ def subsample_padding(size, stride):
     return -size % stride
 
 
-def product(shape):
-    size = 1
-    for d in shape:
-        size *= d
-    return size
+# The number of elements of a tensor of `shape`, as networks counts them.
+product = nets.elements
 
 
 class ShapeRules(object):
@@ -198,3 +195,23 @@ class Session(object):
         self.model = model
         self.inputs = inputs
         self.labels = labels
+
+
+def numpy_batch(np, network, batch_size, seed, batch=None):
+    """The mini-batch (inputs, labels) as numpy arrays (module `np`),
+    batch-major: `batch` (a harness.data.Batch) when given, else drawn
+    from `seed` (word ids for a sequence network, else normal inputs)."""
+    words = network.input_dtype == "int64"
+    if batch is not None:
+        inputs = np.frombuffer(batch.inputs, dtype=np.int64 if words else
+                               np.float32).reshape(batch.input_shape)
+        labels = np.frombuffer(batch.labels, dtype=np.int64).reshape(
+            batch.label_shape)
+        return inputs, labels
+    rng = np.random.RandomState(seed)
+    shape = (batch_size,) + tuple(network.input_shape)
+    if words:
+        return (rng.randint(0, network.classes, size=shape),
+                rng.randint(0, network.classes, size=shape))
+    return (rng.standard_normal(shape).astype(np.float32),
+            rng.randint(0, network.classes, size=(batch_size,)))

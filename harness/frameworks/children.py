@@ -114,6 +114,15 @@ def stop(process):
             pass
 
 
+def refuse_taken_port(cluster, what):
+    """On node 0, a RuntimeError saying `what` cannot start when the
+    cluster's rendezvous port is taken (before a framework waits on it)."""
+    if cluster["node_rank"] == 0:
+        taken = port_taken(cluster["coordinator"], cluster["port"])
+        if taken:
+            raise RuntimeError("{}: {}".format(what, taken))
+
+
 def port_taken(host, port):
     """': port P of HOST is in use' when it cannot be bound now, else ''
     (a framework that aborts on a taken port says nothing clearer)."""

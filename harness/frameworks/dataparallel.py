@@ -12,6 +12,7 @@ batch's mean loss, as with one worker) the runs differ only by
 floating-point reduction order.
 """
 import argparse
+import functools
 import json
 import math
 import os
@@ -385,6 +386,12 @@ def train_worker(make_trainer, plan, out_path):
 def _terminated(signum, frame):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated("terminated by signal {}".format(signum))
+
+
+def trainer_main(module, make_trainer, argv=None):
+    """worker_main of a module whose worker is train_worker(make_trainer)."""
+    return worker_main(module, functools.partial(train_worker, make_trainer),
+                       argv)
 
 
 def worker_main(module, worker, argv=None):

@@ -338,23 +338,7 @@ def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as numpy arrays, batch-major (Caffe
     copies them into its Input blobs, on any device): `batch` (a
     harness.data.Batch) when given, else drawn from `seed`."""
-    np = _numpy()
-    if batch is not None:
-        dtype = np.int64 if is_sequence(network) else np.float32
-        inputs = np.frombuffer(batch.inputs, dtype=dtype).reshape(
-            batch.input_shape)
-        labels = np.frombuffer(batch.labels, dtype=np.int64).reshape(
-            batch.label_shape)
-        return inputs, labels
-    rng = np.random.RandomState(seed)
-    shape = (batch_size,) + tuple(network.input_shape)
-    if is_sequence(network):
-        inputs = rng.randint(0, network.classes, size=shape)
-        labels = rng.randint(0, network.classes, size=shape)
-    else:
-        inputs = rng.standard_normal(shape).astype(np.float32)
-        labels = rng.randint(0, network.classes, size=(batch_size,))
-    return inputs, labels
+    return backends.numpy_batch(_numpy(), network, batch_size, seed, batch)
 
 
 def prepare(network, batch_size, device, seed, batch=None,

@@ -193,23 +193,7 @@ def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as numpy arrays: `batch` (a
     harness.data.Batch) when given, else drawn from `seed`. CNTK's Values on
     the device need the model's input variables: prepare makes them."""
-    np = _numpy()
-    if batch is not None:
-        dtype = np.int64 if network.input_dtype == "int64" else np.float32
-        inputs = np.frombuffer(batch.inputs, dtype=dtype).reshape(
-            batch.input_shape)
-        labels = np.frombuffer(batch.labels, dtype=np.int64).reshape(
-            batch.label_shape)
-        return inputs, labels
-    rng = np.random.RandomState(seed)
-    shape = (batch_size,) + tuple(network.input_shape)
-    if network.input_dtype == "int64":
-        inputs = rng.randint(0, network.classes, size=shape)
-        labels = rng.randint(0, network.classes, size=shape)
-    else:
-        inputs = rng.standard_normal(shape).astype(np.float32)
-        labels = rng.randint(0, network.classes, size=(batch_size,))
-    return inputs, labels
+    return backends.numpy_batch(_numpy(), network, batch_size, seed, batch)
 
 
 def _device_values(network, features, labels, inputs, targets, device):

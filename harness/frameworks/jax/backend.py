@@ -102,13 +102,7 @@ def _cuda_versions():
             if code:
                 found[key] = fmt(code)
                 sources[key] = "jax._src.lib.cuda_versions.{}()".format(name)
-    missing = [k for k in ("cuda", "cudnn", "nccl") if k not in found]
-    if missing:
-        loaded, reasons = cudalibs.library_versions()
-        for key in missing:
-            found[key] = loaded[key]
-            sources[key] = reasons[key]
-    return found, sources
+    return cudalibs.fill_from_loaded(found, sources)
 
 
 def _narrow_affinity(threads):

@@ -211,11 +211,7 @@ def train(plan, data, log):
             "{} workers, {:g} s rendezvous timeout)".format(
                 cluster["node_rank"], cluster["coordinator"], cluster["port"],
                 cluster["nodes"], cluster["timeout_s"]))
-    if cluster["node_rank"] == 0:
-        taken = children.port_taken(cluster["coordinator"],
-                                        cluster["port"])
-        if taken:
-            raise RuntimeError("{}: {}".format(what, taken))
+    children.refuse_taken_port(cluster, what)
 
     def run(command, env):
         _run_node(command, env, plan, what)
@@ -316,13 +312,9 @@ class _Watchdog(object):
                 return
 
 
-def _worker(plan, out_path):
-    """One node's MXNet worker (under train() only)."""
-    dataparallel.train_worker(_Trainer, plan, out_path)
-
-
 def main(argv=None):
-    return dataparallel.worker_main(_MODULE, _worker, argv)
+    """One node's MXNet worker (under train() only)."""
+    return dataparallel.trainer_main(_MODULE, _Trainer, argv)
 
 
 if __name__ == "__main__":

@@ -76,13 +76,7 @@ def _cuda_versions(tf):
         if value:
             found[key] = str(value)
             sources[key] = "tf.sysconfig.get_build_info()"
-    missing = [k for k in ("cuda", "cudnn", "nccl") if k not in found]
-    if missing:
-        loaded, reasons = cudalibs.library_versions()
-        for key in missing:
-            found[key] = loaded[key]
-            sources[key] = reasons[key]
-    return found, sources
+    return cudalibs.fill_from_loaded(found, sources)
 
 
 def math_mode(device):
