@@ -11,6 +11,8 @@ import signal
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import fake_harness
 import needs
 import processes
@@ -76,6 +78,13 @@ def _queued(under=None):
 
 
 STARTED = []
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path):
+    """The one-node cluster or a skip, nothing left behind: a module of
+    Slurm tests asks for it with pytestmark (usefixtures)."""
+    yield from cluster_for(tmp_path)
 
 
 def cluster_for(tmp_path):

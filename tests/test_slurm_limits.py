@@ -2,10 +2,8 @@
 limits: bad input (one line, exit 2, nothing submitted), accounting
 (states from sacct, preemption, memory) and how often a result is written
 and validated on the way. Results and faults are
-tests/test_slurm_results.py; the shared helpers tests/slurmenv.py.
-
-Without a cluster the tests skip, saying so, unless DLREPRO_REQUIRE_SLURM
-is set (CI sets it), in which case they fail.
+tests/test_slurm_results.py, which says when they skip; the shared
+helpers tests/slurmenv.py.
 """
 import os
 import shutil
@@ -15,7 +13,6 @@ import sys
 
 import pytest
 
-import slurmenv
 from dlrepro.errors import UserError
 from dlrepro.run.engines.slurm import client
 from paths import ROOT, SCRIPTED
@@ -24,10 +21,8 @@ from slurmenv import (_accounting_or_skip, _queued, fake, invoke, record,
                       result, running, start, task_state, timing)
 
 
-@pytest.fixture(autouse=True)
-def cluster(tmp_path):
-    """Every test here: a cluster or a skip, nothing left behind."""
-    yield from slurmenv.cluster_for(tmp_path)
+# Every test here: a cluster or a skip, nothing left behind.
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 
 # --- bad input: one line, exit 2, nothing submitted ----------------------------

@@ -21,7 +21,6 @@ import time
 import pytest
 
 import processes
-import slurmenv
 from dlrepro.run import store
 from dockerenv import BASE_OVERRIDES, PREFIX
 from paths import INVOKE, ROOT
@@ -30,10 +29,8 @@ from slurmenv import (comparable, fake, invoke, record, result, running,
                       slow_steps, start, task_of, task_state, timing)
 
 
-@pytest.fixture(autouse=True)
-def cluster(tmp_path):
-    """Every test here: a cluster or a skip, nothing left behind."""
-    yield from slurmenv.cluster_for(tmp_path)
+# Every test here: a cluster or a skip, nothing left behind.
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 
 # --- results -----------------------------------------------------------------
