@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import fake_nvml
-from test_clocks import ROOT, torch_python
+from clockcells import torch_python
+from paths import ROOT
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "gpu_check.py")
 
@@ -99,7 +100,7 @@ def _load_report():
 def test_report_of_a_gpu_shaped_result(make_cell, tmp_path):
     """The GPU branches of the report, fed a result that the harness wrote
     for a stand-in GPU cell (fake H100, PyTorch on the CPU)."""
-    from test_clocks import GPU_CELL, start_cell
+    from clockcells import GPU_CELL, start_cell
     proc, paths = start_cell(
         tmp_path, [fake_nvml.hopper_h100(reasons=0x4)],
         make_cell(GPU_CELL, iterations=3, warmup=1,

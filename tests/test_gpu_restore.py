@@ -8,12 +8,12 @@ import subprocess
 import pytest
 
 import fake_nvml
+from clockcells import GPU_CELL, start_cell, wait_until_timing
 from paths import INVOKE, ROOT
 from dlrepro.run import gpu_restore
 from dlrepro.errors import UserError
 from harness import clocks
 from harness.nvml import Nvml, device_info
-from test_clocks import GPU_CELL, start_cell, wait_until_timing
 
 
 
