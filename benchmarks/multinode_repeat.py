@@ -5,7 +5,7 @@ nodes": the divergence this was written to reproduce.)
     .venv/bin/python benchmarks/multinode_repeat.py --framework mxnet \
         --runs 20 [--epochs 2] [--load 2] [--seed 5] [--out FILE] [--slurm]
 
-Harness level, as tests/test_multinode_harness.py runs it: two node
+Harness level, as tests/test_multinode_harness_*.py run it: two node
 processes of `python -m harness converge` on 127.0.0.1 / lo, each with its
 own cluster object, no Slurm. With --slurm: `invoke converge --nodes 2
 --executor slurm --runtime native` on the two-node test cluster
@@ -46,7 +46,7 @@ def spec(framework, workers, nodes, epochs, seed):
 
 def free_port(span=hspec.CLUSTER_PORTS):
     """A base port whose `span` ports are free now (the frameworks may use
-    port..port+span-1); tests/test_multinode_harness.py's too."""
+    port..port+span-1); tests/test_multinode_harness_*.py's too."""
     for _ in range(50):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -67,7 +67,7 @@ def _free(port):
 
 def cluster(nodes, rank, port, timeout_s=None):
     """The cluster object the Slurm executor writes per node, on this
-    machine's loopback (tests/test_multinode_harness.py's too)."""
+    machine's loopback (tests/test_multinode_harness_*.py's too)."""
     described = {"nodes": nodes, "node_rank": rank,
                "hosts": ["node{}".format(r) for r in range(nodes)],
                "addresses": ["127.0.0.1"] * nodes,
