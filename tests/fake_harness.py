@@ -36,6 +36,8 @@ class SleepingScript(Script):
 
 
 def main(mode, spec_path, out):
+    # Why this is long: one branch per scripted mode, read as one table of
+    # the ways a harness process can end.
     spec = json.load(open(spec_path))
     if mode == "torn-clocks":
         # a clock-state file cut short, as a SIGKILL mid-write could leave it

@@ -127,7 +127,8 @@ def _under_way(seen, per_epoch):
                                                 ("cntk", "global")])
 def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
         framework, loss_of, root, tmp_path, framework_python, schema):
-    """One node, 2 workers under a launcher (PyTorch: torchrun; CNTK:
+    """(Long because the scenario is one story: start, wait for epoch 1,
+    stop, then every promise about what was kept.) One node, 2 workers under a launcher (PyTorch: torchrun; CNTK:
     mpirun, in its image), SIGTERM (the host's timeout, Slurm's cancel)
     once epoch 1 is done and a later one under way: the result keeps the
     epochs done, the iterations measured since, and says it is partial."""

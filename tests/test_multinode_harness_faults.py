@@ -158,7 +158,8 @@ def _kill_launched(logs):
 @pytest.mark.parametrize("framework", ["pytorch", "jax", "mxnet"])
 def test_a_peer_killed_in_epoch_2_leaves_node_0_epoch_1(
         framework, root, mnist, tmp_path, framework_python, schema):
-    """Node 1 SIGKILLed as soon as node 0's workers have written epoch 1:
+    """(Long because the scenario is one story: two nodes, a kill, then
+    what each side kept.) Node 1 SIGKILLed as soon as node 0's workers have written epoch 1:
     node 0's result keeps epoch 1's curve (its workers wrote it as it
     grew), status error. PyTorch's node 0 fails by itself (gloo: the peer
     reset the connection); JAX's and MXNet's block on the lost peer, so
