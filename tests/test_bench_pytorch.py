@@ -12,7 +12,7 @@ import processes
 import waits
 from paths import INVOKE
 from harness import networks, provenance
-from dlrepro.run import runfolder as results
+from dlrepro.run import store as results
 
 
 @pytest.fixture(scope="session")
