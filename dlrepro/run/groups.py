@@ -17,7 +17,7 @@ GROUP_ENGINES = ("local",)
 def mode_of(flag, suite):
     """The mode --isolation (or else the suite's `isolation` key) asks for;
     a UserError in one line for any other word."""
-    mode = flag if flag is not None else suite.get("isolation", DEFAULT)
+    mode = flag if flag is not None else (suite.get("isolation") or DEFAULT)
     if mode not in MODES:
         raise UserError(f"unknown isolation {mode!r}; valid: "
                         f"{', '.join(MODES)}")
