@@ -171,3 +171,25 @@ def test_compare_says_when_the_runs_were_measured_under_different_modes(
     assert compared.returncode == 0, compared.stderr
     assert "different isolation modes (base: cell, this run: group)" in \
         compared.stdout
+
+
+def test_a_kill_of_the_sweep_stops_its_worker_and_resume_loses_nothing(
+        tmp_path):
+    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    wait_for(lambda: slow_steps(run_dir) and
+             statuses(run_dir)["fcn5"] == "ok")
+    worker = placed(run_dir, "fcn5")[2]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    # the worker hears of its parent's death and ends the cell it ran
+    wait_for(lambda: not alive(worker), what="the orphaned worker's end")
+    kept = result(run_dir, "fcn5")
+
+    again = invoke(*GROUP, "--out", str(tmp_path), "--resume")
+    assert again.returncode == 0, again.stderr
+    assert result(run_dir, "fcn5") == kept
+    rest = [placed(run_dir, n) for n in ("fcn8", "fcn-r")]
+    assert [c[:2] for c in rest] == [("ok", 1), ("ok", 2)]
+    assert rest[0][2] == rest[1][2] != worker
