@@ -95,7 +95,9 @@ def test_the_default_isolation_is_cell_one_process_per_cell(tmp_path):
 
 def test_a_cell_past_its_timeout_ends_timeout_and_the_group_goes_on(
         tmp_path):
-    done = invoke(*GROUP, "--out", str(tmp_path), "--timeout", "8",
+    # 15 s: ample for a worker to start on a loaded machine, well short of
+    # the slow cell's 21 one-second steps
+    done = invoke(*GROUP, "--out", str(tmp_path), "--timeout", "15",
                   modes="fcn8=slow")
     run_dir = (tmp_path / "latest").resolve()
     first, slow, last = (placed(run_dir, n) for n in NETWORKS)
