@@ -113,7 +113,7 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           compile=None, executor="local", partition=None, account=None,
           qos=None, constraint=None, exclusive=False, time_limit=None,
           array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
-          no_wait=False):
+          no_wait=False, isolation=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     flags = _flags(locals())
     from dlrepro.bench import runner
@@ -170,12 +170,14 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
              else parse.number(fail_slower, "--fail-slower"))
     if against is None and limit is not None:
         raise UserError("--fail-slower needs --against (a base run)")
-    _, pairs = versus.load_bench_run(out, run)
+    record, pairs = versus.load_bench_run(out, run)
     if against is None:
         _print_lines(compare_mod.format_rows(
             compare_mod.rows(pairs, compare_mod.load_reference())))
         return
-    _, base = versus.load_bench_run(out, against, "base run")
+    base_record, base = versus.load_bench_run(out, against, "base run")
+    from dlrepro.run import groups
+    _print_lines(filter(None, [groups.compare_line(base_record, record)]))
     rows, unmatched = versus.compare_runs(base, pairs,
                                           min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))

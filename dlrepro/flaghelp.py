@@ -27,6 +27,10 @@ SLURM = {
 }
 
 BENCH = {
+    "isolation": "cell (each cell in a process of its own, the default) or "
+                 "group (cells sharing every process-wide setting run one "
+                 "after another in one harness worker; native runtime only "
+                 "for now); default: the suite's `isolation`, else cell",
     "framework": "framework to run (repeatable, or comma-separated)",
     "all": "run every framework in dockerfiles/matrix.toml",
     "profile": "matrix profile (default: cpu for CPU cells; for GPU cells the "

@@ -23,6 +23,16 @@ CELL_FIELDS = ("framework", "profile", "network", "dataset", "batch_size",
                "global_batch_size", "device", "gpus", "threads", "iterations",
                "warmup", "runtime", "seed", "clock_policy", "precision",
                "compile")
+# Cell fields a framework reads once per process: its import and build
+# (framework, profile, runtime), the device it opens and how many GPUs,
+# thread pools (set at import), math switches and compilers that some
+# frameworks set globally, the GPU clocks, the seed its configure() sets.
+# Cells equal in all of them may share a process (harness.worker); the
+# host forms its groups from them.
+PROCESS_FIELDS = ("framework", "profile", "runtime", "device", "gpus",
+                  "threads", "precision", "compile", "clock_policy", "seed")
+# Spec keys that describe the process's place: the container and the stack.
+PROCESS_SPEC_KEYS = ("container", "stack")
 # Arithmetic a cell trains in: the framework's default (recorded as what it
 # resolves to), strict FP32 (TF32 and reduced-precision reductions off),
 # TF32 tensor cores for FP32 layers, or automatic mixed precision (bf16;

@@ -36,17 +36,9 @@ import traceback
 from . import blocks, frameworks, lifecycle, nvml, phases, provenance, \
     resultfile
 from .errors import HarnessError, Terminated
-from .spec import validate_cell
+from .spec import PROCESS_FIELDS, PROCESS_SPEC_KEYS, validate_cell
 from .throughput import run_cell
 
-# Cell fields a framework reads once per process: its import and build
-# (framework, profile, runtime), the device it opens and how many GPUs,
-# thread pools (set at import), math switches and compilers that some
-# frameworks set globally, the GPU clocks, the seed its configure() sets.
-PROCESS_FIELDS = ("framework", "profile", "runtime", "device", "gpus",
-                  "threads", "precision", "compile", "clock_policy", "seed")
-# Spec keys that describe the process's place: the container and the stack.
-PROCESS_SPEC_KEYS = ("container", "stack")
 SPEC_SUFFIX = ".spec.json"
 RESULT_SUFFIX = ".json"
 MODE = "group"

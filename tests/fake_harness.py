@@ -14,6 +14,7 @@ then SIGINT the sweep, as a Ctrl-C just after the result), fill-disk
 kernel kills it, as a cell bigger than its memory limit does; gives up with
 exit 4 at 4 GiB, so that a machine without a limit is not starved),
 ok@SECONDS (ok, each iteration taking SECONDS: a history with a step).
+`worker` (below) is `python -m harness worker` with these cells.
 """
 import json
 import os
@@ -33,6 +34,59 @@ SLOW_STEP = "fake harness: slow step\n"
 class SleepingScript(Script):
     def clock(self):
         return time.monotonic()
+
+
+def run_scripted(mode, spec, out, isolation=None):
+    """The real harness.throughput.run_cell with a scripted backend: ok
+    (0.01 s an iteration), ok@SECONDS, or slow."""
+    seconds = 0.01
+    if mode.startswith("ok@"):
+        mode, seconds = "ok", float(mode[3:])
+    n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
+    if mode == "ok":
+        script = Script([seconds] * n)
+        frameworks.load = lambda name, part="backend": Backend(script)
+        return throughput.run_cell(spec, out, clock=script.clock,
+                                   isolation=isolation)
+    script = SleepingScript([0.0] * n)
+    backend_step = Backend(script).prepare
+
+    class Slow(Backend):
+        def prepare(self, *args, **kwargs):
+            session = backend_step(*args, **kwargs)
+            step = session.step
+
+            def slow_step():
+                # A line a test can wait for: the cell is measuring
+                # (its SIGTERM handler is in place).
+                sys.stderr.write(SLOW_STEP)
+                sys.stderr.flush()
+                time.sleep(1.0)
+                return step()
+            session.step = slow_step
+            return session
+    frameworks.load = lambda name, part="backend": Slow(script)
+    return throughput.run_cell(spec, out, clock=script.clock,
+                               isolation=isolation)
+
+
+def worker(modes):
+    """`python -m harness worker` (the real one), each cell in the mode
+    `modes` maps its network to: ok, ok@SECONDS and slow as above, crash
+    (exit 3 mid-cell) and kill (SIGKILL itself mid-cell)."""
+    from harness import worker as worker_mod
+
+    def run_cell(spec, out, isolation=None):
+        mode = modes.get(spec["cell"]["network"], "ok")
+        if mode == "crash":
+            sys.stderr.write("boom: the framework crashed\n")
+            sys.stderr.flush()
+            os._exit(3)
+        if mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run_scripted(mode, spec, out, isolation)
+    worker_mod.run_cell = run_cell
+    return worker_mod.serve(sys.stdin, worker_mod.protocol_stream())
 
 
 def main(mode, spec_path, out):
@@ -65,36 +119,8 @@ def main(mode, spec_path, out):
             except OSError:
                 pass
         return 1
-    seconds = 0.01
-    if mode.startswith("ok@"):
-        mode, seconds = "ok", float(mode[3:])
-    if mode in ("ok", "slow"):
-        n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
-        if mode == "ok":
-            script = Script([seconds] * n)
-        else:
-            script = SleepingScript([0.0] * n)
-            backend_step = Backend(script).prepare
-
-            class Slow(Backend):
-                def prepare(self, *args, **kwargs):
-                    session = backend_step(*args, **kwargs)
-                    step = session.step
-
-                    def slow_step():
-                        # A line a test can wait for: the cell is measuring
-                        # (its SIGTERM handler is in place).
-                        sys.stderr.write(SLOW_STEP)
-                        sys.stderr.flush()
-                        time.sleep(1.0)
-                        return step()
-                    session.step = slow_step
-                    return session
-            frameworks.load = lambda name, part="backend": Slow(script)
-            throughput.run_cell(spec, out, clock=script.clock)
-            return 0
-        frameworks.load = lambda name, part="backend": Backend(script)
-        throughput.run_cell(spec, out, clock=script.clock)
+    if mode.startswith("ok@") or mode in ("ok", "slow"):
+        run_scripted(mode, spec, out)
         return 0
     if mode == "hog":
         held = []

@@ -7,7 +7,7 @@ from typing import Optional
 from dlrepro import hostinfo, matrix as matrix_mod
 from dlrepro.bench import phases, plan as plan_mod, report, suites
 from dlrepro.errors import NoUsableResult
-from dlrepro.run import command, pipeline, runtimes, store
+from dlrepro.run import command, groups, pipeline, runtimes, store
 
 
 @dataclass
@@ -35,6 +35,7 @@ class BenchFlags(command.EngineFlags):
     repeat: Optional[str] = None
     precision: Optional[str] = None
     compile: Optional[str] = None
+    isolation: Optional[str] = None
 
 
 def bench(flags, command_line="", echo=print):
@@ -54,12 +55,15 @@ def bench(flags, command_line="", echo=print):
     suite, jobs = make_plan(flags.suite, options, m, host_for(flags))
     runtime_options = {"python": flags.python} if flags.python else {}
     executor = command.executor_of(flags, suite, runtime_options)
+    isolation = groups.mode_of(flags.isolation, suite)
+    groups.check(isolation, flags.runtime, flags.executor)
     if flags.dry_run:
         _echo_lines(echo, plan_mod.format_plan(jobs))
         return None
     runtime = runtimes.get(flags.runtime, matrix=m, **runtime_options)
     run_dir = command.start(run_of(suite, jobs, flags.out, command_line,
-                                   flags.resume), runtime, m, executor)
+                                   flags.resume, isolation), runtime, m,
+                            executor)
     record, pairs = summary(run_dir, {j.id for j in jobs})
     if record["status"] == "submitted":
         echo(command.submitted_line(run_dir, record))
@@ -96,10 +100,10 @@ def make_plan(suite_name, options, m, host):
     return suite, plan_mod.build(suite, options, m, host)
 
 
-def run_of(suite, jobs, out, command, resume=False):
+def run_of(suite, jobs, out, command, resume=False, isolation="cell"):
     """The pipeline's Run for a bench plan."""
     return pipeline.Run(kind="bench", jobs=jobs, out=out, name=suite["name"],
-                        command=command, resume=resume,
+                        command=command, resume=resume, isolation=isolation,
                         suite={"name": suite["name"], "path": suite["path"],
                                "description": suite["description"]})
 

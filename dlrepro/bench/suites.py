@@ -40,7 +40,7 @@ GROUP_KEYS = {"networks", "batch_sizes", "device", "threads", "gpus",
               "iterations", "warmup", "timeout_s", "frameworks", "repeat",
               "clock_policy", "precision", "compile"}
 SUITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,63}")
-TOP_KEYS = {"name", "description", "defaults", "group", "slurm"}
+TOP_KEYS = {"name", "description", "defaults", "group", "slurm", "isolation"}
 DEFAULTS = {"device": "cpu", "threads": None, "gpus": [1], "iterations": 20,
             "warmup": 5, "timeout_s": 1800, "frameworks": None, "repeat": 1,
             "clock_policy": "observe", "precision": "default",
@@ -109,10 +109,11 @@ def parse(data, path):
         merged.update(checked)
         resolved.append(merged)
     # [slurm]: sbatch options for --executor slurm, checked by
-    # dlrepro.run.engines.slurm when used.
+    # dlrepro.run.engines.slurm when used; isolation: the default of
+    # --isolation, checked by dlrepro.run.groups when used.
     return {"name": data["name"], "description": data.get("description", ""),
             "path": str(path), "groups": resolved,
-            "slurm": data.get("slurm")}
+            "slurm": data.get("slurm"), "isolation": data.get("isolation")}
 
 
 def _check_group(group, where, needs_networks):

@@ -17,7 +17,8 @@ from harness.blocks import utc_now
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import collect, gpu_restore, runfolder, store, writer
+from dlrepro.run import collect, gpu_restore, groups, runfolder, store, \
+    writer
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
@@ -35,6 +36,7 @@ class Run(NamedTuple):
     command: str
     resume: bool = False
     suite: Optional[dict] = None
+    isolation: str = groups.DEFAULT   # dlrepro.run.groups
 
 
 def start(run, runtime, matrix=None, events=None, executor=None):
@@ -76,6 +78,7 @@ def _publish(run, run_dir, record):
     """run.json first, then `latest`: a kill between the two leaves
     `latest` on the previous run, never on a folder without run.json."""
     record["status"] = "running"
+    record["isolation"] = run.isolation
     runfolder.write_run(run_dir, record)
     runfolder.point_latest(run.out, run_dir, run.kind)
 
@@ -84,7 +87,7 @@ def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
                      done):
     try:
         _execute(run.jobs, runtime, engine, run_dir, record, matrix,
-                 events, done)
+                 events, done, run.isolation)
     except OSError as exc:
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
@@ -170,7 +173,8 @@ def _close(run_dir, record, status):
         pass  # a full disk: resume reads the result files themselves
 
 
-def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
+def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
+             isolation=groups.DEFAULT):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
     ends with the engine's status ("submitted" leaves it open)."""
     try:
@@ -183,7 +187,10 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
                 failures.get(job.placement.target)),
             prepare=lambda job: _prepare_files(job, runtime, run_dir, matrix),
             launch=lambda job, engine: launch_job(job, runtime, engine,
-                                                  run_dir, matrix)))
+                                                  run_dir, matrix),
+            finish=lambda job, exit, launch, container, spec: finish_job(
+                job, run_dir, exit, launch, container, spec),
+            isolation=isolation))
     except KeyboardInterrupt:
         _close(run_dir, record, "interrupted")
         raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
@@ -267,15 +274,22 @@ def launch_job(job, runtime, engine, run_dir, matrix, extra=None,
     file). The host writes the result at most once after the harness did;
     with `write` False not at all: the caller adds to it and writes it."""
     run_dir = Path(run_dir)
-    result_path = writer.result_path(run_dir, job.id)
     container, spec = _prepare_files(job, runtime, run_dir, matrix, extra)
     launch = runtime.launch(job, run_dir)
     try:
         exit = engine.run(launch, run_dir / f"{job.id}.log", job.timeout_s)
-        result, changed = collect.collect(job, run_dir, exit, launch,
-                                          container)
+        return finish_job(job, run_dir, exit, launch, container, spec, write)
     finally:
         runtime.cleanup(job, run_dir)
+
+
+def finish_job(job, run_dir, exit, launch, container, spec, write=True):
+    """A job's final result once its process ended (`exit`, an Exit), or
+    once a group's worker said its cell was done: collected, its GPU clocks
+    restored, written when the host changed it (and `write`)."""
+    run_dir = Path(run_dir)
+    result_path = writer.result_path(run_dir, job.id)
+    result, changed = collect.collect(job, run_dir, exit, launch, container)
     # A harness killed mid-job cannot restore the GPU clocks it changed:
     # the host does, from the state file it left on this side.
     message = gpu_restore.after_cell(result_path, spec["clock_state"])

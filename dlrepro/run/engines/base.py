@@ -6,7 +6,7 @@ ended. An engine never imports the pipeline."""
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from dlrepro.run import nodeenv, runfolder
 from dlrepro.run.events import Events
@@ -28,6 +28,12 @@ class Context:
     # Runs one job here to its final result: launch(job, engine).
     launch: Callable
     events: Events = field(default_factory=Events)
+    # A job's final result from its ended process (or its worker's word):
+    # finish(job, exit, launch, container, spec).
+    finish: Optional[Callable] = None
+    # "cell" or "group" (dlrepro.run.groups): whether jobs equal in their
+    # process-wide fields share one harness worker.
+    isolation: str = "cell"
 
     def entries(self):
         """{job id: run.json entry}."""

@@ -12,6 +12,7 @@ from harness.blocks import utc_now
 
 from dlrepro.run import writer
 from dlrepro.run.engines.base import Engine
+from dlrepro.run.engines.grouped import Grouped
 
 # Seconds the harness gets after SIGTERM to write its partial result.
 GRACE_S = 30
@@ -58,26 +59,43 @@ def stop(proc, launch, grace_s=None):
 
 class LocalEngine(Engine):
     name = "local"
+    # What the group runner (engines/grouped.py) shares with a job's own
+    # process: how its end is told, how it is stopped, how it starts.
+    exit_type = Exit
+    stop = staticmethod(stop)
+    child_setup = staticmethod(_term_when_parent_dies)
 
     def execute(self, context):
-        """Each job in turn, run.json written after each."""
+        """Each job in turn, run.json written after each; with --isolation
+        group, through one worker per group."""
+        grouped = Grouped(self, context) if context.isolation == "group" \
+            else None
+        launch = grouped.launch if grouped else \
+            (lambda job: context.launch(job, self))
         by_id = context.entries()
         total = len(context.jobs)
-        for index, job in enumerate(context.jobs, 1):
-            entry = by_id[job.id]
-            if job.id not in context.done:
-                context.events.start(index, total, job)
-                self._run_one(job, entry, context)
-                context.save()
-            context.events.finish(index, total, job, entry)
+        try:
+            for index, job in enumerate(context.jobs, 1):
+                entry = by_id[job.id]
+                if job.id not in context.done:
+                    context.events.start(index, total, job)
+                    self._run_one(job, entry, context, launch)
+                    context.save()
+                context.events.finish(index, total, job, entry)
+        finally:
+            if grouped:
+                grouped.close()
         return "complete"
 
-    def _run_one(self, job, entry, context):
+    def _run_one(self, job, entry, context, launch):
         entry["started_at"] = utc_now()
         started = time.monotonic()
-        result = context.cannot_run(job) or context.launch(job, self)
+        result = context.cannot_run(job) or launch(job)
         writer.end_entry(entry, result,
                          wall_s=round(time.monotonic() - started, 3))
+
+    def grace_s(self):
+        return GRACE_S
 
     def run(self, launch, log_path, timeout_s):
         """Run one launch to its end; an Exit. KeyboardInterrupt stops the

@@ -1,0 +1,215 @@
+"""--isolation group in the local engine: the jobs of a group (consecutive
+jobs with equal process-wide fields, dlrepro.run.groups) run in one
+`python -m harness worker` process, fed one spec path at a time, the next
+only after the worker said `cell-done`, so that each cell keeps every
+promise a cell in its own process has: its run.json entry, its timeout
+(the worker is stopped: SIGTERM, then SIGKILL after the grace), Ctrl-C,
+and a death mid-cell, after which the rest of the group continues in a
+fresh worker.
+
+The log: the worker's standard error goes to one file per worker,
+`<first job id>.worker.log`, which the worker itself writes (no pipe, no
+thread on this side that could fall behind); each job's own `<id>.log`
+gets a copy of the part written while it ran. The worker writes its
+`cell-done` line after its log lines, so the part is complete when the
+line is read, and collect's post-mortem reads the job's log as today."""
+import json
+import queue
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from dlrepro.run import groups
+from dlrepro.run.runtimes import harness_args
+
+WORKER_ARGS = ["-s", "-m", "harness", "worker"]
+
+
+def worker_argv(launch, job, run_dir):
+    """The worker's command line: the job's own launch with `run --spec
+    ... --out ...` replaced by `worker` (the runtime chose the interpreter
+    and the environment)."""
+    tail = harness_args(job, run_dir)
+    if launch.argv[-len(tail):] != tail:
+        raise RuntimeError(f"the runtime's command line does not end in "
+                           f"the harness's arguments: {launch.argv}")
+    return launch.argv[:-len(tail)] + WORKER_ARGS
+
+
+class Process:
+    """One running worker: its process, its protocol lines as they come,
+    its log."""
+
+    def __init__(self, proc, log_path):
+        self.proc = proc
+        self.log_path = log_path
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def feed(self, spec_path):
+        """Ask for the next cell; False when the worker is gone."""
+        try:
+            self.proc.stdin.write(f"{spec_path}\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError, ValueError):
+            return False
+
+    def next_event(self, deadline):
+        """(word, fields) of the worker's next line; ("exit", {}) at its
+        end; queue.Empty once `deadline` (monotonic) has passed."""
+        line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        if line is None:
+            return "exit", {}
+        word, _, rest = line.strip().partition(" ")
+        try:
+            return word, json.loads(rest or "{}")
+        except ValueError:
+            return "noise", {"line": line}
+
+    def log_size(self):
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def end(self, grace_s):
+        """End of input: the worker exits after its cell; killed if it has
+        not after `grace_s`."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Grouped:
+    """Runs a local run's jobs through workers, one group per worker;
+    `launch(job)` replaces the pipeline's launch for each job."""
+
+    def __init__(self, engine, context):
+        self.engine = engine
+        self.context = context
+        self.worker = None
+        self.key = None
+
+    def launch(self, job):
+        """Run `job` in the group's worker to its final result."""
+        if self.worker is not None and (
+                groups.process_key(job) != self.key
+                or self.worker.proc.poll() is not None):
+            self.close()
+        run_dir = self.context.run_dir
+        container, spec = self.context.prepare(job)
+        launch = self.context.runtime.launch(job, run_dir)
+        try:
+            exit = self._run_cell(job, launch)
+            return self.context.finish(job, exit, launch, container, spec)
+        finally:
+            self.context.runtime.cleanup(job, run_dir)
+
+    def close(self):
+        """End the current worker, if any."""
+        worker, self.worker = self.worker, None
+        if worker is not None:
+            worker.end(self.engine.grace_s())
+
+    def _start(self, job, launch):
+        run_dir = Path(self.context.run_dir)
+        log_path = run_dir / f"{job.id}.worker.log"
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                worker_argv(launch, job, run_dir), env=launch.env,
+                cwd=launch.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=log, text=True, bufsize=1, start_new_session=True,
+                preexec_fn=self.engine.child_setup)
+        self.worker = Process(proc, log_path)
+        self.key = groups.process_key(job)
+
+    def _run_cell(self, job, launch):
+        """Feed `job`'s spec to the worker (started if none runs) and wait
+        for its cell to end: an Exit for collect, as if the cell had run
+        in a process of its own."""
+        exit_type = self.engine.exit_type
+        started = time.monotonic()
+        if self.worker is None:
+            try:
+                self._start(job, launch)
+            except OSError as exc:
+                return exit_type(None, False, 0.0, f"{launch.argv[0]}: "
+                                 f"{exc.strerror or exc}")
+        worker = self.worker
+        offset = worker.log_size()
+        try:
+            status, timed_out = self._await_cell(job, launch, worker)
+        except BaseException:
+            self._stop(launch)
+            raise
+        finally:
+            self._copy_log(worker, offset, job)
+        return exit_type(status, timed_out, time.monotonic() - started,
+                         pid=worker.proc.pid)
+
+    def _await_cell(self, job, launch, worker):
+        """(exit status, timed out) of the cell: 0 once it is done, the
+        worker's own status once it has gone."""
+        spec_path = Path(self.context.run_dir) / f"{job.id}.spec.json"
+        deadline = time.monotonic() + job.timeout_s
+        if not worker.feed(spec_path):
+            return self._gone(), False
+        while True:
+            try:
+                word, fields = worker.next_event(deadline)
+            except queue.Empty:
+                return self._stop(launch), True
+            if word == "cell-done":
+                return 0, False
+            if word == "cell-invalid":
+                self._say_invalid(job, fields.get("message", ""))
+                return 2, False
+            if word == "exit":
+                return self._gone(), False
+
+    def _gone(self):
+        """A worker that ended by itself: its status."""
+        worker, self.worker = self.worker, None
+        return worker.proc.wait()
+
+    def _stop(self, launch):
+        """Stop the worker mid-cell as the local engine stops a cell's
+        process (it ends the cell with what it measured); its status."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return None
+        self.engine.stop(worker.proc, launch)
+        return worker.proc.returncode
+
+    def _say_invalid(self, job, message):
+        # What `run` prints for a spec it refuses, so that collect's
+        # post-mortem quotes it.
+        log = Path(self.context.run_dir) / f"{job.id}.log"
+        with open(log, "a") as handle:
+            handle.write(f"harness: error: {message}\n")
+
+    def _copy_log(self, worker, offset, job):
+        """The part of the worker's log written during `job`'s cell, into
+        the job's own log."""
+        try:
+            with open(worker.log_path, "rb") as source:
+                source.seek(offset)
+                part = source.read()
+            with open(Path(self.context.run_dir) / f"{job.id}.log",
+                      "ab") as log:
+                log.write(part)
+        except OSError:
+            pass

@@ -1,0 +1,197 @@
+"""--isolation group on the real command line: `invoke bench` with the
+native runtime and tests/bin/scripted-python, whose `-m harness worker` is
+the real harness worker running scripted cells (tests/fake_harness.py
+worker, modes per network through DLREPRO_FAKE_MODES), so that the worker
+process, its protocol, signals and the run folder are all real."""
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import fake_harness
+import processes
+from dlrepro.run import store
+from paths import INVOKE, ROOT, SCRIPTED
+from waits import wait_for
+
+BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
+         "--python", SCRIPTED, "--iterations", "20", "--warmup", "1",
+         "--threads", "1", "--network", "fcn5", "--network", "fcn8",
+         "--network", "fcn-r"]
+GROUP = BENCH + ["--isolation", "group"]
+NETWORKS = ("fcn5", "fcn8", "fcn-r")
+
+
+def _env(modes):
+    return dict(os.environ, DLREPRO_FAKE_MODES=modes)
+
+
+def invoke(*args, modes="", timeout=180):
+    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env=_env(modes))
+
+
+def start(*args, modes=""):
+    return processes.start([INVOKE, *args], cwd=ROOT, env=_env(modes),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+
+
+def result(run_dir, network):
+    return json.loads((Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1"
+                       f".json").read_text())
+
+
+def placed(run_dir, network):
+    """(status, position in its worker's group, worker pid) of a cell."""
+    found = result(run_dir, network)
+    isolation = found.get("isolation") or {}
+    return (found["status"], isolation.get("position"),
+            isolation.get("worker_pid"))
+
+
+def statuses(run_dir):
+    return {next(n for n in NETWORKS if f"-{n}-cpu-" in e["id"]): e["status"]
+            for e in store.read_run(run_dir)["jobs"]}
+
+
+def slow_steps(run_dir):
+    """Steps begun by a slow cell in any worker of the run (a worker's
+    log is copied into its job's log only when the cell ends)."""
+    return sum(path.read_text(errors="replace").count(fake_harness.SLOW_STEP)
+               for path in Path(run_dir).glob("*.worker.log"))
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_group_runs_its_cells_one_after_another_in_one_worker(tmp_path):
+    done = invoke(*GROUP, "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    cells = [placed(run_dir, n) for n in NETWORKS]
+    assert [c[:2] for c in cells] == [("ok", 1), ("ok", 2), ("ok", 3)]
+    assert len({c[2] for c in cells}) == 1
+    assert store.read_run(run_dir)["isolation"] == "group"
+    # each job keeps its own log, with what its cell printed
+    assert all((run_dir / f"pytorch-cpu-{n}-cpu-b16-t1.log").exists()
+               for n in NETWORKS)
+
+
+def test_the_default_isolation_is_cell_one_process_per_cell(tmp_path):
+    done = invoke(*BENCH, "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    assert store.read_run(run_dir)["isolation"] == "cell"
+    assert all(result(run_dir, n).get("isolation") is None for n in NETWORKS)
+    assert not list(run_dir.glob("*.worker.log"))
+
+
+def test_a_cell_past_its_timeout_ends_timeout_and_the_group_goes_on(
+        tmp_path):
+    # 15 s: ample for a worker to start on a loaded machine, well short of
+    # the slow cell's 21 one-second steps
+    done = invoke(*GROUP, "--out", str(tmp_path), "--timeout", "15",
+                  modes="fcn8=slow")
+    run_dir = (tmp_path / "latest").resolve()
+    first, slow, last = (placed(run_dir, n) for n in NETWORKS)
+    assert statuses(run_dir) == {"fcn5": "ok", "fcn8": "timeout",
+                                 "fcn-r": "ok"}, done.stderr
+    assert "timeout" in result(run_dir, "fcn8")["error"]["message"]
+    assert first[:2] == ("ok", 1) and slow[1:] == (2, first[2])
+    # what the stopped cell measured stays in its result
+    assert result(run_dir, "fcn8")["timing"]["per_iteration_s"]
+    assert last[:2] == ("ok", 1) and last[2] != first[2]
+
+
+def test_a_worker_killed_mid_cell_ends_that_cell_and_the_group_goes_on(
+        tmp_path):
+    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    wait_for(lambda: slow_steps(run_dir) and
+             statuses(run_dir)["fcn5"] == "ok")
+    worker = placed(run_dir, "fcn5")[2]
+    os.kill(worker, signal.SIGKILL)
+    _out, err = proc.communicate(timeout=120)
+    assert statuses(run_dir) == {"fcn5": "ok", "fcn8": "error",
+                                 "fcn-r": "ok"}, err
+    assert "SIGKILL" in result(run_dir, "fcn8")["error"]["message"]
+    assert placed(run_dir, "fcn-r")[1] == 1
+    assert placed(run_dir, "fcn-r")[2] != worker
+
+
+def test_ctrl_c_stops_the_worker_and_resume_runs_the_rest_grouped(
+        tmp_path):
+    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    wait_for(lambda: slow_steps(run_dir) and
+             statuses(run_dir)["fcn5"] == "ok")
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "kept 1 finished job(s)" in err and "Traceback" not in err
+    assert store.read_run(run_dir)["status"] == "interrupted"
+    stopped = result(run_dir, "fcn8")
+    assert stopped["error"]["type"] == "Terminated"
+    assert not alive(stopped["isolation"]["worker_pid"])
+    kept = result(run_dir, "fcn5")
+
+    again = invoke(*GROUP, "--out", str(tmp_path), "--resume")
+    assert again.returncode == 0, again.stderr
+    assert result(run_dir, "fcn5") == kept       # not measured twice
+    rest = [placed(run_dir, n) for n in ("fcn8", "fcn-r")]
+    assert [c[:2] for c in rest] == [("ok", 1), ("ok", 2)]
+    assert rest[0][2] == rest[1][2]
+
+
+def test_group_with_a_runtime_that_cannot_is_one_line_and_no_run(tmp_path):
+    docker = [a if a != "native" else "docker" for a in GROUP]
+    python = docker.index("--python")
+    del docker[python:python + 2]
+    done = invoke(*docker, "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "--isolation group" in done.stderr and "native" in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_compare_says_when_the_runs_were_measured_under_different_modes(
+        tmp_path):
+    one = BENCH[:-4] + ["--out", str(tmp_path)]
+    assert invoke(*one).returncode == 0
+    base = (tmp_path / "latest").resolve().name
+    assert invoke(*one, "--isolation", "group").returncode == 0
+    compared = invoke("compare", "--out", str(tmp_path), "--against", base)
+    assert compared.returncode == 0, compared.stderr
+    assert "different isolation modes (base: cell, this run: group)" in \
+        compared.stdout
+
+
+def test_a_kill_of_the_sweep_stops_its_worker_and_resume_loses_nothing(
+        tmp_path):
+    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    wait_for(lambda: slow_steps(run_dir) and
+             statuses(run_dir)["fcn5"] == "ok")
+    worker = placed(run_dir, "fcn5")[2]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    # the worker hears of its parent's death and ends the cell it ran
+    wait_for(lambda: not alive(worker), what="the orphaned worker's end")
+    kept = result(run_dir, "fcn5")
+
+    again = invoke(*GROUP, "--out", str(tmp_path), "--resume")
+    assert again.returncode == 0, again.stderr
+    assert result(run_dir, "fcn5") == kept
+    rest = [placed(run_dir, n) for n in ("fcn8", "fcn-r")]
+    assert [c[:2] for c in rest] == [("ok", 1), ("ok", 2)]
+    assert rest[0][2] == rest[1][2] != worker
