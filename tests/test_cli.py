@@ -189,7 +189,7 @@ def test_bench_is_one_function_the_task_and_tests_call(tmp_path, monkeypatch):
     a test calls the same function and gets the run the task makes."""
     from dlrepro.bench import runner
     from dlrepro.run import store
-    from test_faults import BENCH, SCRIPTED, invoke as invoke_bench
+    from scripted import BENCH, SCRIPTED, invoke as invoke_bench
     monkeypatch.setenv("DLREPRO_FAKE_MODES", "")
     said = []
     run_dir = runner.bench(runner.BenchFlags(

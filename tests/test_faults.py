@@ -12,78 +12,13 @@ from pathlib import Path
 
 import pytest
 
-import fake_harness
 import memcgroup
-import processes
 from dlrepro.run import store
-from paths import INVOKE, ROOT, SCRIPTED
+from paths import INVOKE, ROOT
 from waits import wait_for
 
-BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
-         "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
-         "--threads", "1"]
-
-
-def _env(modes):
-    return dict(os.environ, DLREPRO_FAKE_MODES=modes)
-
-
-def invoke(*args, modes="", timeout=120):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=_env(modes))
-
-
-def start(*args, modes=""):
-    return processes.start([INVOKE, *args], cwd=ROOT, env=_env(modes),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
-
-
-def bench(out, *networks, modes="", extra=()):
-    args = BENCH + ["--out", str(out)] + [a for n in networks
-                                          for a in ("--network", n)]
-    return invoke(*args, *extra, modes=modes)
-
-
-def harness_pids(run_dir):
-    """PIDs of processes whose command line names the run folder."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(run_dir) in cmdline and "scripted-python" in cmdline:
-            pids.append(int(proc.name))
-    return pids
-
-
-def slow_steps(run_dir, network):
-    """How many steps the cell of `network`, in mode slow, has begun."""
-    try:
-        log = (Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1.log"
-               ).read_text()
-    except FileNotFoundError:
-        return 0
-    return log.count(fake_harness.SLOW_STEP)
-
-
-def statuses(run_dir):
-    return {e["id"].split("-")[2]: e["status"]
-            for e in store.read_run(run_dir)["jobs"]}
-
-
-def row(text, network):
-    """The report table's row of `network`, split into columns."""
-    return next(line.split() for line in text.splitlines()
-                if line.startswith("pytorch ") and line.split()[1] == network)
-
-
-def started_at(run_dir, network):
-    path = Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1.json"
-    return json.loads(path.read_text())["started_at"], path.stat().st_mtime_ns
+from scripted import (BENCH, bench, env_for, harness_pids, invoke, row,
+                      slow_steps, start, started_at, statuses)
 
 
 def test_two_resumes_of_one_run_folder_exclude_each_other(tmp_path):
@@ -332,7 +267,7 @@ def start_in(cgroup, knowing, *args, modes=""):
     if knowing == "empty-log":
         argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                 'mount --bind /dev/null /dev/kmsg && exec "$@"', "sh", *argv]
-    return subprocess.Popen(argv, cwd=ROOT, env=_env(modes),
+    return subprocess.Popen(argv, cwd=ROOT, env=env_for(modes),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
                             preexec_fn=cgroup.enter)

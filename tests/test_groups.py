@@ -6,13 +6,12 @@ process, its protocol, signals and the run folder are all real."""
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import fake_harness
-import processes
 from dlrepro.run import store
-from paths import INVOKE, ROOT, SCRIPTED
+from paths import SCRIPTED
+from scripted import invoke, start
 from waits import wait_for
 
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
@@ -21,21 +20,6 @@ BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--network", "fcn-r"]
 GROUP = BENCH + ["--isolation", "group"]
 NETWORKS = ("fcn5", "fcn8", "fcn-r")
-
-
-def _env(modes):
-    return dict(os.environ, DLREPRO_FAKE_MODES=modes)
-
-
-def invoke(*args, modes="", timeout=180):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=_env(modes))
-
-
-def start(*args, modes=""):
-    return processes.start([INVOKE, *args], cwd=ROOT, env=_env(modes),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
 
 
 def result(run_dir, network):
@@ -61,6 +45,17 @@ def slow_steps(run_dir):
     log is copied into its job's log only when the cell ends)."""
     return sum(path.read_text(errors="replace").count(fake_harness.SLOW_STEP)
                for path in Path(run_dir).glob("*.worker.log"))
+
+
+def start_until_fcn8_is_under_way(tmp_path):
+    """A grouped sweep started, once fcn5 is done and the slow fcn8 has
+    begun its steps: (its process, its run folder)."""
+    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
+    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
+                       (tmp_path / "latest").resolve())
+    wait_for(lambda: slow_steps(run_dir) and
+             statuses(run_dir)["fcn5"] == "ok")
+    return proc, run_dir
 
 
 def alive(pid):
@@ -112,11 +107,7 @@ def test_a_cell_past_its_timeout_ends_timeout_and_the_group_goes_on(
 
 def test_a_worker_killed_mid_cell_ends_that_cell_and_the_group_goes_on(
         tmp_path):
-    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
-    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
-                       (tmp_path / "latest").resolve())
-    wait_for(lambda: slow_steps(run_dir) and
-             statuses(run_dir)["fcn5"] == "ok")
+    proc, run_dir = start_until_fcn8_is_under_way(tmp_path)
     worker = placed(run_dir, "fcn5")[2]
     os.kill(worker, signal.SIGKILL)
     _out, err = proc.communicate(timeout=120)
@@ -129,11 +120,7 @@ def test_a_worker_killed_mid_cell_ends_that_cell_and_the_group_goes_on(
 
 def test_ctrl_c_stops_the_worker_and_resume_runs_the_rest_grouped(
         tmp_path):
-    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
-    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
-                       (tmp_path / "latest").resolve())
-    wait_for(lambda: slow_steps(run_dir) and
-             statuses(run_dir)["fcn5"] == "ok")
+    proc, run_dir = start_until_fcn8_is_under_way(tmp_path)
     os.killpg(proc.pid, signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -177,11 +164,7 @@ def test_compare_says_when_the_runs_were_measured_under_different_modes(
 
 def test_a_kill_of_the_sweep_stops_its_worker_and_resume_loses_nothing(
         tmp_path):
-    proc = start(*GROUP, "--out", str(tmp_path), modes="fcn8=slow")
-    run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
-                       (tmp_path / "latest").resolve())
-    wait_for(lambda: slow_steps(run_dir) and
-             statuses(run_dir)["fcn5"] == "ok")
+    proc, run_dir = start_until_fcn8_is_under_way(tmp_path)
     worker = placed(run_dir, "fcn5")[2]
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)

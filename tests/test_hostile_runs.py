@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from dlrepro.run import store
-from test_faults import BENCH, INVOKE, ROOT, _env, bench, invoke, row
+from paths import INVOKE, ROOT
+from scripted import BENCH, bench, env_for as _env, invoke, row
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
 FCN8 = "pytorch-cpu-fcn8-cpu-b16-t1"

@@ -13,7 +13,7 @@ import pytest
 
 from disks import fill
 from paths import INVOKE, ROOT
-from test_faults import (BENCH, bench, harness_pids, invoke, row, start,
+from scripted import (BENCH, bench, harness_pids, invoke, row, start,
                          statuses)
 from waits import wait_for
 
