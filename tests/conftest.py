@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 # (dockerenv first: the others import it, and a plugin is rewritten for
 # pytest's asserts only when it is first imported as one).
 pytest_plugins = ["dockerenv", "_frameworks", "disks", "memcgroup",
-                  "runtimeenv", "slurmenv"]
+                  "runtimeenv", "slurmenv", "slurmnodes"]
 
 
 @pytest.fixture(scope="session")

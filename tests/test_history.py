@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import create_engine, select, text
 
 from dlrepro.history import machines, schema, steps
-from test_html_report import drawn, headless
+from browser import drawn, headless
 from paths import INVOKE, ROOT, SCRIPTED
 
 POSTGRES = os.environ.get(

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dlrepro.run import store
+from browser import drawn, headless
 from paths import INVOKE, ROOT
 
 GOLDEN_CONVERGE = ROOT / "tests" / "golden" / "runs" / "converge-v0"
@@ -92,39 +93,6 @@ def test_page_is_self_contained_with_each_figure_beside_its_table(page, runs):
     assert f"<td>pytorch</td><td>{version}</td>" in provenance
     assert "<td>2.13.0+cpu</td>" in provenance     # the old convergence run
     assert "GPU clock policy" in provenance and "Warnings (" in provenance
-
-
-def chromium():
-    path = shutil.which("chromium")
-    if path is None:
-        reason = ("chromium is not installed (Debian: apt-get install "
-                  "chromium; CI: .ci/chromium.sh)")
-        if os.environ.get("DLREPRO_REQUIRE_CHROMIUM"):
-            pytest.fail(f"DLREPRO_REQUIRE_CHROMIUM is set but {reason}")
-        pytest.skip(reason)
-    return path
-
-
-def headless(page, profile, *args):
-    """Run headless Chromium on `page`: (stdout, console lines)."""
-    proc = subprocess.run(
-        [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu",
-         "--hide-scrollbars", "--no-first-run", f"--user-data-dir={profile}",
-         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000",
-         *args, page.as_uri()],
-        capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    console = [line for line in proc.stderr.splitlines()
-               if ":CONSOLE" in line]
-    return proc.stdout, console
-
-
-def drawn(dom):
-    body = re.search(r"<body([^>]*)>", dom).group(1)
-    figures = re.search(r'data-figures="(\d+)/(\d+)"', body)
-    height = re.search(r'data-height="(\d+)"', body)
-    assert figures and height, body
-    return int(figures.group(1)), int(figures.group(2)), int(height.group(1))
 
 
 def png_size(path):

@@ -14,7 +14,6 @@ They need root (ip netns) like the cluster itself.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,61 +22,33 @@ from pathlib import Path
 
 import pytest
 
-import needs
 import processes
 import waits
 from dlrepro.run import cluster as node_cluster
 from harness.frameworks import dataparallel
 from convergeenv import RELATIVE_TOLERANCE, _max_relative
 from paths import INVOKE, ROOT
+from slurmnodes import ADDRESSES, NODES, node_pids, slurm_env
 
-SLURM_CONF = "/etc/slurm-nodes/slurm.conf"
-NODES = ("n1", "n2")
-ADDRESSES = ("10.213.0.11", "10.213.0.12")
+# Every test here: the two-node cluster or a skip.
+pytestmark = pytest.mark.usefixtures("slurm_nodes")
+
 # The smallest training that still gives a curve: 4 iterations an epoch.
 TINY = ["--network", "fcn-r", "--synthetic", "--train-samples", "256",
         "--test-samples", "64", "--global-batch-size", "64",
         "--runtime", "native"]
 
 
-def _env():
-    return dict(os.environ, SLURM_CONF=SLURM_CONF)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def cluster():
-    reason = None
-    if shutil.which("sinfo") is None:
-        reason = "no Slurm client commands (sinfo) on PATH"
-    elif not Path(SLURM_CONF).exists():
-        reason = f"no {SLURM_CONF}"
-    else:
-        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"],
-                              text=True, capture_output=True, timeout=30,
-                              env=_env())
-        states = dict(line.split()[:2] for line in proc.stdout.splitlines()
-                      if len(line.split()) >= 2)
-        if proc.returncode != 0 or not all(
-                states.get(n, "").rstrip("*") in ("idle", "mixed",
-                                                  "allocated")
-                for n in NODES):
-            reason = (f"nodes n1 and n2 not up (sinfo: "
-                      f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
-    if reason is not None:
-        needs.missing(reason, ".ci/slurm-nodes.sh",
-                      "DLREPRO_REQUIRE_SLURM_NODES")
-
-
 def _converge(out, *args, timeout=600):
     return subprocess.run([INVOKE, "converge", "--out", str(out), *TINY,
                            *args], cwd=ROOT, capture_output=True, text=True,
-                          env=_env(), timeout=timeout)
+                          env=slurm_env(), timeout=timeout)
 
 
 def _start(out, *args):
     return subprocess.Popen([INVOKE, "converge", "--out", str(out), *TINY,
                              *args], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=_env())
+                            stderr=subprocess.STDOUT, text=True, env=slurm_env())
 
 
 def _result(out, job_id):
@@ -100,22 +71,6 @@ def _an_epoch_written(out, job_id):
                             ).get("epochs"), 180, what=f"an epoch in {curves}")
 
 
-def _node_pids(node, needle):
-    """Processes in a node's network namespace whose command line holds
-    `needle`."""
-    proc = subprocess.run(["ip", "netns", "pids", node], text=True,
-                          capture_output=True)
-    found = []
-    for pid in proc.stdout.split():
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if needle in b" ".join(argv).decode(errors="replace"):
-            found.append(int(pid))
-    return found
-
-
 # --- what is refused before anything runs ---------------------------------------
 
 def test_nodes_need_slurm_and_not_docker(tmp_path):
@@ -129,7 +84,7 @@ def test_nodes_need_slurm_and_not_docker(tmp_path):
             "pytorch", "--network", "fcn-r", "--synthetic", "--workers", "2",
             "--nodes", "2", "--executor", "slurm", "--runtime", "docker"]
     out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
-                         env=_env())
+                         env=slurm_env())
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1
     assert out.stderr.startswith("error: --nodes 2 cannot use the docker "
@@ -190,12 +145,12 @@ def test_a_node_killed_mid_run_ends_the_job_with_its_reason(tmp_path):
                   "--timeout", "240")
     started = time.monotonic()
     try:
-        waits.wait_for(lambda: _node_pids("n2", "harness converge"), 120,
+        waits.wait_for(lambda: node_pids("n2", "harness converge"), 120,
                        every=0.2, what="n2's harness")
         # An epoch on both nodes first (they step together): node 0's curve
         # is kept.
         _an_epoch_written(tmp_path, "pytorch-fcn-r-w2-n2")
-        for pid in _node_pids("n2", "-m harness converge"):
+        for pid in node_pids("n2", "-m harness converge"):
             os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=240)
     finally:
@@ -245,7 +200,7 @@ def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
         # n2's part is stopped as soon as it shows: its harness never
         # joins the rendezvous.
         while not stopped and time.monotonic() - started < 120:
-            for pid in _node_pids("n2", "dlrepro.run.node slurm"):
+            for pid in node_pids("n2", "dlrepro.run.node slurm"):
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
             time.sleep(0.02)
@@ -266,7 +221,7 @@ def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
     assert "node 0 (n1)" in message
     nodes = result["slurm"]["nodes"]
     assert nodes[1]["status"] is None
-    assert not _node_pids("n2", "dlrepro.run.node slurm")
+    assert not node_pids("n2", "dlrepro.run.node slurm")
 
 
 def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
@@ -275,7 +230,7 @@ def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
     # are taken on n1 before the run.
     probe = subprocess.run(["sbatch", "--parsable", "--wrap", "true",
                             "--output", "/dev/null"], capture_output=True,
-                           text=True, env=_env(), check=True)
+                           text=True, env=slurm_env(), check=True)
     last = int(probe.stdout.strip().split(";")[0])
     taken = [node_cluster.port_of(last + k) + 3 for k in (1, 2, 3)]
     holder = subprocess.Popen(

@@ -31,8 +31,10 @@ from dlrepro.run.runtimes import docker as docker_runtime
 from runtimeenv import (FRAMEWORK, INVOKE, binary_or_skip, cli_env,
                         docker_image)
 from convergeenv import RELATIVE_TOLERANCE, _max_relative
-from test_slurm_multinode import (ADDRESSES, NODES, SLURM_CONF,  # noqa: F401
-                                  _node_pids, cluster)  # (autouse fixture)
+from slurmnodes import ADDRESSES, NODES, SLURM_CONF, node_pids
+
+# Every test here: the two-node cluster or a skip.
+pytestmark = pytest.mark.usefixtures("slurm_nodes")
 
 # The smallest training test_slurm_multinode.py uses: 4 iterations an epoch.
 TINY = ["--framework", FRAMEWORK, "--network", "fcn-r", "--synthetic",
@@ -70,7 +72,7 @@ def _container_harness(node):
     """The harness inside a container on `node` (not the podman client,
     whose command line holds the harness's too)."""
     found = []
-    for pid in _node_pids(node, "harness converge"):
+    for pid in node_pids(node, "harness converge"):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -198,8 +200,8 @@ def test_a_node_killed_in_its_container_ends_the_job_and_leaves_none(
     assert [n["status"] for n in result["slurm"]["nodes"]] == ["error",
                                                                "error"]
     assert not _podman_containers(run_dir.name)
-    assert not _node_pids("n1", "harness converge")
-    assert not _node_pids("n2", "harness converge")
+    assert not node_pids("n1", "harness converge")
+    assert not node_pids("n2", "harness converge")
 
 
 def test_side_nodes_containers_are_apart_between_runs(tmp_path):
