@@ -11,25 +11,16 @@ from dlrepro.run import command, groups, pipeline, runtimes, store
 
 
 @dataclass
-class BenchFlags(command.EngineFlags):
+class BenchFlags(command.RunFlags):
     """`invoke bench`'s flags as given (None: the suite's), with the
     task's defaults."""
-    framework: tuple = ()
     all: bool = False
     profile: Optional[str] = None
     suite: str = "smoke"
-    network: tuple = ()
     batch_size: tuple = ()
-    device: Optional[str] = None
     threads: tuple = ()
     iterations: Optional[str] = None
     warmup: Optional[str] = None
-    runtime: str = "docker"
-    out: str = "results"
-    resume: bool = False
-    dry_run: bool = False
-    timeout: Optional[str] = None
-    seed: str = "0"
     clock_policy: Optional[str] = None
     python: Optional[str] = None
     repeat: Optional[str] = None

@@ -26,10 +26,8 @@ CONVERGE = KINDS["converge"]
 
 
 @dataclass
-class ConvergeFlags(command.EngineFlags):
+class ConvergeFlags(command.RunFlags):
     """`invoke converge`'s flags as given, with the task's defaults."""
-    framework: tuple = ()
-    network: tuple = ()
     workers: Optional[str] = None
     gpus: Optional[str] = None
     nodes: Optional[str] = None
@@ -40,14 +38,7 @@ class ConvergeFlags(command.EngineFlags):
     train_samples: Optional[str] = None
     test_samples: Optional[str] = None
     target_loss: Optional[str] = None
-    device: Optional[str] = None
     threads: Optional[str] = None
-    seed: str = "0"
-    out: str = DEFAULT_OUT
-    timeout: Optional[str] = None
-    runtime: str = "docker"
-    resume: bool = False
-    dry_run: bool = False
 
 
 def converge(flags, command_line="", echo=print):

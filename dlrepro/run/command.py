@@ -3,7 +3,7 @@ the Slurm flags, the executor they ask for, one start with the live
 display, and the line for a run handed to Slurm without waiting.
 """
 import sys
-from dataclasses import field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass
 from typing import Optional
 
 from dlrepro.errors import UserError
@@ -27,6 +27,21 @@ EngineFlags.__module__ = __name__
 EngineFlags.__doc__ = ("Where the jobs run, as the flags say (flaghelp.SLURM): "
                        "--executor, the Slurm options, --slurm-config, "
                        "--no-wait.")
+
+
+@dataclass
+class RunFlags(EngineFlags):
+    """The flags bench and converge both take, with their one default."""
+    framework: tuple = ()
+    network: tuple = ()
+    device: Optional[str] = None
+    seed: str = "0"
+    runtime: str = "docker"
+    # Results go under the working directory, for every task.
+    out: str = "results"
+    resume: bool = False
+    dry_run: bool = False
+    timeout: Optional[str] = None
 
 
 def executor_of(flags, suite, runtime_options):
