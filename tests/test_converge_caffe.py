@@ -2,8 +2,8 @@
 one worker trains with Caffe's own solver on small generated MNIST files
 through dlrepro.converge.runner, and two workers on the CPU are refused as
 `unsupported`, saying why (Caffe 1.0's data parallelism is multi-GPU only).
-tests/test_converge.py compares 1 and 2 workers for the frameworks that
-have CPU data parallelism."""
+tests/test_converge_training.py compares 1 and 2 workers for the
+frameworks that have CPU data parallelism."""
 import math
 
 import caffeenv
