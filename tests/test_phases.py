@@ -122,6 +122,12 @@ def test_each_framework_has_its_own_sweep(make_cell):
     assert by_name["jax"].wall_s == pytest.approx(10.0)
     assert by_name["pytorch"].spent[phases.OTHERS] == pytest.approx(
         10.0, abs=1.0)
+    # The jax job between PyTorch's two counts against neither's fraction.
+    assert by_name["pytorch"].fraction == pytest.approx(
+        by_name["jax"].fraction, rel=0.1)
+    line = "\n".join(phases.summary_lines(pairs))
+    assert "other frameworks' jobs between" in line
+    assert "rest: other" not in line
 
 
 def test_a_convergence_runs_training_holds_its_iterations(make_cell):

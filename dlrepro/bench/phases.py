@@ -50,8 +50,14 @@ class Sweep:
         return sum(self.spent.get(name, 0.0) for name in MEASURED)
 
     @property
+    def own_s(self):
+        """Its wall time less the other frameworks' jobs that ran between
+        its own (a sweep interleaves frameworks)."""
+        return self.wall_s - self.spent.get(OTHERS, 0.0)
+
+    @property
     def fraction(self):
-        return self.measured_s / self.wall_s if self.wall_s > 0 else None
+        return self.measured_s / self.own_s if self.own_s > 0 else None
 
 
 def epoch_of(stamp):
@@ -241,14 +247,20 @@ def summary_lines(pairs, record=None):
 
 
 def _framework_lines(sweep):
-    wall = sweep.wall_s
+    # Shares of its own time: other frameworks' jobs between its own are
+    # said apart, not counted against it.
+    wall = sweep.own_s
+    others = sweep.spent.get(OTHERS, 0.0)
+    besides = (f"; other frameworks' jobs between: {_seconds(others)}"
+               if others >= 0.5 else "")
     head = (f"  {sweep.framework}: {_share(sweep.measured_s, wall)} "
             f"measured of {_seconds(wall)}, {_jobs(sweep.jobs)} (warm-up "
             f"{_share(sweep.spent.get('warm-up', 0.0), wall)}, timed "
-            f"{_share(sweep.spent.get('timed', 0.0), wall)})")
+            f"{_share(sweep.spent.get('timed', 0.0), wall)}){besides}")
     # Largest first; what rounds to 0% would only lengthen the line.
     rest = sorted(((s, n) for n, s in sweep.spent.items()
-                   if n not in MEASURED and wall > 0 and s / wall >= 0.005),
+                   if n not in MEASURED + (OTHERS,) and wall > 0 and
+                   s / wall >= 0.005),
                   reverse=True)
     lines = [head] + _packed([f"{n} {_share(s, wall)}" for s, n in rest],
                              "    rest: ")
