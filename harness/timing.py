@@ -12,10 +12,13 @@ FIRST_TIMED = "timing: the first timed iteration is done"
 
 def say_when_first(timed_count):
     """FIRST_TIMED on stderr when `timed_count`, the timed iterations done
-    so far, is 1."""
-    if timed_count == 1:
-        sys.stderr.write(FIRST_TIMED + "\n")
-        sys.stderr.flush()
+    so far, is 1; whether it said it (the caller keeps the write out of the
+    next iteration's time)."""
+    if timed_count != 1:
+        return False
+    sys.stderr.write(FIRST_TIMED + "\n")
+    sys.stderr.flush()
+    return True
 
 
 class Series(object):
@@ -59,7 +62,8 @@ def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
             else:
                 series.times.append(now - previous)
                 series.losses.append(loss)
-                say_when_first(len(series.times))
+                if say_when_first(len(series.times)):
+                    now = clock()  # the line is no part of the next iteration
             previous = now
             if i == warmup - 1:
                 cpu_start = cpu_clock()

@@ -92,3 +92,24 @@ def test_the_first_timed_iteration_is_said_after_the_warmup(capfd):
     run_loop(step, iterations=2, warmup=2, clock=clock)
     assert capfd.readouterr().err == FIRST_TIMED + "\n"
 
+
+
+def test_saying_the_first_timed_iteration_is_no_part_of_any(monkeypatch):
+    """The line's write (slow here: 100 s on the fake clock) is kept out of
+    every iteration's time; each step takes 1 s."""
+    now = [0.0]
+
+    class SlowStderr(object):
+        def write(self, text):
+            now[0] += 100.0
+
+        def flush(self):
+            pass
+
+    def step():
+        now[0] += 1.0
+        return 0.5
+
+    monkeypatch.setattr("sys.stderr", SlowStderr())
+    series = run_loop(step, warmup=1, iterations=3, clock=lambda: now[0])
+    assert series.times == [1.0, 1.0, 1.0]

@@ -211,8 +211,11 @@ def run_epochs(trainer, plan, train_count, curves=None,
                 loss = trainer.step(batch)
                 now = clock()
                 curves["iteration_s"].append(now - previous)
-                say_when_first(len(curves["iteration_s"]))
                 previous = now
+                if say_when_first(len(curves["iteration_s"])):
+                    # The line is no part of the next iteration.
+                    previous = clock()
+                    paused += previous - now
                 local.append(loss)
                 if progress.due(now):
                     progress.write(snapshot(curves, completed, epoch + 1,
