@@ -187,7 +187,8 @@ def job_for(cell, timeout_s, skip_reason=None, process=1, choice=None):
                                    cell["device"], cell["threads"],
                                    cell["gpus"], cell["clock_policy"]),
                skip_reason=skip_reason,
-               profile_choice=choice.as_record() if choice else None)
+               profile_choice=choice.as_record() if choice else None,
+               process=process)
 
 
 def _skip_reason(cell, host):

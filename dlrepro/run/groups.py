@@ -2,7 +2,14 @@
 default) or cells that share every process-wide setting run one after
 another in one harness worker (`group`, harness/worker.py). The mode is
 recorded in run.json and (by the worker) in each result; it is no part of
-a cell's identity, so job ids, specs and resume are the same in both."""
+a cell's identity, so job ids, specs and resume are the same in both.
+
+With --repeat N a group runs in N workers, one per process of its cells
+(a job's `process`, 1..N), each taking the cells in its own order
+(`permutation`), so that what differs between processes, and what a
+cell's place in its worker does to it, is measured rather than hidden."""
+import random
+
 from harness.spec import PROCESS_FIELDS
 
 from dlrepro.errors import UserError
@@ -47,16 +54,57 @@ def process_key(job):
     return tuple(cell.get(field) for field in PROCESS_FIELDS)
 
 
+def worker_key(job):
+    """What must be equal for two jobs to run in the same worker: their
+    process-wide fields and the process of its cell they are (--repeat)."""
+    return process_key(job) + (job.process,)
+
+
 def form(jobs):
-    """The groups of `jobs`: runs of jobs consecutive in the plan with
-    equal process-wide fields, in order."""
-    groups = []
+    """The workers' groups of `jobs` (in worker order, see `order`): runs
+    of consecutive jobs with equal worker keys, in order."""
+    return _runs(jobs, worker_key)
+
+
+def order(jobs):
+    """The jobs in the order their workers take them: for each group of
+    jobs consecutive in the plan with equal process-wide fields, process
+    1's jobs, then process 2's, ..., each process's jobs in plan order
+    permuted by `permutation(jobs, group seed, process)`. Deterministic:
+    a resumed run keeps every worker's order (and skips what is done)."""
+    ordered = []
+    for group in _runs(jobs, process_key):
+        seed = group[0].spec.get("seed")
+        for process in sorted({job.process for job in group}):
+            mine = [job for job in group if job.process == process]
+            ordered.extend(permutation(mine, seed, process))
+    return ordered
+
+
+def permutation(items, seed, process):
+    """The order in which process `process` of a group takes its `items`
+    (given in plan order): process 1 in plan order, process 2 in reverse
+    (the first and the last cells change places), process 3
+    and later in a shuffle drawn from random.Random(f"{seed}:{process}")
+    with the cells' seed, the same on every run."""
+    items = list(items)
+    if process == 1:
+        return items
+    if process == 2:
+        return items[::-1]
+    random.Random(f"{seed}:{process}").shuffle(items)
+    return items
+
+
+def _runs(jobs, key):
+    """`jobs` cut into runs of consecutive jobs with equal `key(job)`."""
+    runs = []
     for job in jobs:
-        if groups and process_key(groups[-1][-1]) == process_key(job):
-            groups[-1].append(job)
+        if runs and key(runs[-1][-1]) == key(job):
+            runs[-1].append(job)
         else:
-            groups.append([job])
-    return groups
+            runs.append([job])
+    return runs
 
 
 def recorded(record):

@@ -41,6 +41,9 @@ class Job(NamedTuple):
     # How a GPU cell's profile was chosen (dlrepro.bench.gpuprofile), for
     # its result; not part of what it measures.
     profile_choice: Optional[dict] = None
+    # Which process of its cell the job is (--repeat: 1..N); with
+    # --isolation group each process of a group has a worker of its own.
+    process: int = 1
 
     @property
     def type(self):
