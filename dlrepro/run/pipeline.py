@@ -177,6 +177,8 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
              isolation=groups.DEFAULT):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
     ends with the engine's status ("submitted" leaves it open)."""
+    if isolation == "group":
+        jobs = groups.order(jobs)
     try:
         reasons, failures = _prepare(jobs, runtime, events, done)
         status = engine.execute(Context(

@@ -106,7 +106,7 @@ class Grouped:
     def launch(self, job):
         """Run `job` in the group's worker to its final result."""
         if self.worker is not None and (
-                groups.process_key(job) != self.key
+                groups.worker_key(job) != self.key
                 or self.worker.proc.poll() is not None):
             self.close()
         run_dir = self.context.run_dir
@@ -134,7 +134,7 @@ class Grouped:
                 stderr=log, text=True, bufsize=1, start_new_session=True,
                 preexec_fn=self.engine.child_setup)
         self.worker = Process(proc, log_path)
-        self.key = groups.process_key(job)
+        self.key = groups.worker_key(job)
 
     def _run_cell(self, job, launch):
         """Feed `job`'s spec to the worker (started if none runs) and wait
