@@ -61,7 +61,9 @@ BENCH = {
     "python": "native runtime: use this interpreter for every framework "
               "instead of making virtual environments",
     "repeat": "independent processes per cell (default: the suite's, 1); the "
-              "cell's interval then spans the processes",
+              "cell's interval then spans the processes; with --isolation "
+              "group, N workers per group, each taking the cells in its own "
+              "order",
     **SLURM,
     "precision": "default (the framework's own, recorded as what it resolves "
                  "to), fp32 (strict: no TF32), tf32, bf16 or fp16 (mixed "
