@@ -192,6 +192,16 @@ def test_the_permutation_is_the_seeds_and_the_processes_alone():
     assert nets == list("abcdefgh")     # the input is left as it was
 
 
+def test_a_shuffle_never_repeats_the_first_two_orders_from_three_cells():
+    nets = ["a", "b", "c"]
+    for seed in range(50):
+        for process in (3, 4, 5):
+            order = groups.permutation(nets, seed, process)
+            assert sorted(order) == nets
+            assert order not in (nets, nets[::-1])
+    assert sorted(groups.permutation(["a", "b"], 0, 3)) == ["a", "b"]
+
+
 def test_order_keeps_groups_apart_and_in_plan_sequence():
     jobs = (planned(["a", "b"], 2) + planned(["a", "b"], 2,
                                              framework="tensorflow")

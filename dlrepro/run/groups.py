@@ -86,14 +86,20 @@ def permutation(items, seed, process):
     (given in plan order): process 1 in plan order, process 2 in reverse
     (the first and the last cells change places), process 3
     and later in a shuffle drawn from random.Random(f"{seed}:{process}")
-    with the cells' seed, the same on every run."""
-    items = list(items)
+    with the cells' seed, the same on every run; from three cells on, a
+    shuffle equal to process 1's or 2's order is drawn again from the same
+    generator, so that it tells something they do not."""
+    plan = list(items)
     if process == 1:
-        return items
+        return plan
     if process == 2:
-        return items[::-1]
-    random.Random(f"{seed}:{process}").shuffle(items)
-    return items
+        return plan[::-1]
+    rng = random.Random(f"{seed}:{process}")
+    shuffled = plan[:]
+    while True:
+        rng.shuffle(shuffled)
+        if len(plan) < 3 or shuffled not in (plan, plan[::-1]):
+            return shuffled
 
 
 def _runs(jobs, key):
