@@ -75,6 +75,9 @@ def test_each_process_of_a_group_has_a_worker_and_its_own_order(tmp_path):
     # cells trade places
     assert by_process[1] == list(NETWORKS)
     assert by_process[2] == list(reversed(NETWORKS))
+    # run.json says which worker takes which jobs, in which order
+    assert store.read_run(run_dir)["workers"] == [
+        [job_id(n, p) for n in expected(p)] for p in (1, 2, 3)]
     # what each cell had before it is in its result
     last = result(run_dir, by_process[2][-1], 2)["isolation"]
     assert last["cells_before"] == [job_id(n, 2) for n in by_process[2][:-1]]
@@ -131,6 +134,8 @@ def test_a_kill_mid_group_and_resume_measure_nothing_twice_in_order(
     statuses = {e["id"]: e["status"]
                 for e in store.read_run(run_dir)["jobs"]}
     assert set(statuses.values()) == {"ok"} and len(statuses) == 6
+    assert store.read_run(run_dir)["workers"][1] == [
+        job_id(n, 2) for n in ("fcn-r", "fcn8", "fcn5")]
 
 
 def alive(pid):

@@ -81,6 +81,13 @@ def order(jobs):
     return ordered
 
 
+def planned_workers(ordered):
+    """run.json's `workers`: the job ids each worker is planned to take,
+    in its order (`ordered` as `order` returns it); a worker that dies or
+    is stopped mid-group leaves the rest of its list to a fresh one."""
+    return [[job.id for job in group] for group in form(ordered)]
+
+
 def permutation(items, seed, process):
     """The order in which process `process` of a group takes its `items`
     (given in plan order): process 1 in plan order, process 2 in reverse

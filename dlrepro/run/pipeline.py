@@ -179,6 +179,7 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
     ends with the engine's status ("submitted" leaves it open)."""
     if isolation == "group":
         jobs = groups.order(jobs)
+        record["workers"] = groups.planned_workers(jobs)
     try:
         reasons, failures = _prepare(jobs, runtime, events, done)
         status = engine.execute(Context(
