@@ -180,6 +180,8 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
     if isolation == "group":
         jobs = groups.order(jobs)
         record["workers"] = groups.planned_workers(jobs)
+    else:  # a group run resumed under --isolation cell
+        record.pop("workers", None)
     try:
         reasons, failures = _prepare(jobs, runtime, events, done)
         status = engine.execute(Context(
