@@ -35,6 +35,8 @@ import traceback
 
 from . import blocks, frameworks, lifecycle, nvml, phases, provenance, \
     resultfile
+from .clockgroup import GroupClocks
+from .clockstate import signals_deferred
 from .errors import HarnessError, Terminated
 from .spec import PROCESS_FIELDS, PROCESS_SPEC_KEYS, validate_cell
 from .throughput import run_cell
@@ -178,6 +180,16 @@ class Worker(object):
         self.gpu_module = gpu_module
         self.fixed = None
         self.cells_before = []
+        # The group's clock policy: applied before its first GPU cell's
+        # warm-up, restored by end_group whenever the worker ends.
+        self.clocks = GroupClocks(gpu_module)
+
+    def end_group(self):
+        """Restore what the group's clock policy changed. A signal during
+        it waits (a restore cut short would leave the GPU changed); the
+        worker ends anyway."""
+        with signals_deferred():
+            self.clocks.restore()
 
     def say(self, event, **fields):
         self.protocol.write("{} {}\n".format(event, json.dumps(
@@ -229,7 +241,8 @@ class Worker(object):
             else:
                 self.cells_before.append(
                     os.path.basename(out)[:-len(RESULT_SUFFIX)])
-                result, ending = run_guarded(spec, cell, out, isolation)
+                result, ending = run_guarded(spec, cell, out, isolation,
+                                             self.clocks)
         except (Terminated, KeyboardInterrupt) as exc:
             # Before the cell began: it ends here, unrun, and so does the
             # worker.
@@ -248,7 +261,7 @@ def _stat(path):
     return (found.st_ino, found.st_mtime)
 
 
-def run_guarded(spec, cell, out, isolation):
+def run_guarded(spec, cell, out, isolation, group_clocks=None):
     """run_cell, and a result however it ends: a signal or a failure outside
     the cell's own lifecycle (before it arms SIGTERM or after its write)
     still leaves the cell a result, unless the cell wrote its own. Returns
@@ -256,7 +269,8 @@ def run_guarded(spec, cell, out, isolation):
     or None)."""
     before = _stat(out)
     try:
-        result = run_cell(spec, out, isolation=isolation)
+        result = run_cell(spec, out, isolation=isolation,
+                          group_clocks=group_clocks)
     except (Exception, Terminated, KeyboardInterrupt) as exc:
         traceback.print_exc()
         sys.stderr.flush()
@@ -313,5 +327,6 @@ def serve(commands, protocol, gpu_module=None):
     except KeyboardInterrupt:
         return EXIT_STATUS["KeyboardInterrupt"]
     finally:
+        worker.end_group()
         signal.signal(signal.SIGTERM, previous)
     return 0
