@@ -12,12 +12,13 @@ The record on disk (harness/clockstate.py) covers the group:
 - `<first>.worker.clock-state.json` (clockstate.group_state_path of the
   first GPU cell's state file) holds the original state and every change
   from before the first set call until the worker has restored them.
-- While a cell runs, its own state file (the spec's `clock_state`) holds a
-  copy of that record, naming the group's file in `group_state`; the copy
-  is removed when the cell ends, before its result is written. So the
-  host's check after each cell (dlrepro/run/gpu_restore.after_cell) finds
-  the cell's file only when the worker died during it, and restores from
-  it; after the worker ends, the host checks the group's file.
+- From a cell's start (before its model is built) until just before the
+  worker says it is done, the cell's own state file (the spec's
+  `clock_state`) holds a copy of that record, naming the group's file in
+  `group_state`. So the host's check after each cell
+  (dlrepro/run/gpu_restore.after_cell) finds the cell's file only when
+  the worker died during it, and restores from it; once the worker has
+  ended, the host checks the group's file (after_group).
 
 An `observe` policy changes nothing and needs no record: each cell reads
 the clocks itself, as a cell in its own process does.
@@ -43,21 +44,51 @@ class GroupClocks(object):
         self.first_cell = None
         self.path = None
         self.cells = 0
+        self.copy_path = None   # the running cell's state file
+
+    def cell_begins(self, cell_state_path):
+        """A cell starts: where its copy of the record goes, written now
+        when the group already holds the clocks. Returns a warning or
+        None."""
+        self.copy_path = cell_state_path
+        if self.session is None:
+            return None
+        return self._copy_to(cell_state_path)
+
+    def cell_ends(self):
+        """The running cell's copy removed (the worker, not the host,
+        restores what the group holds), just before the worker says the
+        cell is done. Returns a warning or None."""
+        path, self.copy_path = self.copy_path, None
+        if path is None:
+            return None
+        try:
+            os.remove(path)
+        except OSError as exc:
+            if os.path.exists(path):
+                return ("cannot remove the cell's copy of the group's clock "
+                        "state {} ({}); the host may restore the clocks "
+                        "while the group holds them".format(path, exc))
+        return None
 
     def hold(self, policy, used, cell_state_path, datasheet_base, log):
         """The policy applied (on the first call: now) for a cell about to
         warm up, its GPUs `used` ((index, handle, info) each), and the
-        cell's copy of the record written. Returns (the session, what the
-        cell records about the group: `group` of its gpu_clocks block, a
-        warning or None)."""
+        cell's copy of the record written once it is first applied (the
+        cells after have theirs from cell_begins). Returns (the session,
+        what the cell records about the group: `group` of its gpu_clocks
+        block, a warning or None)."""
+        warning = None
         if self.session is None:
             self._apply(policy, used, cell_state_path, datasheet_base, log)
+            self.copy_path = cell_state_path
+            warning = self._copy_to(cell_state_path)
         self.cells += 1
         group = {"state_file": os.path.basename(self.path),
                  "first_cell": self.first_cell,
                  "cell_in_group": self.cells,
                  "checked_at_start": self._check()}
-        return self.session, group, self._copy_to(cell_state_path)
+        return self.session, group, warning
 
     def _copy_to(self, cell_state_path):
         """The record, naming the group's file, where the host looks after
@@ -106,20 +137,6 @@ class GroupClocks(object):
         """The per-GPU records as a cell's result takes them: a copy, which
         the cell's own checks may add to."""
         return copy.deepcopy(self.session.records)
-
-    @staticmethod
-    def release_cell(cell_state_path):
-        """The cell's copy of the record removed: the worker, not the
-        host, restores what the group holds. Returns a warning or None."""
-        try:
-            os.remove(cell_state_path)
-        except OSError as exc:
-            if os.path.exists(cell_state_path):
-                return ("cannot remove the cell's copy of the group's clock "
-                        "state {} ({}); the host may restore the clocks "
-                        "while the group holds them".format(
-                            cell_state_path, exc))
-        return None
 
     def restore(self):
         """Restore what the policy changed and end NVML; idempotent.

@@ -199,11 +199,8 @@ class CellGpus(object):
             traceback.print_exc()
             self._warn("telemetry failed: {}: {}".format(type(exc).__name__,
                                                          exc))
-        if self.group_block is not None:
-            warning = self.group.release_cell(self.state_path)
-            if warning:
-                self._warn(warning)
-        elif self.session is not None:
+        # A group's clocks stay set for its next cell (harness.clockgroup).
+        if self.session is not None:
             try:
                 self.session.restore()
             except Exception as exc:  # still record it and write the result

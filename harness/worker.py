@@ -33,8 +33,8 @@ import signal
 import sys
 import traceback
 
-from . import blocks, frameworks, lifecycle, nvml, phases, provenance, \
-    resultfile
+from . import blocks, clocks, frameworks, lifecycle, nvml, phases, \
+    provenance, resultfile
 from .clockgroup import GroupClocks
 from .clockstate import signals_deferred
 from .errors import HarnessError, Terminated
@@ -184,6 +184,16 @@ class Worker(object):
         # warm-up, restored by end_group whenever the worker ends.
         self.clocks = GroupClocks(gpu_module)
 
+    def clocks_for(self, out, spec):
+        """The group's clock record copied to this cell's state file for
+        as long as the cell runs, where the host looks should the worker
+        die during it (harness.clockgroup)."""
+        try:
+            path = clocks.state_path(out, spec.get("clock_state"))
+        except HarnessError:
+            return  # the cell itself ends on it, as in `run`
+        log_warning(self.clocks.cell_begins(path))
+
     def end_group(self):
         """Restore what the group's clock policy changed. A signal during
         it waits (a restore cut short would leave the GPU changed); the
@@ -233,6 +243,7 @@ class Worker(object):
         isolation = self.isolation_block()
         try:
             self.say("cell-start", spec=spec_path)
+            self.clocks_for(out, spec)
             self.hold_less(isolation["memory_held"])
             refusal = mismatch(self.fixed, settings)
             if refusal:
@@ -249,8 +260,15 @@ class Worker(object):
             error = lifecycle.error_block(exc)
             result, ending = write_unrun(spec, cell, out, isolation,
                                          error), error["type"]
+        log_warning(self.clocks.cell_ends())
         self.say("cell-done", result=out, status=result["status"])
         return EXIT_STATUS.get(ending)
+
+
+def log_warning(message):
+    if message:
+        sys.stderr.write("harness: WARNING: {}\n".format(message))
+        sys.stderr.flush()
 
 
 def _stat(path):
