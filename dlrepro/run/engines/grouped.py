@@ -135,9 +135,14 @@ class Grouped:
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.end(self.engine.grace_s())
-            message = gpu_restore.after_group(worker_clock_state(worker))
-            if message:
-                self.context.events.log(message)
+            self._check_clocks(worker)
+
+    def _check_clocks(self, worker):
+        """Once `worker` has ended: restore the GPU clocks its group held
+        if it could not (killed, or dead before its end)."""
+        message = gpu_restore.after_group(worker_clock_state(worker))
+        if message:
+            self.context.events.log(message)
 
     def _start(self, job, launch):
         run_dir = Path(self.context.run_dir)
@@ -198,7 +203,9 @@ class Grouped:
     def _gone(self):
         """A worker that ended by itself: its status."""
         worker, self.worker = self.worker, None
-        return worker.proc.wait()
+        status = worker.proc.wait()
+        self._check_clocks(worker)
+        return status
 
     def _stop(self, launch):
         """Stop the worker mid-cell as the local engine stops a cell's
