@@ -36,6 +36,13 @@ class SleepingScript(Script):
         return time.monotonic()
 
 
+def gpu_capable(backend):
+    """`backend`, taking `gpu` cells too: it computes them as `cpu` ones,
+    and the fake NVML (where a test puts it on PYTHONPATH) is the GPU."""
+    backend.DEVICES = ("cpu", "gpu")
+    return backend
+
+
 def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
     """The real harness.throughput.run_cell with a scripted backend: ok
     (0.01 s an iteration), ok@SECONDS, or slow; `gpu` cells are computed
@@ -46,7 +53,8 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
     n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
     if mode == "ok":
         script = Script([seconds] * n)
-        frameworks.load = lambda name, part="backend": Backend(script)
+        frameworks.load = lambda name, part="backend": gpu_capable(
+            Backend(script))
         return throughput.run_cell(spec, out, clock=script.clock,
                                    isolation=isolation,
                                    group_clocks=group_clocks)
@@ -67,7 +75,7 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
                 return step()
             session.step = slow_step
             return session
-    frameworks.load = lambda name, part="backend": Slow(script)
+    frameworks.load = lambda name, part="backend": gpu_capable(Slow(script))
     return throughput.run_cell(spec, out, clock=script.clock,
                                isolation=isolation, group_clocks=group_clocks)
 

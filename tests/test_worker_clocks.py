@@ -23,7 +23,7 @@ import waits
 from clockcells import STANDIN, assert_schema_valid, torch_python
 from harness import clocks, frameworks, worker
 from harness.errors import Terminated
-from paths import ROOT
+from paths import INVOKE, ROOT, SCRIPTED
 from dlrepro.run import gpu_restore
 from tests.fake_backend import Backend, Script
 
@@ -331,3 +331,70 @@ def test_real_sigkill_between_cells_is_restored_by_the_group_check(
     assert run.device()["locked"] is None
     assert clocks.group_state_path(str(tmp_path / "a.clock-state.json")) == \
         str(tmp_path / GROUP_STATE)
+
+
+# --- the real command line: `invoke bench --isolation group` ----------------
+
+CLI = ["bench", "--framework", "pytorch", "--runtime", "native", "--python",
+       SCRIPTED, "--iterations", "3", "--warmup", "1", "--device", "gpu",
+       "--clock-policy", "disable-boost", "--isolation", "group",
+       "--network", "fcn5", "--network", "fcn8", "--network", "fcn-r"]
+CLI_IDS = ["pytorch-cuda-{}-gpu-b16-g1".format(n)
+           for n in ("fcn5", "fcn8", "fcn-r")]
+
+
+def bench_on_a_fake_gpu(tmp_path, modes=""):
+    """`invoke bench` of three GPU cells in one group, the scripted worker
+    on the fake NVML (a V100): (its exit status, its run folder, the fake's
+    state file)."""
+    env, fake = fake_nvml.child_env(tmp_path, [fake_nvml.volta_v100()],
+                                    path_extra=[ROOT])
+    env["DLREPRO_FAKE_MODES"] = modes
+    done = subprocess.run([INVOKE] + CLI + ["--out", str(tmp_path / "out")],
+                          cwd=str(ROOT), env=env, capture_output=True,
+                          text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done, (tmp_path / "out" / "latest").resolve(), fake
+
+
+def test_cli_a_gpu_group_sets_its_clocks_once(tmp_path):
+    _done, run_dir, fake = bench_on_a_fake_gpu(tmp_path)
+    assert [c[0] for c in fake_nvml.use_file(fake)["calls"]] == [LOCK, UNLOCK]
+    group_file = CLI_IDS[0] + ".worker.clock-state.json"
+    assert state_files(run_dir) == [group_file]
+    state = json.loads((run_dir / group_file).read_text())
+    assert (state["status"], state["restored_by"]) == ("restored", "harness")
+    for position, job in enumerate(CLI_IDS, 1):
+        result = json.loads((run_dir / (job + ".json")).read_text())
+        assert result["status"] == "ok"
+        assert result["gpu_clocks"]["applied_by"] == "group"
+        assert result["gpu_clocks"]["group"]["cell_in_group"] == position
+
+
+def test_cli_a_worker_killed_mid_cell_has_its_clocks_restored_by_the_host(
+        tmp_path):
+    # fcn8 kills its worker (SIGKILL, as the OOM killer would) while the
+    # group holds the clocks fcn5 had them set for; fcn-r then runs in a
+    # fresh worker. (Each process of the fake NVML writes back the whole
+    # machine it read, so the calls of one process can hide another's:
+    # the check is the state files and the GPU left at the end.)
+    done, run_dir, fake = bench_on_a_fake_gpu(tmp_path, modes="fcn8=kill")
+    assert "the group's worker left GPU clocks changed" in done.stdout + \
+        done.stderr
+    assert fake_nvml.use_file(fake)["devices"][0]["locked"] is None
+    assert state_files(run_dir) == sorted([
+        CLI_IDS[0] + ".worker.clock-state.json",
+        CLI_IDS[1] + ".clock-state.json",
+        CLI_IDS[2] + ".worker.clock-state.json"])
+    restored_by = dict(
+        (path.name, json.loads(path.read_text())["restored_by"])
+        for path in run_dir.glob("*.clock-state.json"))
+    assert restored_by == {CLI_IDS[0] + ".worker.clock-state.json": "host",
+                           CLI_IDS[1] + ".clock-state.json": "host",
+                           CLI_IDS[2] + ".worker.clock-state.json": "harness"}
+    killed = json.loads((run_dir / (CLI_IDS[1] + ".json")).read_text())
+    assert killed["status"] == "error"
+    assert any("the cell left GPU clocks changed" in w
+               for w in killed["warnings"])
+    assert json.loads((run_dir / (CLI_IDS[2] + ".json")).read_text())[
+        "gpu_clocks"]["group"]["cell_in_group"] == 1
