@@ -25,6 +25,11 @@ that cell as `run` ends it (a result with the measured iterations) and then
 the worker (143, 130); between cells they end the worker at once. Every
 result carries an `isolation` block: where the cell stood in the group and
 the memory the process still held when it began.
+
+A GPU group's clock policy is applied once, before the warm-up of its first
+GPU cell, and restored when the worker ends, however it ends
+(harness/clockgroup.py: the record on disk and what each cell's
+`gpu_clocks` says).
 """
 import gc
 import json
