@@ -56,19 +56,20 @@ def write_spec(folder, name, cell):
 
 @pytest.fixture
 def serve(monkeypatch):
-    """serve(script, [spec paths], devices, **fake_nvml.configure's
-    options) -> exit status: the worker in
+    """serve(script, [spec paths], devices, commands=its standard input
+    when not those paths, **fake_nvml.configure's options) -> exit status:
+    the worker in
     this process, the scripted backend as a GPU framework, the fake NVML
     as pynvml."""
-    def _serve(script, lines, devices, **options):
+    def _serve(script, lines, devices, commands=None, **options):
         backend = Backend(script)
         backend.DEVICES = ("cpu", "gpu")
         monkeypatch.setattr(frameworks, "load",
                             lambda name, part="backend": backend)
         monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
         fake_nvml.configure(devices, **options)
-        return worker.serve(io.StringIO("".join(p + "\n" for p in lines)),
-                            io.StringIO())
+        commands = commands or io.StringIO("".join(p + "\n" for p in lines))
+        return worker.serve(commands, io.StringIO())
     return _serve
 
 
@@ -83,18 +84,18 @@ def state_files(folder):
     return sorted(p.name for p in folder.glob("*.clock-state.json"))
 
 
-@pytest.mark.parametrize("device, changes, undone", [
-    (fake_nvml.volta_v100, [LOCK], [UNLOCK]),
+@pytest.mark.parametrize("device, changes, undone, read_back", [
+    (fake_nvml.volta_v100, [LOCK], [UNLOCK], None),
     (fake_nvml.kepler_k80,
      ["nvmlDeviceSetAutoBoostedClocksEnabled",
       "nvmlDeviceSetDefaultAutoBoostedClocksEnabled",
       "nvmlDeviceSetApplicationsClocks"],
      ["nvmlDeviceResetApplicationsClocks",
       "nvmlDeviceSetDefaultAutoBoostedClocksEnabled",
-      "nvmlDeviceSetAutoBoostedClocksEnabled"])],
+      "nvmlDeviceSetAutoBoostedClocksEnabled"], True)],
     ids=["locked-clocks", "application-clocks"])
 def test_a_group_sets_its_clocks_once_and_restores_them_once(
-        serve, make_cell, tmp_path, device, changes, undone):
+        serve, make_cell, tmp_path, device, changes, undone, read_back):
     names = "abc"
     paths = [write_spec(tmp_path, n, make_cell(GPU)) for n in names]
     assert serve(Script([0.1] * 12), paths, [device()]) == 0
@@ -115,7 +116,9 @@ def test_a_group_sets_its_clocks_once_and_restores_them_once(
         assert block["state_status"] == "changed" and block["outstanding"]
         assert block["group"]["first_cell"] == "a"
         assert block["group"]["cell_in_group"] == position
-        assert [c["index"] for c in block["group"]["checked_at_start"]] == [0]
+        # Locked clocks cannot be read back (None): telemetry checks them.
+        assert [(c["index"], c["ok"]) for c in block["group"][
+            "checked_at_start"]] == [(0, read_back)]
         assert block["gpus"][0]["applied"]["calls"][0]["call"] == changes[0]
         assert "set once before the warm-up of its first GPU cell (a)" in \
             block["reason"]
@@ -170,6 +173,34 @@ def test_the_group_restores_its_clocks_however_the_worker_ends(
     assert json.loads((tmp_path / GROUP_STATE).read_text())["status"] == \
         "restored"
     assert not (tmp_path / "c.json").exists()
+
+
+class EndsAfter(object):
+    """Standard input that gives `lines`, then raises `exc` (a signal while
+    the worker waits for its next cell)."""
+
+    def __init__(self, lines, exc):
+        self.lines, self.exc = list(lines), exc
+
+    def readline(self):
+        if self.lines:
+            return self.lines.pop(0) + "\n"
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc, status", [
+    (Terminated("terminated by signal 15"), 143), (KeyboardInterrupt(), 130)],
+    ids=["SIGTERM", "SIGINT"])
+def test_a_signal_between_cells_restores_the_groups_clocks(
+        serve, make_cell, tmp_path, exc, status):
+    path = write_spec(tmp_path, "a", make_cell(GPU))
+    assert serve(Script([0.1] * 4), [path], [fake_nvml.volta_v100()],
+                 commands=EndsAfter([path], exc)) == status
+    assert [c[0] for c in fake_nvml.calls()] == [LOCK, UNLOCK]
+    assert results(tmp_path, "a")[0]["status"] == "ok"
+    assert json.loads((tmp_path / GROUP_STATE).read_text())["status"] == \
+        "restored"
+
 
 
 def test_observe_only_changes_nothing(serve, make_cell, tmp_path):
