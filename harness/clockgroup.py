@@ -87,7 +87,7 @@ class GroupClocks(object):
         group = {"state_file": os.path.basename(self.path),
                  "first_cell": self.first_cell,
                  "cell_in_group": self.cells,
-                 "checked_at_start": self._check()}
+                 "checked_before_warmup": self._check()}
         return self.session, group, warning
 
     def _copy_to(self, cell_state_path):
@@ -120,7 +120,7 @@ class GroupClocks(object):
         self.session.apply()
 
     def _check(self):
-        """The clocks as read at a cell's start against what the policy
+        """The clocks as read before a cell's warm-up against what the policy
         set (locked clocks have no getter: telemetry's SM clock is their
         check, per cell)."""
         checked = []

@@ -256,8 +256,8 @@ class CellGpus(object):
 
     def _group_clock_block(self, block):
         """What the group's session did, as this cell saw it: the records
-        of the apply before the group's first cell, the clocks checked at
-        this cell's start, and (at its end) its own timed window's SM
+        of the apply before the group's first cell, the clocks checked before
+        this cell's warm-up, and (at its end) its own timed window's SM
         clock; `state_status` is the group file's status when this cell
         ended (`changed`: still held for the cells after it)."""
         block.update(self.held.block())

@@ -118,7 +118,7 @@ def test_a_group_sets_its_clocks_once_and_restores_them_once(
         assert block["group"]["cell_in_group"] == position
         # Locked clocks cannot be read back (None): telemetry checks them.
         assert [(c["index"], c["ok"]) for c in block["group"][
-            "checked_at_start"]] == [(0, read_back)]
+            "checked_before_warmup"]] == [(0, read_back)]
         assert block["gpus"][0]["applied"]["calls"][0]["call"] == changes[0]
         assert "set once before the warm-up of its first GPU cell (a)" in \
             block["reason"]
