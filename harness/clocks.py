@@ -52,13 +52,13 @@ from .nvml import NvmlCallError
 # Re-exported: the host and the tests name them as harness.clocks.<name>.
 from .clockplan import Step, plan
 from .clockstate import (OUTSTANDING, STATE_FORMAT, STATE_VERSION,
-                         UNDO_CALLS, state_path)
+                         UNDO_CALLS, group_state_path, state_path)
 
 __all__ = ["OBSERVE", "DISABLE_BOOST", "LOCK", "Policy", "parse_policy",
            "needs_privileges", "container_requirements", "ClockSession",
            "Step", "plan", "read_state", "base_clock", "not_at_defaults",
            "OUTSTANDING", "STATE_FORMAT", "STATE_VERSION", "UNDO_CALLS",
-           "state_path", "undo_changes"]
+           "state_path", "group_state_path", "undo_changes"]
 
 OBSERVE = "observe"
 DISABLE_BOOST = "disable-boost"

@@ -49,6 +49,17 @@ def state_path(out_path, clock_state=None):
     return os.path.join(folder, clock_state)
 
 
+def group_state_path(cell_state_path):
+    """Where a group's worker keeps its clock state: beside the state file
+    its first GPU cell would have had, `<first>.worker.clock-state.json`
+    (the name of the worker's log, `<first>.worker.log`, with the same
+    stem), so that the host finds it from either."""
+    for suffix in (".clock-state.json", ".json"):
+        if cell_state_path.endswith(suffix):
+            return cell_state_path[:-len(suffix)] + ".worker.clock-state.json"
+    return cell_state_path + ".worker.clock-state.json"
+
+
 def new_state(policy_text, gpus, originals):
     """A `pending` state file for `gpus` ((index, handle, info) each) whose
     clock settings before any change are `originals`."""

@@ -56,8 +56,14 @@ class CellGpus(object):
     """See the module docstring. `module` stands in for pynvml in tests."""
 
     def __init__(self, cell, spec, out_path, module=None, environ=None,
-                 log=None, interval_s=telemetry.DEFAULT_INTERVAL_S):
+                 log=None, interval_s=telemetry.DEFAULT_INTERVAL_S,
+                 group=None):
         self.cell = cell
+        # A worker's harness.clockgroup.GroupClocks: the policy is applied
+        # once for the group and restored when the worker ends, not here.
+        self.group = group
+        self.held = None        # the group's ClockSession, once held
+        self.group_block = None
         self.policy = clocks.parse_policy(cell["clock_policy"])
         self.active = cell["device"] == "gpu"
         spec = spec if isinstance(spec, dict) else {}
@@ -148,6 +154,14 @@ class CellGpus(object):
                            "clocks".format(self.policy.text))
             result["gpu_clocks"] = self._clock_block()
             return warmup
+        if self.group is not None and self.policy.name != clocks.OBSERVE:
+            self.held, self.group_block, warning = self.group.hold(
+                self.policy, self.used, self.state_path,
+                self._datasheet_base, self.log)
+            if warning:
+                self._warn(warning)
+            result["gpu_clocks"] = self._clock_block()
+            return warmup
         self.session = clocks.ClockSession(
             self.nvml, self.policy, self.used, self.state_path,
             datasheet_base=self._datasheet_base, log=self.log)
@@ -185,6 +199,7 @@ class CellGpus(object):
             traceback.print_exc()
             self._warn("telemetry failed: {}: {}".format(type(exc).__name__,
                                                          exc))
+        # A group's clocks stay set for its next cell (harness.clockgroup).
         if self.session is not None:
             try:
                 self.session.restore()
@@ -194,8 +209,9 @@ class CellGpus(object):
                            "`invoke gpu-restore --state {}`".format(
                                type(exc).__name__, exc, self.state_path))
         result["gpu_clocks"] = self._clock_block()
-        if self.session is not None:
-            result["warnings"].extend(w for w in self.session.warnings
+        session = self.session or self.held
+        if session is not None:
+            result["warnings"].extend(w for w in session.warnings
                                       if w not in result["warnings"])
         result["warnings"].extend(self.warnings)
         if self.nvml is not None:
@@ -224,6 +240,8 @@ class CellGpus(object):
         block = clock_block(self.policy.text, self.cell["device"])
         if not self.clocks_reached:
             return block
+        if self.group_block is not None:
+            return self._group_clock_block(block)
         if self.session is None:
             block["mode"] = "observe"
             block["reason"] = ("observe only: clocks read, nothing changed"
@@ -232,6 +250,24 @@ class CellGpus(object):
             return block
         block.update(self.session.block())
         block["gpus"] = self.session.records
+        if self.telemetry is not None:
+            self._check_measured(block["gpus"])
+        return block
+
+    def _group_clock_block(self, block):
+        """What the group's session did, as this cell saw it: the records
+        of the apply before the group's first cell, the clocks checked before
+        this cell's warm-up, and (at its end) its own timed window's SM
+        clock; `state_status` is the group file's status when this cell
+        ended (`changed`: still held for the cells after it)."""
+        block.update(self.held.block())
+        block["reason"] += ("; the policy is the worker's group's, set "
+                            "once before the warm-up of its first GPU cell "
+                            "({}) and restored when the worker ends".format(
+                                self.group_block["first_cell"]))
+        block["applied_by"] = "group"
+        block["group"] = self.group_block
+        block["gpus"] = self.group.records()
         if self.telemetry is not None:
             self._check_measured(block["gpus"])
         return block

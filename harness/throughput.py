@@ -32,8 +32,12 @@ def load_backend(framework, configure):
     return backend
 
 
-def run_cell(spec, out_path, clock=time.perf_counter, isolation=None):
+def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
+             group_clocks=None):
     """Run the cell described by `spec` and write its result to `out_path`.
+    With `group_clocks` (a worker's harness.clockgroup.GroupClocks) the
+    clock policy is the group's, applied once and restored when the worker
+    ends, not around this cell.
 
     Returns the result dict. Raises HarnessError only for a spec that cannot
     be read as a cell (nothing is written then). Long because its steps are
@@ -43,7 +47,7 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None):
     ready = phases.new_block(phases.THROUGHPUT)
     cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
     # GPU cells: NVML inventory, compatibility gate, clock policy, telemetry.
-    gpus = gpu.CellGpus(cell, spec, out_path)
+    gpus = gpu.CellGpus(cell, spec, out_path, group=group_clocks)
     result = new_result(cell, spec.get("container"))
     result["phases"] = ready
     if isolation is not None:  # a cell of a worker's group (harness.worker)

@@ -25,6 +25,11 @@ that cell as `run` ends it (a result with the measured iterations) and then
 the worker (143, 130); between cells they end the worker at once. Every
 result carries an `isolation` block: where the cell stood in the group and
 the memory the process still held when it began.
+
+A GPU group's clock policy is applied once, before the warm-up of its first
+GPU cell, and restored when the worker ends, however it ends
+(harness/clockgroup.py: the record on disk and what each cell's
+`gpu_clocks` says).
 """
 import gc
 import json
@@ -33,8 +38,10 @@ import signal
 import sys
 import traceback
 
-from . import blocks, frameworks, lifecycle, nvml, phases, provenance, \
-    resultfile
+from . import blocks, clocks, frameworks, lifecycle, nvml, phases, \
+    provenance, resultfile
+from .clockgroup import GroupClocks
+from .clockstate import signals_deferred
 from .errors import HarnessError, Terminated
 from .spec import PROCESS_FIELDS, PROCESS_SPEC_KEYS, validate_cell
 from .throughput import run_cell
@@ -178,6 +185,26 @@ class Worker(object):
         self.gpu_module = gpu_module
         self.fixed = None
         self.cells_before = []
+        # The group's clock policy: applied before its first GPU cell's
+        # warm-up, restored by end_group whenever the worker ends.
+        self.clocks = GroupClocks(gpu_module)
+
+    def clocks_for(self, out, spec):
+        """The group's clock record copied to this cell's state file for
+        as long as the cell runs, where the host looks should the worker
+        die during it (harness.clockgroup)."""
+        try:
+            path = clocks.state_path(out, spec.get("clock_state"))
+        except HarnessError:
+            return  # the cell itself ends on it, as in `run`
+        log_warning(self.clocks.cell_begins(path))
+
+    def end_group(self):
+        """Restore what the group's clock policy changed. A signal during
+        it waits (a restore cut short would leave the GPU changed); the
+        worker ends anyway."""
+        with signals_deferred():
+            self.clocks.restore()
 
     def say(self, event, **fields):
         self.protocol.write("{} {}\n".format(event, json.dumps(
@@ -221,6 +248,7 @@ class Worker(object):
         isolation = self.isolation_block()
         try:
             self.say("cell-start", spec=spec_path)
+            self.clocks_for(out, spec)
             self.hold_less(isolation["memory_held"])
             refusal = mismatch(self.fixed, settings)
             if refusal:
@@ -229,15 +257,23 @@ class Worker(object):
             else:
                 self.cells_before.append(
                     os.path.basename(out)[:-len(RESULT_SUFFIX)])
-                result, ending = run_guarded(spec, cell, out, isolation)
+                result, ending = run_guarded(spec, cell, out, isolation,
+                                             self.clocks)
         except (Terminated, KeyboardInterrupt) as exc:
             # Before the cell began: it ends here, unrun, and so does the
             # worker.
             error = lifecycle.error_block(exc)
             result, ending = write_unrun(spec, cell, out, isolation,
                                          error), error["type"]
+        log_warning(self.clocks.cell_ends())
         self.say("cell-done", result=out, status=result["status"])
         return EXIT_STATUS.get(ending)
+
+
+def log_warning(message):
+    if message:
+        sys.stderr.write("harness: WARNING: {}\n".format(message))
+        sys.stderr.flush()
 
 
 def _stat(path):
@@ -248,7 +284,7 @@ def _stat(path):
     return (found.st_ino, found.st_mtime)
 
 
-def run_guarded(spec, cell, out, isolation):
+def run_guarded(spec, cell, out, isolation, group_clocks=None):
     """run_cell, and a result however it ends: a signal or a failure outside
     the cell's own lifecycle (before it arms SIGTERM or after its write)
     still leaves the cell a result, unless the cell wrote its own. Returns
@@ -256,7 +292,8 @@ def run_guarded(spec, cell, out, isolation):
     or None)."""
     before = _stat(out)
     try:
-        result = run_cell(spec, out, isolation=isolation)
+        result = run_cell(spec, out, isolation=isolation,
+                          group_clocks=group_clocks)
     except (Exception, Terminated, KeyboardInterrupt) as exc:
         traceback.print_exc()
         sys.stderr.flush()
@@ -313,5 +350,6 @@ def serve(commands, protocol, gpu_module=None):
     except KeyboardInterrupt:
         return EXIT_STATUS["KeyboardInterrupt"]
     finally:
+        worker.end_group()
         signal.signal(signal.SIGTERM, previous)
     return 0

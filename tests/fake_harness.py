@@ -36,18 +36,28 @@ class SleepingScript(Script):
         return time.monotonic()
 
 
-def run_scripted(mode, spec, out, isolation=None):
+def gpu_capable(backend):
+    """`backend`, taking `gpu` cells too: it computes them as `cpu` ones,
+    and the fake NVML (where a test puts it on PYTHONPATH) is the GPU."""
+    backend.DEVICES = ("cpu", "gpu")
+    return backend
+
+
+def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
     """The real harness.throughput.run_cell with a scripted backend: ok
-    (0.01 s an iteration), ok@SECONDS, or slow."""
+    (0.01 s an iteration), ok@SECONDS, or slow; `gpu` cells are computed
+    as `cpu` ones (NVML is the fake's, where a test gives it)."""
     seconds = 0.01
     if mode.startswith("ok@"):
         mode, seconds = "ok", float(mode[3:])
     n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
     if mode == "ok":
         script = Script([seconds] * n)
-        frameworks.load = lambda name, part="backend": Backend(script)
+        frameworks.load = lambda name, part="backend": gpu_capable(
+            Backend(script))
         return throughput.run_cell(spec, out, clock=script.clock,
-                                   isolation=isolation)
+                                   isolation=isolation,
+                                   group_clocks=group_clocks)
     script = SleepingScript([0.0] * n)
     backend_step = Backend(script).prepare
 
@@ -65,9 +75,9 @@ def run_scripted(mode, spec, out, isolation=None):
                 return step()
             session.step = slow_step
             return session
-    frameworks.load = lambda name, part="backend": Slow(script)
+    frameworks.load = lambda name, part="backend": gpu_capable(Slow(script))
     return throughput.run_cell(spec, out, clock=script.clock,
-                               isolation=isolation)
+                               isolation=isolation, group_clocks=group_clocks)
 
 
 def worker(modes):
@@ -76,7 +86,7 @@ def worker(modes):
     (exit 3 mid-cell) and kill (SIGKILL itself mid-cell)."""
     from harness import worker as worker_mod
 
-    def run_cell(spec, out, isolation=None):
+    def run_cell(spec, out, isolation=None, group_clocks=None):
         mode = modes.get(spec["cell"]["network"], "ok")
         if mode == "crash":
             sys.stderr.write("boom: the framework crashed\n")
@@ -84,7 +94,7 @@ def worker(modes):
             os._exit(3)
         if mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
-        return run_scripted(mode, spec, out, isolation)
+        return run_scripted(mode, spec, out, isolation, group_clocks)
     worker_mod.run_cell = run_cell
     return worker_mod.serve(sys.stdin, worker_mod.protocol_stream())
 

@@ -9,6 +9,12 @@ has undone them (harness/clocks.py). A file still `pending`, `changed` or
 `restore-failed` means the GPU may still run at the policy's clocks: the
 sweep calls `after_cell`, and `invoke gpu-restore` replays such files by
 hand. Restoring needs the same privileges as setting (root on the host).
+
+A group's worker (`python -m harness worker`, harness/clockgroup.py) holds
+its policy across its cells in `<first>.worker.clock-state.json`, and
+copies that record to each cell's file only while the cell runs: a cell's
+file found outstanding means the worker died during it, and both are
+restored; the sweep calls `after_group` once the worker has ended.
 """
 import json
 from pathlib import Path
@@ -124,17 +130,27 @@ def after_cell(result_path, clock_state=None, restore=True, module=None):
     """Call when a cell's process has ended. None when its clock policy left
     nothing changed; else a one-line message saying what was found and, with
     `restore`, that it was restored (or how to restore it)."""
-    path = state_path_for(result_path, clock_state)
+    return _check(state_path_for(result_path, clock_state), "the cell",
+                  restore, module)
+
+
+def after_group(path, restore=True, module=None):
+    """Call when a group's worker has ended, with its clock-state file
+    (harness.clocks.group_state_path): as after_cell."""
+    return _check(Path(path), "the group's worker", restore, module)
+
+
+def _check(path, who, restore, module):
     if not path.exists():
         return None
     try:
         state = load_state(path)
     except UserError as exc:
-        return (f"the cell's clock-state file is unreadable ({exc}); check "
+        return (f"{who}'s clock-state file is unreadable ({exc}); check "
                 f"the GPU's clocks by hand (nvidia-smi -q -d CLOCK)")
     if not outstanding(state):
         return None
-    found = (f"the cell left GPU clocks changed (clock-state {path.name}: "
+    found = (f"{who} left GPU clocks changed (clock-state {path.name}: "
              f"{state['status']})")
     if not restore:
         return f"{found}; run `invoke gpu-restore --state {path}`"
@@ -142,4 +158,9 @@ def after_cell(result_path, clock_state=None, restore=True, module=None):
         done = restore_file(path, module)
     except UserError as exc:
         return f"{found}; restoring failed: {exc}"
+    if state.get("group_state"):
+        # A group's worker died during this cell: the group's own record is
+        # restored too (its undo calls, made again, set the same originals).
+        held = after_group(path.with_name(state["group_state"]), module=module)
+        done = f"{done}; {held}" if held else done
     return f"{found}; {done}"

@@ -20,10 +20,13 @@ import threading
 import time
 from pathlib import Path
 
-from dlrepro.run import groups
+from harness import clocks
+
+from dlrepro.run import gpu_restore, groups
 from dlrepro.run.runtimes import harness_args
 
 WORKER_ARGS = ["-s", "-m", "harness", "worker"]
+WORKER_LOG_SUFFIX = ".worker.log"
 
 
 def worker_argv(launch, job, run_dir):
@@ -35,6 +38,14 @@ def worker_argv(launch, job, run_dir):
         raise RuntimeError(f"the runtime's command line does not end in "
                            f"the harness's arguments: {launch.argv}")
     return launch.argv[:-len(tail)] + WORKER_ARGS
+
+
+def worker_clock_state(worker):
+    """The clock-state file a worker keeps for its group: named after its
+    first cell, as its log is (harness.clocks.group_state_path)."""
+    first = worker.log_path.name[:-len(WORKER_LOG_SUFFIX)]
+    return Path(clocks.group_state_path(
+        str(worker.log_path.with_name(f"{first}.clock-state.json"))))
 
 
 class Process:
@@ -119,10 +130,19 @@ class Grouped:
             self.context.runtime.cleanup(job, run_dir)
 
     def close(self):
-        """End the current worker, if any."""
+        """End the current worker, if any, and check that it restored the
+        GPU clocks its group held."""
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.end(self.engine.grace_s())
+            self._check_clocks(worker)
+
+    def _check_clocks(self, worker):
+        """Once `worker` has ended: restore the GPU clocks its group held
+        if it could not (killed, or dead before its end)."""
+        message = gpu_restore.after_group(worker_clock_state(worker))
+        if message:
+            self.context.events.log(message)
 
     def _start(self, job, launch):
         run_dir = Path(self.context.run_dir)
@@ -183,7 +203,9 @@ class Grouped:
     def _gone(self):
         """A worker that ended by itself: its status."""
         worker, self.worker = self.worker, None
-        return worker.proc.wait()
+        status = worker.proc.wait()
+        self._check_clocks(worker)
+        return status
 
     def _stop(self, launch):
         """Stop the worker mid-cell as the local engine stops a cell's
