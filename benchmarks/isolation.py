@@ -1,15 +1,28 @@
 """`invoke bench --isolation cell` against `--isolation group`, on the real
-command line, natively with PyTorch on the smoke suite, in alternating
-rounds (round 1: cell then group; round 2: group then cell; ...), so that
-a machine's load drifts over both modes alike.
+command line, on the smoke suite, per framework, in alternating rounds
+(round 1: cell then group; round 2: group then cell; ...), so that a
+machine's load drifts over both modes alike.
 
-Prints per round each mode's wall time (of the whole `invoke bench`) and
-the ratio group/cell, and per mode the measured fraction (warm-up and timed
-iterations over the sweep's wall time, as the bench summary's "where the
-time went" computes it) and the median fixed cost per ok job.
+Prints, per round and framework, each mode's wall time (of the whole
+`invoke bench`) and measured fraction; then per framework over all rounds:
 
-    .venv/bin/python benchmarks/isolation.py [--rounds 2] [--threads 1]
-        [--framework pytorch] [--out results/isolation-bench]
+- the measured fraction (warm-up and timed iterations over the framework's
+  sweep, as `invoke report`'s "where the time went" computes it);
+- the fixed cost per ok cell (its wall time less its iterations), in group
+  mode only for the cells after the first of their worker, and that cost
+  beyond the cell's own model build;
+- the wall ratio group/cell (median over rounds);
+- per cell, the ratio of mean iteration times group/cell with its 95% CI,
+  each round's run one process (the interval between processes, Student's
+  t, as `invoke compare` computes it: with 2 rounds it has 1 degree of
+  freedom, so give 3 or more).
+
+    .venv/bin/python benchmarks/isolation.py [--rounds 3] [--threads 1]
+        [--framework pytorch ...] [--runtime native]
+        [--out results/isolation-bench]
+
+CNTK and Caffe run in their images: `--runtime docker --framework cntk
+--framework caffe` (images built by `invoke build`).
 """
 import argparse
 import statistics
@@ -21,60 +34,135 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dlrepro.bench import phases  # noqa: E402
+from dlrepro.bench import aggregate, phases, versus  # noqa: E402
 from dlrepro.run import store  # noqa: E402
 
 INVOKE = str(ROOT / ".venv" / "bin" / "invoke")
 MODES = ("cell", "group")
+NATIVE = ("pytorch", "tensorflow", "mxnet", "jax")
 
 
-def bench(mode, args):
-    """Run the sweep in `mode`; (wall s of the command, its run folder)."""
-    out = Path(args.out) / mode
-    command = [INVOKE, "bench", "--framework", args.framework, "--suite",
-               "smoke", "--runtime", "native", "--threads",
-               str(args.threads), "--isolation", mode, "--out", str(out)]
+def bench(framework, mode, round_, args):
+    """Run the framework's smoke sweep in `mode`; (wall s of the command,
+    its run folder)."""
+    out = Path(args.out) / framework / mode / f"round{round_}"
+    command = [INVOKE, "bench", "--framework", framework, "--suite", "smoke",
+               "--runtime", args.runtime, "--threads", str(args.threads),
+               "--isolation", mode, "--out", str(out)]
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, (out / "latest").resolve()
 
 
-def sweep_of(run_dir):
-    """The run's one framework's Sweep (dlrepro.bench.phases)."""
-    record, pairs = store.load_run(run_dir)
-    found = phases.sweeps(pairs, record.get("resumed_at") or ())
-    return found[0]
+def after_first(result):
+    """Whether a result's cell ran after another in the same worker."""
+    return ((result or {}).get("isolation") or {}).get("position", 1) > 1
+
+
+def fixed_costs(pairs, mode):
+    """([fixed s], [fixed s beyond the model build]) of the ok cells that
+    count: every one in cell mode, those after the first in group mode."""
+    fixed, beyond = [], []
+    for entry, result in pairs:
+        if entry.get("status") != "ok":
+            continue
+        if mode == "group" and not after_first(result):
+            continue
+        spent = phases.job_spent(entry, result)
+        if spent is None:
+            continue
+        rest = sum(spent.values()) - sum(spent.get(n, 0.0)
+                                         for n in phases.MEASURED)
+        fixed.append(rest)
+        beyond.append(rest - spent.get("model build", 0.0))
+    return fixed, beyond
+
+
+class Tally:
+    """One framework's figures over the rounds, per mode."""
+
+    def __init__(self):
+        self.fraction = {m: [] for m in MODES}
+        self.fixed = {m: [] for m in MODES}
+        self.beyond = {m: [] for m in MODES}
+        self.walls = {m: [] for m in MODES}
+        self.pairs = {m: [] for m in MODES}
+
+    def add(self, mode, wall, run_dir):
+        record, pairs = store.load_run(run_dir)
+        sweep = phases.sweeps(pairs, record.get("resumed_at") or ())[0]
+        self.walls[mode].append(wall)
+        self.fraction[mode].append(sweep.fraction)
+        fixed, beyond = fixed_costs(pairs, mode)
+        self.fixed[mode] += fixed
+        self.beyond[mode] += beyond
+        self.pairs[mode] += pairs
+        return sweep.fraction
+
+    def ratios(self):
+        """[(cell, ratio, (low, high), basis)] of mean iteration time
+        group/cell, per cell measured ok in both modes."""
+        cell_stats = {m: {aggregate.cell_key(cell): aggregate.cell_stats(
+            cell, results) for cell, results in aggregate.group(
+                self.pairs[m])} for m in MODES}
+        rows = []
+        for key, base in cell_stats["cell"].items():
+            new = cell_stats["group"].get(key)
+            if new is not None:
+                ratio, ci = versus.ratio_ci(base, new)
+                basis = (aggregate.BETWEEN if min(base.processes,
+                                                  new.processes) >= 2
+                         else aggregate.WITHIN)
+                rows.append((base.cell, ratio, ci, basis))
+        return rows
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+def report(framework, tally):
+    print(f"\n== {framework}")
+    for mode in MODES:
+        print(f"{mode:5s}: measured fraction "
+              + ", ".join(f"{f:.2f}" for f in tally.fraction[mode])
+              + f"; fixed cost per cell {median(tally.fixed[mode]):.2f} s "
+              f"median ({len(tally.fixed[mode])} cells"
+              + (", after the first of a worker" if mode == "group" else "")
+              + f"), beyond its model build "
+              f"{median(tally.beyond[mode]):.2f} s")
+    walls = [g / c for c, g in zip(tally.walls["cell"], tally.walls["group"])]
+    print("wall ratio group/cell: " + ", ".join(f"{w:.2f}" for w in walls)
+          + f" (median {median(walls):.2f})")
+    for cell, ratio, (low, high), basis in tally.ratios():
+        inside = "contains 1" if low <= 1 <= high else "EXCLUDES 1"
+        print(f"  {cell['network']:<12} batch {cell['batch_size']:>4}: "
+              f"iteration time group/cell {ratio:.3f} "
+              f"[{low:.3f}, {high:.3f}] {inside} ({basis})")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--framework", default="pytorch")
+    parser.add_argument("--framework", action="append")
+    parser.add_argument("--runtime", default="native")
     parser.add_argument("--out", default=str(ROOT / "results" /
                                              "isolation-bench"))
     args = parser.parse_args()
-    fractions = {mode: [] for mode in MODES}
-    fixed = {mode: [] for mode in MODES}
+    frameworks = args.framework or list(NATIVE)
+    tallies = {f: Tally() for f in frameworks}
     for round_ in range(1, args.rounds + 1):
         order = MODES if round_ % 2 else MODES[::-1]
-        walls = {}
-        for mode in order:
-            walls[mode], run_dir = bench(mode, args)
-            sweep = sweep_of(run_dir)
-            fractions[mode].append(sweep.measured_s / sweep.wall_s)
-            fixed[mode].extend(sweep.fixed_s)
-            print(f"round {round_} {mode:5s}: {walls[mode]:7.1f} s wall, "
-                  f"{sweep.jobs} jobs, measured "
-                  f"{sweep.measured_s / sweep.wall_s:.2f} of the sweep's "
-                  f"{sweep.wall_s:.1f} s  ({run_dir})", flush=True)
-        print(f"round {round_} wall ratio group/cell: "
-              f"{walls['group'] / walls['cell']:.2f}", flush=True)
-    for mode in MODES:
-        print(f"{mode:5s}: measured fraction "
-              + ", ".join(f"{f:.2f}" for f in fractions[mode])
-              + f"; fixed cost per ok job {statistics.median(fixed[mode]):.2f}"
-              f" s median")
+        for framework in frameworks:
+            for mode in order:
+                wall, run_dir = bench(framework, mode, round_, args)
+                fraction = tallies[framework].add(mode, wall, run_dir)
+                print(f"round {round_} {framework:<10} {mode:5s}: "
+                      f"{wall:7.1f} s wall, measured {fraction:.2f}  "
+                      f"({run_dir})", flush=True)
+    for framework in frameworks:
+        report(framework, tallies[framework])
 
 
 if __name__ == "__main__":
