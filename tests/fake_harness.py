@@ -82,27 +82,32 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
 
 def worker(modes):
     """`python -m harness worker` (the real one), each cell in the mode
-    `modes` maps its network to: ok, ok@SECONDS and slow as above, crash
-    (exit 3 mid-cell) and kill (SIGKILL itself mid-cell)."""
+    `modes` maps its network to, as `run` runs it (cell below): a mode that
+    ends `run`'s process (crash, kill, hog, fill-disk, stubborn) ends the
+    worker mid-cell with the same status."""
     from harness import worker as worker_mod
 
     def run_cell(spec, out, isolation=None, group_clocks=None):
-        mode = modes.get(spec["cell"]["network"], "ok")
-        if mode == "crash":
-            sys.stderr.write("boom: the framework crashed\n")
-            sys.stderr.flush()
-            os._exit(3)
-        if mode == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return run_scripted(mode, spec, out, isolation, group_clocks)
+        ended = cell(modes.get(spec["cell"]["network"], "ok"), spec, out,
+                     isolation, group_clocks)
+        if isinstance(ended, dict):
+            return ended
+        sys.stderr.flush()
+        os._exit(ended)
     worker_mod.run_cell = run_cell
     return worker_mod.serve(sys.stdin, worker_mod.protocol_stream())
 
 
 def main(mode, spec_path, out):
+    ended = cell(mode, json.load(open(spec_path)), out)
+    return 0 if isinstance(ended, dict) else ended
+
+
+def cell(mode, spec, out, isolation=None, group_clocks=None):
+    """One cell in `mode`: its result when it ends as a cell does, else the
+    status its process exits with."""
     # Why this is long: one branch per scripted mode, read as one table of
     # the ways a harness process can end.
-    spec = json.load(open(spec_path))
     if mode == "torn-clocks":
         # a clock-state file cut short, as a SIGKILL mid-write could leave it
         with open(os.path.join(os.path.dirname(out),
@@ -111,14 +116,14 @@ def main(mode, spec_path, out):
         mode = "ok"
     if mode == "ok-kill-parent":
         # a sweep killed just after a cell wrote its valid result
-        code = main("ok", spec_path, out)
+        result = cell("ok", spec, out, isolation, group_clocks)
         os.kill(os.getppid(), signal.SIGKILL)
-        return code
+        return result
     if mode == "ok-interrupt-parent":
         # a Ctrl-C that reaches the sweep just after a cell wrote its result
-        code = main("ok", spec_path, out)
+        result = cell("ok", spec, out, isolation, group_clocks)
         os.kill(os.getppid(), signal.SIGINT)
-        return code
+        return result
     if mode == "fill-disk":
         # the results' filesystem fills up while the cell runs
         with open(os.path.join(os.path.dirname(out), "filler"), "wb") as f:
@@ -130,8 +135,7 @@ def main(mode, spec_path, out):
                 pass
         return 1
     if mode.startswith("ok@") or mode in ("ok", "slow"):
-        run_scripted(mode, spec, out)
-        return 0
+        return run_scripted(mode, spec, out, isolation, group_clocks)
     if mode == "hog":
         held = []
         for _ in range(4 * 1024 // 16):
@@ -148,9 +152,10 @@ def main(mode, spec_path, out):
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "invalid":
+        result = {"schema_version": 1, "status": "ok"}
         with open(out, "w") as handle:
-            json.dump({"schema_version": 1, "status": "ok"}, handle)
-        return 0
+            json.dump(result, handle)
+        return result
     raise SystemExit("unknown mode " + mode)
 
 
