@@ -1,4 +1,6 @@
-"""Waiting for a run's tasks in Slurm: polling their states into run.json,
+"""Waiting for a run's tasks in Slurm: polling their states into run.json
+(a task of a group ends several jobs: each when its own result is final,
+the rest when the task ends),
 Ctrl-C (cancel them only when the user says so), and how a job ends when
 its task has: the result file the task wrote on the shared filesystem, or,
 for a task Slurm cancelled, timed out, preempted, killed over its memory
@@ -102,7 +104,7 @@ class Watch:
                 entry["status"] = "running"
                 entry["started_at"] = entry["started_at"] or utc_now()
                 events.start(self.finished + 1, self.total, job)
-            if state in client.ACTIVE:
+            if state in client.ACTIVE and not self._ended_in_task(job):
                 continue
             result = finish(job, self.context.run_dir, task, block)
             writer.end_entry(entry, result, wall_s=_wall(result))
@@ -111,6 +113,22 @@ class Watch:
             changed = True
             events.finish(self.finished, self.total, job, entry)
         return counts, changed
+
+    def _ended_in_task(self, job):
+        """Whether a job whose task still runs has its final result: a
+        group's cell done while the task goes on to the next (its node
+        side wrote it, with its slurm block, the moment it ended). Only a
+        result no Slurm state could change ends it early."""
+        path = writer.result_path(self.context.run_dir, job.id)
+        if not path.exists():
+            return False
+        try:
+            result = resultfile.load(str(path))
+        except (OSError, ValueError, RecursionError):
+            return False
+        return isinstance(result, dict) and \
+            "wall_s" in (result.get("slurm") or {}) and \
+            result.get("status") in store.DONE_STATUSES
 
     def interrupted(self, confirm):
         """Ctrl-C while waiting: cancel the tasks only when the user says
