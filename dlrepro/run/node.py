@@ -29,6 +29,7 @@ the others' outcomes into the job's. A node whose part did not end ok
 exits 1, so the engine ends the job on every node rather than leaving
 peers waiting for it.
 """
+import contextlib
 import json
 import os
 import signal
@@ -50,12 +51,32 @@ class Stopped(Exception):
     """The engine sent SIGTERM."""
 
 
+# Set while a finished cell's result is written: SIGTERM then waits for
+# the write (a group stops between cells, its last result whole).
+_deferring = {"on": False, "stopped": False}
+
+
 def _stop(signum, frame):
     # Once: the engine may signal again, and a second Stopped raised while
     # the harness writes its partial result would end this process, and
     # with it (its step over) the harness.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _deferring["on"]:
+        _deferring["stopped"] = True
+        return
     raise Stopped()
+
+
+@contextlib.contextmanager
+def _stop_deferred():
+    """SIGTERM's Stopped raised at the end of the block, not inside it."""
+    _deferring.update(on=True, stopped=False)
+    try:
+        yield
+    finally:
+        _deferring["on"] = False
+    if _deferring["stopped"]:
+        raise Stopped()
 
 
 def job_of(document):
@@ -259,9 +280,10 @@ def _write_cell(run_dir, job, block, gpu_freq, wall_s, result):
     harness's own); a cell stopped before it wrote anything valid is left
     for the submitting side to end."""
     path = writer.result_path(run_dir, job.id)
-    result = annotated(path, block, gpu_freq, wall_s, result)
-    if result is not None:
-        writer.write_result(path, result)
+    with _stop_deferred():
+        result = annotated(path, block, gpu_freq, wall_s, result)
+        if result is not None:
+            writer.write_result(path, result)
 
 
 def _run(part, submission):
