@@ -64,6 +64,8 @@ def test_a_group_is_one_array_task_in_one_worker_its_limit_the_sum(
     out = tmp_path / "r"
     done = grouped(out, extra=["--timeout", "60"])
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted 3 job(s) to Slurm as array job(s) " in done.stdout
+    assert " in 1 task(s), one per group" in done.stdout
     [array] = record(out)["slurm"]["arrays"]
     assert "--array=0-0" in array["sbatch"]
     assert array["tasks"] == [array["jobs"]] and len(array["jobs"]) == 3

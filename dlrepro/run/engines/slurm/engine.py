@@ -125,8 +125,11 @@ class SlurmEngine(Engine):
             by_id[job.id].update(runfolder.new_entry(job),
                                  slurm=blocks[job.id])
         ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
+        tasks = len({blocks[j.id]["job_id"] for j in jobs})
+        grouped = f" in {tasks} task(s), one per group" \
+            if context.isolation == "group" else ""
         context.events.log(f"submitted {len(jobs)} job(s) to Slurm as "
-                           f"array job(s) {', '.join(ids)}")
+                           f"array job(s) {', '.join(ids)}{grouped}")
 
     def stopped(self):
         left = self.left_running
