@@ -130,6 +130,10 @@ def test_scancel_mid_group_keeps_finished_cells_and_resume_runs_the_rest(
                  modes="fcn8=slow")
     wait_for(lambda: (latest(out) / "run.json").exists() and
              finished(out, "fcn5") and timed_cells(out) == 2)
+    # the watcher ends the finished cell while its task runs on, and
+    # counts as running only the cell under way
+    wait_for(lambda: list(statuses(out).values())[:2] == ["ok", "running"])
+    assert statuses(out)["fcn-r"] != "running"
     task = placed(out, "fcn5")[3]
     subprocess.run(["scancel", task], check=True)
     _out, err = proc.communicate(timeout=180)

@@ -86,10 +86,14 @@ class Watch:
         """One look at the pending jobs' tasks: ({state label: count},
         whether run.json changed)."""
         counts, changed = {}, False
+        # A group's task runs its jobs in their order: the first still
+        # pending is the one running.
+        claimed = set()
         for job_id, job in list(self.pending.items()):
             entry = self.by_id[job_id]
             block = entry["slurm"]
-            task = known.get((block["array_job_id"], block["array_task_id"]))
+            key = (block["array_job_id"], block["array_task_id"])
+            task = known.get(key)
             label = _label(task)
             counts[label] = counts.get(label, 0) + 1
             if task is not None:
@@ -99,11 +103,14 @@ class Watch:
                              node=task.node or block["node"],
                              source=task.source)
             state = task.state if task else "GONE"
-            if state == "RUNNING" and job_id not in self.seen_running:
+            if state == "RUNNING" and key not in claimed and \
+                    job_id not in self.seen_running:
                 self.seen_running.add(job_id)
                 entry["status"] = "running"
                 entry["started_at"] = entry["started_at"] or utc_now()
+                changed = True
                 events.start(self.finished + 1, self.total, job)
+            claimed.add(key)
             if state in client.ACTIVE and not self._ended_in_task(job):
                 continue
             result = finish(job, self.context.run_dir, task, block)
@@ -118,7 +125,8 @@ class Watch:
         """Whether a job whose task still runs has its final result: a
         group's cell done while the task goes on to the next (its node
         side wrote it, with its slurm block, the moment it ended). Only a
-        result no Slurm state could change ends it early."""
+        result no Slurm state could change ends it early (an `oom` one
+        waits: Slurm's OUT_OF_MEMORY adds why to its message)."""
         path = writer.result_path(self.context.run_dir, job.id)
         if not path.exists():
             return False
@@ -128,7 +136,8 @@ class Watch:
             return False
         return isinstance(result, dict) and \
             "wall_s" in (result.get("slurm") or {}) and \
-            result.get("status") in store.DONE_STATUSES
+            result.get("status") in store.DONE_STATUSES and \
+            result.get("status") != "oom"
 
     def interrupted(self, confirm):
         """Ctrl-C while waiting: cancel the tasks only when the user says
