@@ -30,6 +30,7 @@ exits 1, so the engine ends the job on every node rather than leaving
 peers waiting for it.
 """
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -208,35 +209,38 @@ def main(argv, node):
 def run_group(jobs, node, run_dir, submission):
     """A group's jobs in one worker, in order; each job's result is
     written, with where it ran, the moment its cell ends. Exits 0."""
-    block, gpu_freq = where(node), submission.get("gpu_freq")
+    write = functools.partial(_write_cell, run_dir, block=where(node),
+                              gpu_freq=submission.get("gpu_freq"))
     try:
         runtime, matrix, ending = _group_runtime(jobs[0], node, submission)
         if ending is not None:
             for job in jobs:
-                status, error_type, message = ending
-                _write_cell(run_dir, job, block, gpu_freq, 0.0,
-                            writer.synthesized(job, status, error_type,
-                                               message))
+                write(job, 0.0, writer.synthesized(job, *ending))
             return 0
         grouped = Grouped(LocalEngine(), _group_context(
             jobs, runtime, run_dir, matrix))
         try:
             for job in jobs:
-                started, result = time.monotonic(), None
-                try:
-                    result = grouped.launch(job)
-                except UserError as exc:
-                    result = writer.synthesized(job, "error", "SetupFailed",
-                                                f"on node {node.node}: {exc}")
-                finally:
-                    _write_cell(run_dir, job, block, gpu_freq,
-                                time.monotonic() - started, result)
+                _run_cell(grouped, job, node, write)
         finally:
             grouped.close()
     except Stopped:
         print(f"dlrepro: {node.engine.capitalize()} stopped this task "
               f"(SIGTERM)", flush=True)
     return 0
+
+
+def _run_cell(grouped, job, node, write):
+    """One job in the group's worker; its result written whatever
+    happened (Stopped propagates once it is)."""
+    started, result = time.monotonic(), None
+    try:
+        result = grouped.launch(job)
+    except UserError as exc:
+        result = writer.synthesized(job, "error", "SetupFailed",
+                                    f"on node {node.node}: {exc}")
+    finally:
+        write(job, time.monotonic() - started, result)
 
 
 def _group_runtime(job, node, submission):
@@ -275,7 +279,7 @@ def _group_context(jobs, runtime, run_dir, matrix):
                             write=False))
 
 
-def _write_cell(run_dir, job, block, gpu_freq, wall_s, result):
+def _write_cell(run_dir, job, wall_s, result, block, gpu_freq):
     """A group's cell's result with where it ran, written once (after the
     harness's own); a cell stopped before it wrote anything valid is left
     for the submitting side to end."""
