@@ -159,3 +159,12 @@ def test_scancel_mid_group_keeps_finished_cells_and_resume_runs_the_rest(
     assert rest[0][2] == rest[1][2] and rest[0][3] != task
     assert statuses(out) == dict.fromkeys(NETWORKS, "ok")
     assert store.read_run(latest(out))["status"] == "complete"
+
+
+def test_a_groups_limit_sums_each_cells_time_limit_as_given(tmp_path):
+    out = tmp_path / "r"
+    done = grouped(out, extra=["--time-limit", "1:30"])  # Slurm's M:S
+    assert done.returncode == 0, done.stdout + done.stderr
+    [array] = record(out)["slurm"]["arrays"]
+    assert "--time=5" in array["sbatch"]            # 3 x 90 s, in minutes
+    assert time_limit(placed(out, "fcn5")[3]) == 5
