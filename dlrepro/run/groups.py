@@ -18,7 +18,7 @@ MODES = ("cell", "group")
 DEFAULT = "cell"
 # Where the host can feed a worker today: a process it starts itself.
 GROUP_RUNTIMES = ("native",)
-GROUP_ENGINES = ("local",)
+GROUP_ENGINES = ("local", "slurm")
 
 
 def mode_of(flag, suite):

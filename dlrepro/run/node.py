@@ -1,8 +1,9 @@
 """The node entry: on a node an engine chose, run ONE job of a submission,
-or this node's part of a job on several nodes, the way a local run runs a
-job (runtime.launch, the local engine, collect), and add to its result where
-it ran: the engine's job and array ids, the node, the allocation, the CPUs
-and GPUs the process was given, and the --gpu-freq asked beside the clocks
+or this node's part of a job on several nodes, or a group of jobs in one
+harness worker, the way a local run runs a job (runtime.launch, the local
+engine or its group runner, collect), and add to each result where it ran:
+the engine's job and array ids, the node, the allocation, the CPUs and
+GPUs the process was given, and the --gpu-freq asked beside the clocks
 telemetry saw.
 
 An engine starts it as `python -m dlrepro.run.node ENGINE RUN_DIR
@@ -13,6 +14,12 @@ jobs[node.task]. SIGTERM (a cancel, the time limit, a node going down)
 stops the job as Ctrl-C does locally: the harness gets SIGTERM and writes
 what it measured; the submitting side then records why from the engine.
 
+A group (--isolation group; the submission's `tasks` lists each task's
+job ids): the jobs run one after another in one worker
+(engines/grouped.py), each under its own timeout, each result written as
+its cell ends; SIGTERM stops the cell under way and leaves the rest
+unrun, for the submitting side to end with Slurm's word.
+
 A job on several nodes (a convergence run whose spec says "nodes" > 1):
 every node runs this entry. It builds its node's "cluster" object
 (dlrepro.run.cluster, docs/multinode.md) and runs the harness on the
@@ -22,6 +29,8 @@ the others' outcomes into the job's. A node whose part did not end ok
 exits 1, so the engine ends the job on every node rather than leaving
 peers waiting for it.
 """
+import contextlib
+import functools
 import json
 import os
 import signal
@@ -33,6 +42,8 @@ from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import cluster as cluster_mod
 from dlrepro.run import pipeline, runtimes, store, writer
+from dlrepro.run.engines.base import Context
+from dlrepro.run.engines.grouped import Grouped
 from dlrepro.run.engines.local import LocalEngine
 from dlrepro.run.job import Job, Placement
 
@@ -41,12 +52,32 @@ class Stopped(Exception):
     """The engine sent SIGTERM."""
 
 
+# Set while a finished cell's result is written: SIGTERM then waits for
+# the write (a group stops between cells, its last result whole).
+_deferring = {"on": False, "stopped": False}
+
+
 def _stop(signum, frame):
     # Once: the engine may signal again, and a second Stopped raised while
     # the harness writes its partial result would end this process, and
     # with it (its step over) the harness.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if _deferring["on"]:
+        _deferring["stopped"] = True
+        return
     raise Stopped()
+
+
+@contextlib.contextmanager
+def _stop_deferred():
+    """SIGTERM's Stopped raised at the end of the block, not inside it."""
+    _deferring.update(on=True, stopped=False)
+    try:
+        yield
+    finally:
+        _deferring["on"] = False
+    if _deferring["stopped"]:
+        raise Stopped()
 
 
 def job_of(document):
@@ -133,13 +164,26 @@ class Part:
         return block
 
 
+def task_jobs(submission, task):
+    """The jobs of the submission's array task `task`: its group's, or
+    the one job at that index."""
+    documents = submission["jobs"]
+    if "tasks" not in submission:
+        return [job_of(documents[task])]
+    by_id = {document["id"]: document for document in documents}
+    return [job_of(by_id[job_id]) for job_id in submission["tasks"][task]]
+
+
 def main(argv, node):
-    """Run the job of `argv` (RUN_DIR SUBMISSION_JSON) on the node `node`
-    describes. Exits 0, or 1 when this node's part of a job on several
-    nodes did not end ok."""
+    """Run the job (or group) of `argv` (RUN_DIR SUBMISSION_JSON) on the
+    node `node` describes. Exits 0, or 1 when this node's part of a job on
+    several nodes did not end ok."""
     run_dir, submission = Path(argv[0]), json.loads(Path(argv[1]).read_text())
-    part = Part(job_of(submission["jobs"][node.task or 0]), node, run_dir)
+    jobs = task_jobs(submission, node.task or 0)
     signal.signal(signal.SIGTERM, _stop)
+    if "tasks" in submission and jobs[0].nodes == 1:
+        return run_group(jobs, node, run_dir, submission)
+    part = Part(jobs[0], node, run_dir)
     started = time.monotonic()
     result = None
     try:
@@ -160,6 +204,90 @@ def main(argv, node):
         return 0
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the fold is short
     return _end_part(part, run_dir, result)
+
+
+def run_group(jobs, node, run_dir, submission):
+    """A group's jobs in one worker, in order; each job's result is
+    written, with where it ran, the moment its cell ends. Exits 0."""
+    write = functools.partial(_write_cell, run_dir, block=where(node),
+                              gpu_freq=submission.get("gpu_freq"))
+    try:
+        runtime, matrix, ending = _group_runtime(jobs[0], node, submission)
+        if ending is not None:
+            for job in jobs:
+                write(job, 0.0, writer.synthesized(job, *ending))
+            return 0
+        grouped = Grouped(LocalEngine(), _group_context(
+            jobs, runtime, run_dir, matrix))
+        try:
+            for job in jobs:
+                _run_cell(grouped, job, node, write)
+        finally:
+            grouped.close()
+    except Stopped:
+        print(f"dlrepro: {node.engine.capitalize()} stopped this task "
+              f"(SIGTERM)", flush=True)
+    return 0
+
+
+def _run_cell(grouped, job, node, write):
+    """One job in the group's worker; its result written whatever
+    happened (Stopped propagates once it is)."""
+    started, result = time.monotonic(), None
+    try:
+        result = grouped.launch(job)
+    except UserError as exc:
+        result = writer.synthesized(job, "error", "SetupFailed",
+                                    f"on node {node.node}: {exc}")
+    finally:
+        write(job, time.monotonic() - started, result)
+
+
+def _group_runtime(job, node, submission):
+    """(runtime, matrix, None) ready for the group's cells, whose runtime
+    target is the same for all (it is a process-wide field), or (None,
+    None, (status, error type, message)) that ends every cell at once."""
+    matrix = matrix_mod.load()
+    try:
+        runtime = runtimes.get(submission["runtime"], matrix=matrix,
+                               node=node, **submission["runtime_options"])
+        runtime.check()
+        target = job.placement.target
+        reason = runtime.prepare([target], log=print).get(target)
+    except UserError as exc:
+        return None, None, ("error", "SetupFailed",
+                            f"on node {node.node}: {exc}")
+    if reason:
+        return None, None, ("unsupported", "Unsupported", reason)
+    return runtime, matrix, None
+
+
+def _group_context(jobs, runtime, run_dir, matrix):
+    """What the group runner needs of a run: its folder, runtime, each
+    job's spec file, and each job's result collected but not written
+    (this entry adds where it ran, then writes it)."""
+    return Context(
+        jobs=jobs, runtime=runtime, run_dir=run_dir, record={}, done={},
+        cannot_run=lambda job: None, isolation="group",
+        # The pipeline's own step: the task finds the spec file its
+        # submitter wrote, and removes no result but the job's own.
+        prepare=lambda job: pipeline._prepare_files(job, runtime, run_dir,
+                                                    matrix),
+        launch=None,
+        finish=lambda job, exit, launch, container, spec:
+        pipeline.finish_job(job, run_dir, exit, launch, container, spec,
+                            write=False))
+
+
+def _write_cell(run_dir, job, wall_s, result, block, gpu_freq):
+    """A group's cell's result with where it ran, written once (after the
+    harness's own); a cell stopped before it wrote anything valid is left
+    for the submitting side to end."""
+    path = writer.result_path(run_dir, job.id)
+    with _stop_deferred():
+        result = annotated(path, block, gpu_freq, wall_s, result)
+        if result is not None:
+            writer.write_result(path, result)
 
 
 def _run(part, submission):

@@ -1,5 +1,6 @@
 """The Slurm engine: a run's jobs as Slurm job arrays, one array task per
-job, on whatever nodes Slurm gives (docs/slurm.md).
+job (with --isolation group, per group of jobs), on whatever nodes Slurm
+gives (docs/slurm.md).
 
 Submit and collect are split. Submitting writes each job's spec file and
 one submission file per array (submit.py), checks every array with
@@ -117,14 +118,18 @@ class SlurmEngine(Engine):
             context.prepare(job)
         blocks = submit.submit(self.options, self.runtime_options, jobs,
                                context.runtime.name, context.run_dir,
-                               context.record)
+                               context.record,
+                               grouped=context.isolation == "group")
         by_id = context.entries()
         for job in jobs:
             by_id[job.id].update(runfolder.new_entry(job),
                                  slurm=blocks[job.id])
         ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
+        tasks = len({blocks[j.id]["job_id"] for j in jobs})
+        grouped = f" in {tasks} task(s), one per group" \
+            if context.isolation == "group" else ""
         context.events.log(f"submitted {len(jobs)} job(s) to Slurm as "
-                           f"array job(s) {', '.join(ids)}")
+                           f"array job(s) {', '.join(ids)}{grouped}")
 
     def stopped(self):
         left = self.left_running

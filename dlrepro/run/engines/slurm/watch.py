@@ -1,4 +1,6 @@
-"""Waiting for a run's tasks in Slurm: polling their states into run.json,
+"""Waiting for a run's tasks in Slurm: polling their states into run.json
+(a task of a group ends several jobs: each when its own result is final,
+the rest when the task ends),
 Ctrl-C (cancel them only when the user says so), and how a job ends when
 its task has: the result file the task wrote on the shared filesystem, or,
 for a task Slurm cancelled, timed out, preempted, killed over its memory
@@ -84,10 +86,14 @@ class Watch:
         """One look at the pending jobs' tasks: ({state label: count},
         whether run.json changed)."""
         counts, changed = {}, False
+        # A group's task runs its jobs in their order: the first still
+        # pending is the one running.
+        claimed = set()
         for job_id, job in list(self.pending.items()):
             entry = self.by_id[job_id]
             block = entry["slurm"]
-            task = known.get((block["array_job_id"], block["array_task_id"]))
+            key = (block["array_job_id"], block["array_task_id"])
+            task = known.get(key)
             label = _label(task)
             counts[label] = counts.get(label, 0) + 1
             if task is not None:
@@ -97,12 +103,15 @@ class Watch:
                              node=task.node or block["node"],
                              source=task.source)
             state = task.state if task else "GONE"
-            if state == "RUNNING" and job_id not in self.seen_running:
+            if state == "RUNNING" and key not in claimed and \
+                    job_id not in self.seen_running:
                 self.seen_running.add(job_id)
                 entry["status"] = "running"
                 entry["started_at"] = entry["started_at"] or utc_now()
+                changed = True
                 events.start(self.finished + 1, self.total, job)
-            if state in client.ACTIVE:
+            claimed.add(key)
+            if state in client.ACTIVE and not self._ended_in_task(job):
                 continue
             result = finish(job, self.context.run_dir, task, block)
             writer.end_entry(entry, result, wall_s=_wall(result))
@@ -111,6 +120,24 @@ class Watch:
             changed = True
             events.finish(self.finished, self.total, job, entry)
         return counts, changed
+
+    def _ended_in_task(self, job):
+        """Whether a job whose task still runs has its final result: a
+        group's cell done while the task goes on to the next (its node
+        side wrote it, with its slurm block, the moment it ended). Only a
+        result no Slurm state could change ends it early (an `oom` one
+        waits: Slurm's OUT_OF_MEMORY adds why to its message)."""
+        path = writer.result_path(self.context.run_dir, job.id)
+        if not path.exists():
+            return False
+        try:
+            result = resultfile.load(str(path))
+        except (OSError, ValueError, RecursionError):
+            return False
+        return isinstance(result, dict) and \
+            "wall_s" in (result.get("slurm") or {}) and \
+            result.get("status") in store.DONE_STATUSES and \
+            result.get("status") != "oom"
 
     def interrupted(self, confirm):
         """Ctrl-C while waiting: cancel the tasks only when the user says

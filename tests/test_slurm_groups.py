@@ -1,0 +1,170 @@
+"""--isolation group through the Slurm engine, against the test cluster
+(.ci/slurm.sh): `invoke bench --executor slurm --isolation group` on the
+real command line with tests/bin/scripted-python, whose `-m harness
+worker` is the real harness worker running scripted cells
+(tests/fake_harness.py), in array tasks slurmd really runs. A group is
+one array task, its time limit the sum of its cells' limits; each cell
+keeps its own result, entry, timeout and log. Shared helpers:
+tests/slurmenv.py."""
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dlrepro.run import store
+from harness.timing import FIRST_TIMED
+from dlrepro.run.engines import local
+from slurmenv import fake, invoke, latest, record, result, start
+from waits import wait_for
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+NETWORKS = ("fcn5", "fcn8", "fcn-r")
+GROUP = ["--isolation", "group"]
+
+
+def grouped(out, iterations=3, extra=(), modes=""):
+    return invoke(*fake(out, *NETWORKS, iterations=iterations,
+                        extra=GROUP + list(extra)), modes=modes)
+
+
+def placed(out, network):
+    """(status, position in its worker's group, worker pid, Slurm task)
+    of a cell."""
+    found = result(out, network)
+    isolation = found.get("isolation") or {}
+    return (found["status"], isolation.get("position"),
+            isolation.get("worker_pid"), (found.get("slurm") or {}).get(
+                "job_id"))
+
+
+def network(job_id):
+    return next(n for n in NETWORKS if f"-{n}-cpu-" in job_id)
+
+
+def statuses(out):
+    return {network(e["id"]): e["status"] for e in record(out)["jobs"]}
+
+
+def time_limit(task):
+    """The TimeLimit Slurm holds for a task, in minutes."""
+    said = subprocess.run(["scontrol", "show", "job", "-o", task],
+                          capture_output=True, text=True).stdout
+    value = next(t.split("=", 1)[1] for t in said.split()
+                 if t.startswith("TimeLimit="))
+    hours, minutes, seconds = (int(p) for p in value.split("-")[-1]
+                               .split(":"))
+    return hours * 60 + minutes + seconds / 60
+
+
+def test_a_group_is_one_array_task_in_one_worker_its_limit_the_sum(
+        tmp_path):
+    out = tmp_path / "r"
+    done = grouped(out, extra=["--timeout", "60"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "submitted 3 job(s) to Slurm as array job(s) " in done.stdout
+    assert " in 1 task(s), one per group" in done.stdout
+    [array] = record(out)["slurm"]["arrays"]
+    assert "--array=0-0" in array["sbatch"]
+    assert array["tasks"] == [array["jobs"]] and len(array["jobs"]) == 3
+    submission = json.loads((latest(out) / "slurm" / "submit-0.json")
+                            .read_text())
+    assert submission["tasks"] == [array["jobs"]]
+    cells = [placed(out, n) for n in NETWORKS]
+    assert [c[:2] for c in cells] == [("ok", 1), ("ok", 2), ("ok", 3)]
+    assert len({c[2] for c in cells}) == 1          # one worker
+    task = cells[0][3]
+    assert {c[3] for c in cells} == {task}          # one array task
+    # each cell: 60 s + the grace after SIGTERM + 10 minutes to prepare
+    cell = 60 + local.GRACE_S + 600
+    assert f"--time={math.ceil(3 * cell / 60)}" in array["sbatch"]
+    assert time_limit(task) == math.ceil(3 * cell / 60)
+    assert statuses(out) == dict.fromkeys(NETWORKS, "ok")
+    for entry in record(out)["jobs"]:
+        assert entry["slurm"]["job_id"] == task
+        assert (latest(out) / entry["log"]).exists()
+
+
+def test_a_cell_past_its_timeout_ends_timeout_and_the_group_goes_on(
+        tmp_path):
+    out = tmp_path / "r"
+    # 15 s: ample for a worker to start on a loaded machine, well short of
+    # the slow cell's 21 one-second steps
+    done = grouped(out, iterations=20, extra=["--timeout", "15"],
+                   modes="fcn8=slow")
+    assert statuses(out) == {"fcn5": "ok", "fcn8": "timeout",
+                             "fcn-r": "ok"}, done.stdout + done.stderr
+    first, slow, last = (placed(out, n) for n in NETWORKS)
+    assert slow[1:3] == (2, first[2])
+    assert result(out, "fcn8")["timing"]["per_iteration_s"]
+    # the rest of the group, in a fresh worker of the same task
+    assert last[:2] == ("ok", 1) and last[2] != first[2]
+    assert first[3] == slow[3] == last[3]
+
+
+def timed_cells(out):
+    """Cells of the run's workers that have finished a timed iteration (a
+    worker's log is copied into its job's log only when the cell ends)."""
+    return sum(path.read_text(errors="replace").count(FIRST_TIMED)
+               for path in latest(out).glob("*.worker.log"))
+
+
+def finished(out, name):
+    """The cell's final result, written by its task, or None."""
+    path = next((p for p in latest(out).glob(f"*-{name}-cpu-*.json")
+                 if p.name.count(".") == 1), None)
+    try:
+        found = json.loads(Path(path).read_text()) if path else None
+    except ValueError:
+        return None
+    return found if found and "wall_s" in (found.get("slurm") or {}) \
+        else None
+
+
+def test_scancel_mid_group_keeps_finished_cells_and_resume_runs_the_rest(
+        tmp_path):
+    out = tmp_path / "r"
+    proc = start(*fake(out, *NETWORKS, iterations=60, extra=GROUP),
+                 modes="fcn8=slow")
+    wait_for(lambda: (latest(out) / "run.json").exists() and
+             finished(out, "fcn5") and timed_cells(out) == 2)
+    # the watcher ends the finished cell while its task runs on, and
+    # counts as running only the cell under way
+    wait_for(lambda: list(statuses(out).values())[:2] == ["ok", "running"])
+    assert statuses(out)["fcn-r"] != "running"
+    task = placed(out, "fcn5")[3]
+    subprocess.run(["scancel", task], check=True)
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert statuses(out) == {"fcn5": "ok", "fcn8": "error",
+                             "fcn-r": "error"}, err
+    kept = result(out, "fcn5")
+    stopped, unrun = result(out, "fcn8"), result(out, "fcn-r")
+    assert stopped["error"]["type"] == unrun["error"]["type"] == "Cancelled"
+    assert stopped["timing"]["completed_iterations"] >= 1
+    assert task in unrun["error"]["message"]
+
+    again = invoke(*fake(out, *NETWORKS, iterations=60, extra=GROUP
+                         + ["--resume"]))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert result(out, "fcn5") == kept              # not measured twice
+    arrays = record(out)["slurm"]["arrays"]
+    assert len(arrays) == 2
+    assert [[network(j) for j in t] for t in arrays[1]["tasks"]] == \
+        [["fcn8", "fcn-r"]]                         # regrouped, one task
+    rest = [placed(out, n) for n in ("fcn8", "fcn-r")]
+    assert [c[:2] for c in rest] == [("ok", 1), ("ok", 2)]
+    assert rest[0][2] == rest[1][2] and rest[0][3] != task
+    assert statuses(out) == dict.fromkeys(NETWORKS, "ok")
+    assert store.read_run(latest(out))["status"] == "complete"
+
+
+def test_a_groups_limit_sums_each_cells_time_limit_as_given(tmp_path):
+    out = tmp_path / "r"
+    done = grouped(out, extra=["--time-limit", "1:30"])  # Slurm's M:S
+    assert done.returncode == 0, done.stdout + done.stderr
+    [array] = record(out)["slurm"]["arrays"]
+    assert "--time=5" in array["sbatch"]            # 3 x 90 s, in minutes
+    assert time_limit(placed(out, "fcn5")[3]) == 5
