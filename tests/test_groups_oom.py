@@ -87,3 +87,18 @@ def test_a_worker_the_kernel_kills_for_memory_is_retried_alone(
     assert attempt["position"] == 2
     assert "killed by SIGKILL" in attempt["message"]
     assert proc.returncode == 0, out + err
+
+
+def test_the_schema_holds_each_isolation_mode_to_its_own_fields(tmp_path):
+    done = invoke(*GROUP, "--out", str(tmp_path), modes="fcn8=oom-in-group")
+    assert done.returncode == 0, done.stderr
+    run_dir = run_dir_of(tmp_path)
+    grouped, alone = result(run_dir, "fcn5"), result(run_dir, "fcn8")
+    del alone["isolation"]["retried_alone_after"]
+    grouped["isolation"]["mode"] = "cell"
+    assert any("retried_alone_after" in e
+               for e in store.validation_errors(alone))
+    assert any("retried_alone_after" in e
+               for e in store.validation_errors(grouped))
+    grouped["isolation"] = {"mode": "group"}
+    assert any("position" in e for e in store.validation_errors(grouped))

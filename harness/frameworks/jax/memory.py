@@ -1,12 +1,20 @@
 """What JAX lets a group worker free between two cells, and what it still
-holds after (the backend's release_memory)."""
+holds after (the backend's release_memory).
+
+jax.clear_caches() is not called: a cell's jitted step is its own function
+(step.make_train_step), whose compiled code JAX drops with it, so the
+caches hold only what every cell shares (the small operations that build
+and initialise a model); clearing them made each later cell compile those
+again, 5 s more a cell on a loaded 2-core CPU (fcn5, JAX 0.10.2), for
+memory that JAX's preallocated pool would not give back anyway."""
 import gc
 
 from .. import backends
 from .load import _jax
 
 CPU_NOTE = ("live_arrays are the arrays JAX still references; XLA's CPU "
-            "allocator counts nothing: the process's RSS is what it holds")
+            "allocator counts nothing: the process's RSS is what it holds; "
+            "JAX's compilation caches are kept (what the cells share)")
 GPU_NOTE = ("JAX preallocates most of the GPU's memory when its backend "
             "starts (XLA_PYTHON_CLIENT_PREALLOCATE) and keeps it until the "
             "process ends; bytes_in_use is what live buffers use of it")
@@ -34,14 +42,9 @@ def _device_stats(jax):
 
 def release_memory(device):
     jax = _jax()
-    released = []
-    if hasattr(jax, "clear_caches"):
-        # The compiled steps of the cells before, and what they keep alive.
-        jax.clear_caches()
-        released.append("jax.clear_caches()")
     # An array in a reference cycle stays live until it is collected.
     gc.collect()
-    released.append("gc.collect()")
+    released = ["gc.collect()"]
     held = _live(jax)
     if device != "gpu":
         return backends.memory_report(released, held, CPU_NOTE)
