@@ -144,19 +144,16 @@ def gpu_held(module=None):
 
 def release_framework(framework, device):
     """The one place the worker asks a backend to give memory back between
-    cells: its optional `release_memory(device)`, which frees what the
-    framework lets go (PyTorch: torch.cuda.empty_cache()) and returns what
-    it still holds as a JSON object (or None). Returns (that, note)."""
+    cells: its release_memory(device) (the backend contract, harness.
+    frameworks), which frees what the framework lets go and returns a
+    memory report (the calls made, what the framework still holds, what it
+    keeps regardless). Returns (that, a note where it failed)."""
     try:
         backend = frameworks.load(framework)
     except HarnessError:
         return None, None
-    release = getattr(backend, "release_memory", None)
-    if release is None:
-        return None, ("the {} backend declares no release_memory: only "
-                      "Python's garbage was collected".format(framework))
     try:
-        return release(device), None
+        return backend.release_memory(device), None
     except Exception as exc:
         traceback.print_exc()
         return None, "release_memory failed: {}".format(

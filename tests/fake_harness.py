@@ -13,7 +13,10 @@ then SIGINT the sweep, as a Ctrl-C just after the result), fill-disk
 (fills the results' filesystem, exits 1 without a result), hog (allocates memory until the
 kernel kills it, as a cell bigger than its memory limit does; gives up with
 exit 4 at 4 GiB, so that a machine without a limit is not starved),
-ok@SECONDS (ok, each iteration taking SECONDS: a history with a step).
+ok@SECONDS (ok, each iteration taking SECONDS: a history with a step),
+oom (the real harness.throughput, the device out of memory at the second
+step: status `oom`), oom-in-group and hog-in-group (ok here, alone; see
+`worker`).
 `worker` (below) is `python -m harness worker` with these cells.
 """
 import json
@@ -51,6 +54,14 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
     if mode.startswith("ok@"):
         mode, seconds = "ok", float(mode[3:])
     n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
+    if mode == "oom":
+        script = Script([seconds] * n, raise_at=2, exc=MemoryError(
+            "CUDA out of memory (scripted)"))
+        frameworks.load = lambda name, part="backend": gpu_capable(
+            Backend(script))
+        return throughput.run_cell(spec, out, clock=script.clock,
+                                   isolation=isolation,
+                                   group_clocks=group_clocks)
     if mode == "ok":
         script = Script([seconds] * n)
         frameworks.load = lambda name, part="backend": gpu_capable(
@@ -80,16 +91,44 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
                                isolation=isolation, group_clocks=group_clocks)
 
 
+def hog():
+    """Allocate until the kernel's OOM killer ends this process (picked
+    first: oom_score_adj 1000); exit 4 at 4 GiB, should no limit hold it."""
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+    held = []
+    for _ in range(4 * 1024 // 16):
+        held.append(b"\1" * (16 << 20))  # 16 MiB, every page touched
+        time.sleep(0.01)
+    sys.stderr.write("hog: 4 GiB and still alive: no memory limit\n")
+    sys.stderr.flush()
+    os._exit(4)
+
+
+def in_group_only(mode, isolation):
+    """The mode of a cell in mode oom-in-group or hog-in-group: oom (as
+    above) or hog (the kernel kills the worker) when the cell is not the
+    first of its worker, whose allocators still hold the cells before it;
+    ok when it is."""
+    if mode in ("oom-in-group", "hog-in-group"):
+        return mode[:3] if isolation["position"] > 1 else "ok"
+    return mode
+
+
 def worker(modes):
     """`python -m harness worker` (the real one), each cell in the mode
     `modes` maps its network to, as `run` runs it (cell below): a mode that
     ends `run`'s process (crash, kill, hog, fill-disk, stubborn) ends the
-    worker mid-cell with the same status."""
+    worker mid-cell with the same status; oom-in-group and hog-in-group
+    (in_group_only) only when the cell is not its worker's first."""
     from harness import worker as worker_mod
 
     def run_cell(spec, out, isolation=None, group_clocks=None):
-        ended = cell(modes.get(spec["cell"]["network"], "ok"), spec, out,
-                     isolation, group_clocks)
+        mode = in_group_only(modes.get(spec["cell"]["network"], "ok"),
+                             isolation)
+        if mode == "hog":
+            hog()
+        ended = cell(mode, spec, out, isolation, group_clocks)
         if isinstance(ended, dict):
             return ended
         sys.stderr.flush()
@@ -134,7 +173,9 @@ def cell(mode, spec, out, isolation=None, group_clocks=None):
             except OSError:
                 pass
         return 1
-    if mode.startswith("ok@") or mode in ("ok", "slow"):
+    if mode in ("oom-in-group", "hog-in-group"):
+        mode = "ok"  # alone, the cell fits
+    if mode.startswith("ok@") or mode in ("ok", "slow", "oom"):
         return run_scripted(mode, spec, out, isolation, group_clocks)
     if mode == "hog":
         held = []

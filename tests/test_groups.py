@@ -3,41 +3,15 @@ native runtime and tests/bin/scripted-python, whose `-m harness worker` is
 the real harness worker running scripted cells (tests/fake_harness.py
 worker, modes per network through DLREPRO_FAKE_MODES), so that the worker
 process, its protocol, signals and the run folder are all real."""
-import json
 import os
 import signal
 from pathlib import Path
 
 import fake_harness
 from dlrepro.run import store
-from paths import SCRIPTED
+from groupcells import BENCH, GROUP, NETWORKS, placed, result, statuses
 from scripted import invoke, start
 from waits import wait_for
-
-BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
-         "--python", SCRIPTED, "--iterations", "20", "--warmup", "1",
-         "--threads", "1", "--network", "fcn5", "--network", "fcn8",
-         "--network", "fcn-r"]
-GROUP = BENCH + ["--isolation", "group"]
-NETWORKS = ("fcn5", "fcn8", "fcn-r")
-
-
-def result(run_dir, network):
-    return json.loads((Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1"
-                       f".json").read_text())
-
-
-def placed(run_dir, network):
-    """(status, position in its worker's group, worker pid) of a cell."""
-    found = result(run_dir, network)
-    isolation = found.get("isolation") or {}
-    return (found["status"], isolation.get("position"),
-            isolation.get("worker_pid"))
-
-
-def statuses(run_dir):
-    return {next(n for n in NETWORKS if f"-{n}-cpu-" in e["id"]): e["status"]
-            for e in store.read_run(run_dir)["jobs"]}
 
 
 def slow_steps(run_dir):

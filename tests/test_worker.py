@@ -16,6 +16,7 @@ import pytest
 import processes
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
+from harness.frameworks import backends
 from dlrepro.run import store as results
 from tests import fake_nvml
 from tests.fake_backend import Backend, Script
@@ -85,21 +86,39 @@ def test_cells_of_one_group_each_write_their_own_result(serve, make_cell,
     assert a["phases"]["process_start"] is not None
     assert b["phases"]["process_start"] is None
     assert b["phases"]["harness_ready"] > a["phases"]["result_written"]
-    assert "declares no release_memory" in b["isolation"]["memory_held"][
-        "note"]
+    # the backend's report of what it freed before b; none before a
+    assert b["isolation"]["memory_held"]["framework"]["note"] == \
+        "the fake framework holds nothing"
+    assert a["isolation"]["memory_held"]["framework"] is None
 
 
 def test_the_backends_release_memory_is_called_between_cells(
         serve, make_cell, tmp_path):
     backend = Backend(Script([0.1] * 12))
     calls = []
-    backend.release_memory = lambda device: calls.append(device) or {
-        "cached_bytes": 0}
+    report = backends.memory_report(["cache emptied"], {"cached_bytes": 0},
+                                    "keeps its context")
+    backend.release_memory = lambda device: calls.append(device) or report
     paths = [write_spec(tmp_path, n, make_cell()) for n in "ab"]
     serve(backend, paths)
     assert calls == ["cpu"]
     held = load_valid(tmp_path / "b.json")["isolation"]["memory_held"]
-    assert held["framework"] == {"cached_bytes": 0} and held["note"] is None
+    assert held["framework"] == report and held["note"] is None
+
+
+def test_a_failing_release_memory_is_noted_and_the_cell_runs(
+        serve, make_cell, tmp_path):
+    backend = Backend(Script([0.1] * 12))
+
+    def broken(device):
+        raise RuntimeError("allocator gone")
+    backend.release_memory = broken
+    serve(backend, [write_spec(tmp_path, n, make_cell()) for n in "ab"])
+    b = load_valid(tmp_path / "b.json")
+    assert b["status"] == "ok"
+    assert b["isolation"]["memory_held"]["framework"] is None
+    assert b["isolation"]["memory_held"]["note"] == \
+        "release_memory failed: allocator gone"
 
 
 def test_a_cell_that_differs_in_a_process_wide_setting_is_refused(

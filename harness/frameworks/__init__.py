@@ -57,6 +57,16 @@ training, for throughput cells. It provides:
                             where the backend cannot tell; asked after
                             prepare, so it reports the switches that prepare
                             set for the cell's precision
+  release_memory(device)    between two cells of a group worker
+                            (harness.worker): frees what the framework lets
+                            go (its caches, its global state; Python's
+                            garbage first where what it frees or reads
+                            depends on it) and returns backends.
+                            memory_report(released, held, note): the calls
+                            made, what the framework says it still holds (a
+                            JSON object, None where it cannot say) and what
+                            it keeps whatever it is asked (TensorFlow's and
+                            JAX's GPU memory); memory.py beside backend.py
 A helper two backends share has one name and one signature in both:
 loss(logits, labels), make_optimizer(network).
 

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from harness import clocks
 
-from dlrepro.run import gpu_restore, groups
+from dlrepro.run import gpu_restore, groups, writer
 from dlrepro.run.runtimes import harness_args
 
 WORKER_ARGS = ["-s", "-m", "harness", "worker"]
 WORKER_LOG_SUFFIX = ".worker.log"
+OOM = "oom"
 
 
 def worker_argv(launch, job, run_dir):
@@ -46,6 +47,19 @@ def worker_clock_state(worker):
     first = worker.log_path.name[:-len(WORKER_LOG_SUFFIX)]
     return Path(clocks.group_state_path(
         str(worker.log_path.with_name(f"{first}.clock-state.json"))))
+
+
+def attempt_in_group(result, worker_pid, position):
+    """What a cell's `oom` in a worker was, for the result of its measure
+    alone: the worker's own isolation block where it wrote the result (a
+    framework's out-of-memory error), else what the host knows (the kernel
+    killed the worker: its pid, and the cells fed to it, this one
+    included)."""
+    isolation = result.get("isolation") or {}
+    return {"status": OOM,
+            "worker_pid": isolation.get("worker_pid", worker_pid),
+            "position": isolation.get("position", position),
+            "message": (result.get("error") or {}).get("message")}
 
 
 class Process:
@@ -113,21 +127,51 @@ class Grouped:
         self.context = context
         self.worker = None
         self.key = None
+        # Cells fed to the current worker, this one included.
+        self.position = 0
 
     def launch(self, job):
-        """Run `job` in the group's worker to its final result."""
+        """Run `job` in the group's worker to its final result; a cell
+        that runs out of memory there is measured again alone."""
         if self.worker is not None and (
                 groups.worker_key(job) != self.key
                 or self.worker.proc.poll() is not None):
             self.close()
+        result, exit = self._in_worker(job)
+        if result["status"] != OOM:
+            return result
+        return self._alone_after(job, attempt_in_group(result, exit.pid,
+                                                       self.position))
+
+    def _in_worker(self, job):
+        """(the final result, the Exit) of `job`'s cell in the worker."""
         run_dir = self.context.run_dir
         container, spec = self.context.prepare(job)
         launch = self.context.runtime.launch(job, run_dir)
         try:
             exit = self._run_cell(job, launch)
-            return self.context.finish(job, exit, launch, container, spec)
+            return self.context.finish(job, exit, launch, container,
+                                       spec), exit
         finally:
             self.context.runtime.cleanup(job, run_dir)
+
+    def _alone_after(self, job, attempt):
+        """`job` measured again in a process of its own, as --isolation
+        cell runs it, after its cell ran out of memory in the worker
+        (`attempt`): the worker's allocators keep what the cells before it
+        took (TensorFlow never gives GPU memory back, JAX preallocates), so
+        only a cell that runs out alone too is `oom`. The worker is ended
+        first (its memory goes with it), and the group goes on in a fresh
+        one. The result says so in its isolation block."""
+        self.close()
+        self.context.events.log(
+            f"{job.id}: out of memory in its group's worker (pid "
+            f"{attempt['worker_pid']}, cell {attempt['position']}); "
+            f"measuring it again alone")
+        result = self.context.launch(job, self.engine)
+        return writer.annotated(
+            writer.result_path(self.context.run_dir, job.id), "isolation",
+            {"mode": "cell", "retried_alone_after": attempt}, result)
 
     def close(self):
         """End the current worker, if any, and check that it restored the
@@ -168,7 +212,9 @@ class Grouped:
             except OSError as exc:
                 return exit_type(None, False, 0.0, f"{launch.argv[0]}: "
                                  f"{exc.strerror or exc}")
+            self.position = 0
         worker = self.worker
+        self.position += 1
         offset = worker.log_size()
         try:
             status, timed_out = self._await_cell(job, launch, worker)

@@ -52,6 +52,8 @@ from .layers import (  # noqa: F401
     NAME, TRANSLATORS, conv_padding, conv_size, is_sequence, net_parameter,
     net_spec, planned_shape, planned_shapes, pool_size, subsample_padding)
 from .load import _caffe, _numpy
+# What a group worker frees between cells (harness.worker).
+from .memory import release_memory  # noqa: F401
 
 DEVICES = ("cpu", "gpu")
 # FP32 and Caffe's one way to run a net only.

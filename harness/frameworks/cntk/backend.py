@@ -38,6 +38,8 @@ from .layers import (  # noqa: F401
     minibatch_plan, planned_shape, planned_shapes, pool_size,
     subsample_padding)
 from .load import _cntk, _numpy
+# What a group worker frees between cells (harness.worker).
+from .memory import release_memory  # noqa: F401
 
 DEVICES = ("cpu", "gpu")
 # FP32 and CNTK's one static graph only; why not the others, said in the

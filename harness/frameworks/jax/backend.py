@@ -55,6 +55,8 @@ from .layers import (  # noqa: F401
     NAME, TRANSLATORS, Layer, Model, build_model, count_parameters,
     input_shape)
 from .load import _jax, _np, _optax
+# What a group worker frees between cells (harness.worker).
+from .memory import release_memory  # noqa: F401
 from .step import (  # noqa: F401
     COMPUTE_DTYPES, LossScale, loss, make_optimizer, make_train_step)
 

@@ -41,6 +41,8 @@ from .layers import (  # noqa: F401
     NAME, TRANSLATORS, build_model, context, count_parameters, hybridize,
     loss_block)
 from .load import _mx
+# What a group worker frees between cells (harness.worker).
+from .memory import release_memory  # noqa: F401
 
 DEVICES = ("cpu", "gpu")
 CAPABILITIES = backends.capabilities(

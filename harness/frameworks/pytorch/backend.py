@@ -28,6 +28,8 @@ from ... import cudalibs
 from ... import networks as nets
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+# What a group worker frees between cells (harness.worker).
+from .memory import release_memory  # noqa: F401
 
 NAME = "pytorch"
 DEVICES = ("cpu", "gpu")

@@ -41,6 +41,8 @@ from .layers import (  # noqa: F401
     keras_model, keras_padding, loss, make_optimizer, pool_padding,
     same_padding)
 from .load import _np, _tf
+# What a group worker frees between cells (harness.worker).
+from .memory import release_memory  # noqa: F401
 
 NAME = "tensorflow"
 DEVICES = ("cpu", "gpu")
