@@ -102,3 +102,16 @@ def test_the_schema_holds_each_isolation_mode_to_its_own_fields(tmp_path):
                for e in store.validation_errors(grouped))
     grouped["isolation"] = {"mode": "group"}
     assert any("position" in e for e in store.validation_errors(grouped))
+
+
+def test_the_first_cell_of_a_worker_out_of_memory_is_not_run_again(tmp_path):
+    """Nothing held memory before a worker's first cell: it ran as alone
+    as a process of its own, so it is `oom` at once, measured only once."""
+    done = invoke(*GROUP, "--out", str(tmp_path), modes="fcn5=oom")
+    run_dir = run_dir_of(tmp_path)
+    assert statuses(run_dir) == {"fcn5": "oom", "fcn8": "ok",
+                                 "fcn-r": "ok"}, done.stderr
+    oom = result(run_dir, "fcn5")
+    assert oom["isolation"]["mode"] == "group"
+    assert oom["isolation"]["position"] == 1
+    assert "measuring it again alone" not in done.stdout + done.stderr

@@ -140,8 +140,13 @@ class Grouped:
         result, exit = self._in_worker(job)
         if result["status"] != OOM:
             return result
-        return self._alone_after(job, attempt_in_group(result, exit.pid,
-                                                       self.position))
+        attempt = attempt_in_group(result, exit.pid, self.position)
+        if attempt["position"] == 1:
+            # The first cell of a fresh worker ran as alone as a process of
+            # its own: nothing held memory before it, and a retry would
+            # measure the same.
+            return result
+        return self._alone_after(job, attempt)
 
     def _in_worker(self, job):
         """(the final result, the Exit) of `job`'s cell in the worker."""
