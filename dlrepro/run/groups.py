@@ -9,8 +9,9 @@ from dlrepro.errors import UserError
 
 MODES = ("cell", "group")
 DEFAULT = "cell"
-# Where the host can feed a worker today: a process it starts itself.
-GROUP_RUNTIMES = ("native",)
+# Where the host can feed a worker: a process it starts itself, natively
+# or in one container per group (Runtime.worker_launch).
+GROUP_RUNTIMES = ("native", "docker", "podman", "charliecloud")
 GROUP_ENGINES = ("local",)
 
 
