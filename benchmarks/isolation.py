@@ -9,7 +9,8 @@ iterations over the sweep's wall time, as the bench summary's "where the
 time went" computes it) and the median fixed cost per ok job.
 
     .venv/bin/python benchmarks/isolation.py [--rounds 2] [--threads 1]
-        [--framework pytorch] [--out results/isolation-bench]
+        [--framework pytorch] [--runtime native]
+        [--out results/isolation-bench]
 """
 import argparse
 import statistics
@@ -32,7 +33,7 @@ def bench(mode, args):
     """Run the sweep in `mode`; (wall s of the command, its run folder)."""
     out = Path(args.out) / mode
     command = [INVOKE, "bench", "--framework", args.framework, "--suite",
-               "smoke", "--runtime", "native", "--threads",
+               "smoke", "--runtime", args.runtime, "--threads",
                str(args.threads), "--isolation", mode, "--out", str(out)]
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -51,6 +52,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--framework", default="pytorch")
+    parser.add_argument("--runtime", default="native")  # cntk, caffe: docker
     parser.add_argument("--out", default=str(ROOT / "results" /
                                              "isolation-bench"))
     args = parser.parse_args()
