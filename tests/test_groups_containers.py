@@ -96,7 +96,7 @@ def left_behind(runtime, run_dir):
     return [pid for pid in pids if pid and os.path.exists(f"/proc/{pid}")]
 
 
-def test_a_group_runs_in_one_container_and_goes_on_in_a_fresh_one_after_a_timeout(
+def test_a_group_shares_one_container_and_a_timeout_goes_on_in_a_fresh_one(
         runtime, tmp_path):
     done = subprocess.run(bench_argv(runtime, tmp_path, timeout_s=10),
                           cwd=ROOT, env=cli_env(), capture_output=True,
