@@ -137,3 +137,40 @@ def test_ctrl_c_stops_the_groups_container_and_leaves_none(runtime,
     assert stopped["error"]["type"] == "Terminated"
     assert stopped["isolation"]["position"] == 2
     assert not left_behind(runtime, run_dir)
+
+
+@pytest.mark.parametrize("container_runtime", ["docker", "podman"])
+def test_a_kill_of_the_sweep_leaves_no_container_after_resume(
+        container_runtime, tmp_path):
+    """kill -9 of `invoke bench` ends its worker (the container's client
+    hears of its parent's death) but cannot remove the group's container,
+    named after a job that --resume does not run again: the resumed run
+    removes it."""
+    if container_runtime == "podman":
+        binary_or_skip("podman")
+    docker_image()
+    # fcn-r's 20 s: ample to kill the sweep at its first timed iteration,
+    # and the resumed fcn-r ends by it
+    argv = bench_argv(container_runtime, tmp_path, timeout_s=20)
+    proc = processes.start(argv, cwd=ROOT, env=cli_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    latest = tmp_path / "runs" / "latest"
+    run_dir = waits.wait_for(lambda: latest.exists() and latest.resolve(),
+                             seconds=300, what="the run folder")
+    worker_log = run_dir / f"{job_id('fcn5')}.worker.log"
+    waits.wait_for(lambda: proc.poll() is not None or
+                   waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
+                   seconds=600, what="fcn-r's first timed iteration")
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert left_behind(container_runtime, run_dir)
+
+    again = subprocess.run(argv + ["--resume"], cwd=ROOT, env=cli_env(),
+                           capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr
+    assert statuses(run_dir) == {job_id("fcn5"): "ok",
+                                 job_id("fcn-r"): "timeout",
+                                 job_id("fcn8"): "ok"}, again.stderr
+    assert not left_behind(container_runtime, run_dir)

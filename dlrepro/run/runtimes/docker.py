@@ -157,7 +157,7 @@ class Runtime(Base):
         run_dir = Path(run_dir).resolve()
         name = container_name(run_dir, job.id)
         tag = self.images[job.placement.target]
-        return self.container_launch(job, name,
+        return self.container_launch(name,
                                      self.run_argv(job, run_dir, tag, name))
 
     def cleanup(self, job, run_dir):
@@ -172,12 +172,13 @@ class Runtime(Base):
         that job's (whose cleanup after its cell must not remove it), with
         stdin attached for the spec paths, which are under /results."""
         run_dir = Path(run_dir).resolve()
+        self._remove_left_workers(run_dir)
         name = worker_container_name(run_dir, job.id)
         argv = self.run_argv(job, run_dir, self.images[job.placement.target],
                              name)
         argv = worker_argv(argv, job, self.harness_results_dir(run_dir))
         argv[2:2] = ["--interactive"]
-        return self.container_launch(job, name, argv)._replace(
+        return self.container_launch(name, argv)._replace(
             results_dir=self.harness_results_dir(run_dir))
 
     def harness_results_dir(self, run_dir):
@@ -186,9 +187,9 @@ class Runtime(Base):
     def worker_cleanup(self, job, run_dir):
         self._remove(worker_container_name(Path(run_dir).resolve(), job.id))
 
-    def container_launch(self, job, name, argv):
-        """The Launch of `argv`, which runs the container `name` for
-        `job`: stopped and inspected by that name."""
+    def container_launch(self, name, argv):
+        """The Launch of `argv`, which runs the container `name`: stopped
+        and inspected by that name."""
         # A container of the same name left by an interrupted run.
         self._remove(name)
         return Launch(argv=argv, env=None, cwd=str(ROOT),
@@ -272,6 +273,19 @@ class Runtime(Base):
         container = self._container(name)
         if container is not None:
             container.remove(force=True)
+
+    def _remove_left_workers(self, run_dir):
+        """The workers' containers of this run folder that a killed run
+        left (named after a group's first job, which --resume does not run
+        again); the run folder's lock keeps any other run out of it, and
+        its own worker ends before the next starts."""
+        prefix = container_name(run_dir, "")
+        proc = subprocess.run([self.docker_bin, "ps", "--all", "--filter",
+                               f"name={prefix}", "--format", "{{.Names}}"],
+                              capture_output=True, text=True, check=False)
+        for name in proc.stdout.split():
+            if name.startswith(prefix) and name.endswith(".worker"):
+                self._remove(name)
 
     def _give_back(self, tag, run_dir, cell_id):
         """chown what a root container wrote (the result, the clock-state

@@ -181,8 +181,8 @@ class Runtime(docker.Runtime):
         return podman_images.inspected(self.podman_bin, "container", name,
                                        CLI_TIMEOUT_S)
 
-    def container_launch(self, job, name, argv):
-        launch = super().container_launch(job, name, argv)
+    def container_launch(self, name, argv):
+        launch = super().container_launch(name, argv)
         before = oomkills.machine_count()
         self._end_log(name)
         log = self.kernel_logs[name] = oomkills.KernelLog()
