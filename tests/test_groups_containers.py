@@ -64,6 +64,16 @@ def bench_argv(runtime, tmp_path, timeout_s):
             "--out", str(tmp_path / "runs")]
 
 
+def run_folder_of(proc, tmp_path):
+    """The run folder of the sweep `proc` once it exists; fails at once,
+    with what it said, should the sweep end first."""
+    latest = tmp_path / "runs" / "latest"
+    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
+                   seconds=300, what="the run folder")
+    assert latest.exists(), proc.communicate()
+    return latest.resolve()
+
+
 def job_id(network):
     return f"{FRAMEWORK}-cpu-{network}-cpu-b{BATCH[network]}-t1"
 
@@ -121,9 +131,7 @@ def test_ctrl_c_stops_the_groups_container_and_leaves_none(runtime,
                            cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
-    latest = tmp_path / "runs" / "latest"
-    run_dir = waits.wait_for(lambda: latest.exists() and latest.resolve(),
-                             seconds=300, what="the run folder")
+    run_dir = run_folder_of(proc, tmp_path)
     worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
     # lstm32 timed, then fcn-r timing in the same worker
     waits.wait_for(lambda: proc.poll() is not None or
@@ -156,9 +164,7 @@ def test_a_kill_of_the_sweep_leaves_no_container_after_resume(
     proc = processes.start(argv, cwd=ROOT, env=cli_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
-    latest = tmp_path / "runs" / "latest"
-    run_dir = waits.wait_for(lambda: latest.exists() and latest.resolve(),
-                             seconds=300, what="the run folder")
+    run_dir = run_folder_of(proc, tmp_path)
     worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
     waits.wait_for(lambda: proc.poll() is not None or
                    waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
