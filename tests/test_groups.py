@@ -113,14 +113,11 @@ def test_ctrl_c_stops_the_worker_and_resume_runs_the_rest_grouped(
     assert rest[0][2] == rest[1][2]
 
 
-def test_group_with_a_runtime_that_cannot_is_one_line_and_no_run(tmp_path):
-    docker = [a if a != "native" else "docker" for a in GROUP]
-    python = docker.index("--python")
-    del docker[python:python + 2]
-    done = invoke(*docker, "--out", str(tmp_path))
+def test_an_unknown_isolation_is_one_line_and_no_run(tmp_path):
+    done = invoke(*BENCH, "--isolation", "process", "--out", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
-    assert "--isolation group" in done.stderr and "native" in done.stderr
+    assert "unknown isolation 'process'" in done.stderr
     assert not list(tmp_path.iterdir())
 
 

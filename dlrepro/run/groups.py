@@ -16,8 +16,10 @@ from dlrepro.errors import UserError
 
 MODES = ("cell", "group")
 DEFAULT = "cell"
-# Where the host can feed a worker today: a process it starts itself.
-GROUP_RUNTIMES = ("native",)
+# Where the host can feed a worker: a process it starts itself, natively
+# or in one container per group (Runtime.worker_launch), locally or in one
+# Slurm array task per group.
+GROUP_RUNTIMES = ("native", "docker", "podman", "charliecloud")
 GROUP_ENGINES = ("local", "slurm")
 
 

@@ -23,22 +23,9 @@ from pathlib import Path
 from harness import clocks
 
 from dlrepro.run import gpu_restore, groups, writer
-from dlrepro.run.runtimes import harness_args
 
-WORKER_ARGS = ["-s", "-m", "harness", "worker"]
 WORKER_LOG_SUFFIX = ".worker.log"
 OOM = "oom"
-
-
-def worker_argv(launch, job, run_dir):
-    """The worker's command line: the job's own launch with `run --spec
-    ... --out ...` replaced by `worker` (the runtime chose the interpreter
-    and the environment)."""
-    tail = harness_args(job, run_dir)
-    if launch.argv[-len(tail):] != tail:
-        raise RuntimeError(f"the runtime's command line does not end in "
-                           f"the harness's arguments: {launch.argv}")
-    return launch.argv[:-len(tail)] + WORKER_ARGS
 
 
 def worker_clock_state(worker):
@@ -64,11 +51,14 @@ def attempt_in_group(result, worker_pid, position):
 
 class Process:
     """One running worker: its process, its protocol lines as they come,
-    its log."""
+    its log, its launch (how it is stopped and told dead) and the group's
+    first job (what the runtime cleans up after it by)."""
 
-    def __init__(self, proc, log_path):
+    def __init__(self, proc, log_path, launch, first):
         self.proc = proc
         self.log_path = log_path
+        self.launch = launch
+        self.first = first
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -78,9 +68,11 @@ class Process:
         self.lines.put(None)
 
     def feed(self, spec_path):
-        """Ask for the next cell; False when the worker is gone."""
+        """Ask for the next cell (its spec, a file of the run folder, named
+        as the worker sees it); False when the worker is gone."""
+        seen = f"{self.launch.results_dir}/{Path(spec_path).name}"
         try:
-            self.proc.stdin.write(f"{spec_path}\n")
+            self.proc.stdin.write(f"{seen}\n")
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
@@ -129,6 +121,11 @@ class Grouped:
         self.key = None
         # Cells fed to the current worker, this one included.
         self.position = 0
+        # The worker that ran the latest cell, gone or not, and the workers
+        # that have ended, whose runtime cleanup (a container's removal)
+        # waits until their last cell's post-mortem is done.
+        self.last = None
+        self.ended = []
 
     def launch(self, job):
         """Run `job` in the group's worker to its final result; a cell
@@ -155,8 +152,8 @@ class Grouped:
         launch = self.context.runtime.launch(job, run_dir)
         try:
             exit = self._run_cell(job, launch)
-            return self.context.finish(job, exit, launch, container,
-                                       spec), exit
+            return self.context.finish(job, exit, self._told_by(launch),
+                                       container, spec), exit
         finally:
             self.context.runtime.cleanup(job, run_dir)
 
@@ -179,12 +176,15 @@ class Grouped:
             {"mode": "cell", "retried_alone_after": attempt}, result)
 
     def close(self):
-        """End the current worker, if any, and check that it restored the
-        GPU clocks its group held."""
+        """End the current worker, if any, check that it restored the GPU
+        clocks its group held, and clean up after every worker that has
+        ended."""
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.end(self.engine.grace_s())
             self._check_clocks(worker)
+            self.ended.append(worker)
+        self._clean_up_ended()
 
     def _check_clocks(self, worker):
         """Once `worker` has ended: restore the GPU clocks its group held
@@ -193,16 +193,40 @@ class Grouped:
         if message:
             self.context.events.log(message)
 
+    def _clean_up_ended(self):
+        ended, self.ended = self.ended, []
+        for worker in ended:
+            self.context.runtime.worker_cleanup(worker.first,
+                                                self.context.run_dir)
+
+    def _told_by(self, launch):
+        """The launch whose post_mortem tells how `launch`'s cell died: its
+        worker's where the runtime gives the worker one (a container's, by
+        its name), else the job's own (by the worker's pid)."""
+        worker = self.last
+        if worker is not None and worker.launch.post_mortem is not None:
+            return launch._replace(post_mortem=worker.launch.post_mortem)
+        return launch
+
     def _start(self, job, launch):
+        self._clean_up_ended()
+        self.last = None
         run_dir = Path(self.context.run_dir)
+        runtime = self.context.runtime
+        worker_launch = runtime.worker_launch(job, run_dir, launch)
         log_path = run_dir / f"{job.id}.worker.log"
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                worker_argv(launch, job, run_dir), env=launch.env,
-                cwd=launch.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=log, text=True, bufsize=1, start_new_session=True,
-                preexec_fn=self.engine.child_setup)
-        self.worker = Process(proc, log_path)
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    worker_launch.argv, env=worker_launch.env,
+                    cwd=worker_launch.cwd, stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                    start_new_session=True,
+                    preexec_fn=self.engine.child_setup)
+        except OSError:
+            runtime.worker_cleanup(job, run_dir)
+            raise
+        self.worker = self.last = Process(proc, log_path, worker_launch, job)
         self.key = groups.worker_key(job)
 
     def _run_cell(self, job, launch):
@@ -254,17 +278,23 @@ class Grouped:
     def _gone(self):
         """A worker that ended by itself: its status."""
         worker, self.worker = self.worker, None
+        self.ended.append(worker)
         status = worker.proc.wait()
         self._check_clocks(worker)
         return status
 
-    def _stop(self, launch):
+    def _stop(self, _launch):
         """Stop the worker mid-cell as the local engine stops a cell's
-        process (it ends the cell with what it measured); its status."""
+        process (it ends the cell with what it measured); its status. By
+        the worker's own launch, not the cell's: a container runtime's
+        worker runs in the group's container, which the cell's launch does
+        not name."""
         worker, self.worker = self.worker, None
         if worker is None:
             return None
-        self.engine.stop(worker.proc, launch)
+        self.ended.append(worker)
+        self.engine.stop(worker.proc, worker.launch)
+        self._check_clocks(worker)
         return worker.proc.returncode
 
     def _say_invalid(self, job, message):

@@ -38,6 +38,9 @@ class Launch(NamedTuple):
     # Called with the process's pid after it exited without a result
     # file: a Death.
     post_mortem: Optional[Callable[[Optional[int]], Death]] = None
+    # A group's worker only (Runtime.worker_launch): the run folder as the
+    # worker sees it, which the spec paths fed on its stdin are under.
+    results_dir: Optional[str] = None
 
 
 class Runtime(abc.ABC):
@@ -77,6 +80,25 @@ class Runtime(abc.ABC):
     def cleanup(self, job, run_dir):
         """After the job's process has ended, whatever happened."""
 
+    def harness_results_dir(self, run_dir):
+        """The run folder as the harness sees it (a container mounts it
+        elsewhere)."""
+        return str(run_dir)
+
+    def worker_launch(self, job, run_dir, launch):
+        """A Launch that starts `python -m harness worker` for the group
+        whose first job is `job` (`launch`: that job's own Launch), reading
+        spec paths on its stdin. Here: the job's process with the worker's
+        arguments; its post_mortem None, because each cell's own launch
+        tells how the process died (by its pid)."""
+        seen = self.harness_results_dir(run_dir)
+        return launch._replace(argv=worker_argv(launch.argv, job, seen),
+                               post_mortem=None, results_dir=seen)
+
+    def worker_cleanup(self, job, run_dir):
+        """After the worker of the group whose first job is `job` has
+        ended, whatever happened (and after its last cell's post-mortem)."""
+
 
 def get(name, node=LOCAL, **options):
     """The runtime `name`, launching on `node` (a NodeEnv)."""
@@ -106,9 +128,24 @@ def node_variables(runtime, job):
     return dict(sorted(runtime.node.variables.items()))
 
 
+WORKER_ARGS = ["-s", "-m", "harness", "worker"]
+
+
 def harness_args(job, results_dir):
     """The harness's command line after the interpreter, for a job whose
     files are in `results_dir` as the harness sees it."""
     return ["-s", "-m", "harness", job.harness_command,
             "--spec", f"{results_dir}/{job.id}.spec.json",
             "--out", f"{results_dir}/{job.id}.json"]
+
+
+def worker_argv(argv, job, results_dir):
+    """A job's command line `argv` with its harness's arguments (as
+    harness_args(job, results_dir) writes them, last) replaced by the
+    worker's: the runtime chose the interpreter, the environment and the
+    container."""
+    tail = harness_args(job, results_dir)
+    if argv[-len(tail):] != tail:
+        raise RuntimeError(f"the runtime's command line does not end in "
+                           f"the harness's arguments: {argv}")
+    return argv[:-len(tail)] + WORKER_ARGS

@@ -192,6 +192,9 @@ class Runtime(Base):
     def cleanup(self, job, run_dir):
         self.watches.end(job.id)
 
+    def harness_results_dir(self, run_dir):
+        return RESULTS_IN_CONTAINER
+
     # -- images ---------------------------------------------------------------
 
     def _tag(self, framework, profile, entry):

@@ -30,6 +30,7 @@ from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.images import build as images
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
+from dlrepro.run.runtimes import worker_argv
 
 HARNESS_IN_CONTAINER = "/opt/dlrepro/harness"
 RESULTS_IN_CONTAINER = "/results"
@@ -55,6 +56,12 @@ def container_name(run_dir, cell_id):
     run_dir = Path(run_dir)
     raw = f"dlrepro-{run_dir.parent.name}-{run_dir.name}-{cell_id}"
     return re.sub(r"[^A-Za-z0-9_.-]", "-", raw)[:200]
+
+
+def worker_container_name(run_dir, first_id):
+    """The container of a group's worker (--isolation group), named after
+    the group's first job."""
+    return container_name(run_dir, f"{first_id}.worker")
 
 
 def cpuset(threads, available=None):
@@ -147,15 +154,11 @@ class Runtime(Base):
         return self.descriptions[target]
 
     def launch(self, job, run_dir):
-        tag = self.images[job.placement.target]
         run_dir = Path(run_dir).resolve()
         name = container_name(run_dir, job.id)
-        # A container of the same job left by an interrupted run.
-        self._remove(name)
-        return Launch(argv=self.run_argv(job, run_dir, tag, name),
-                      env=None, cwd=str(ROOT),
-                      stop=lambda: self._stop(name),
-                      post_mortem=lambda _pid=None: self._post_mortem(name))
+        tag = self.images[job.placement.target]
+        return self.container_launch(name,
+                                     self.run_argv(job, run_dir, tag, name))
 
     def cleanup(self, job, run_dir):
         run_dir = Path(run_dir).resolve()
@@ -163,6 +166,35 @@ class Runtime(Base):
             self._give_back(self.images[job.placement.target], run_dir,
                             job.id)
         self._remove(container_name(run_dir, job.id))
+
+    def worker_launch(self, job, run_dir, launch):
+        """The group's own container, named after its first job apart from
+        that job's (whose cleanup after its cell must not remove it), with
+        stdin attached for the spec paths, which are under /results."""
+        run_dir = Path(run_dir).resolve()
+        self._remove_left_workers(run_dir)
+        name = worker_container_name(run_dir, job.id)
+        argv = self.run_argv(job, run_dir, self.images[job.placement.target],
+                             name)
+        argv = worker_argv(argv, job, self.harness_results_dir(run_dir))
+        argv[2:2] = ["--interactive"]
+        return self.container_launch(name, argv)._replace(
+            results_dir=self.harness_results_dir(run_dir))
+
+    def harness_results_dir(self, run_dir):
+        return RESULTS_IN_CONTAINER
+
+    def worker_cleanup(self, job, run_dir):
+        self._remove(worker_container_name(Path(run_dir).resolve(), job.id))
+
+    def container_launch(self, name, argv):
+        """The Launch of `argv`, which runs the container `name`: stopped
+        and inspected by that name."""
+        # A container of the same name left by an interrupted run.
+        self._remove(name)
+        return Launch(argv=argv, env=None, cwd=str(ROOT),
+                      stop=lambda: self._stop(name),
+                      post_mortem=lambda _pid=None: self._post_mortem(name))
 
     # -- the command line -----------------------------------------------------
 
@@ -241,6 +273,19 @@ class Runtime(Base):
         container = self._container(name)
         if container is not None:
             container.remove(force=True)
+
+    def _remove_left_workers(self, run_dir):
+        """The workers' containers of this run folder that a killed run
+        left (named after a group's first job, which --resume does not run
+        again); the run folder's lock keeps any other run out of it, and
+        its own worker ends before the next starts."""
+        prefix = container_name(run_dir, "")
+        proc = subprocess.run([self.docker_bin, "ps", "--all", "--filter",
+                               f"name={prefix}", "--format", "{{.Names}}"],
+                              capture_output=True, text=True, check=False)
+        for name in proc.stdout.split():
+            if name.startswith(prefix) and name.endswith(".worker"):
+                self._remove(name)
 
     def _give_back(self, tag, run_dir, cell_id):
         """chown what a root container wrote (the result, the clock-state

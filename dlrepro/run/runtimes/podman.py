@@ -181,22 +181,26 @@ class Runtime(docker.Runtime):
         return podman_images.inspected(self.podman_bin, "container", name,
                                        CLI_TIMEOUT_S)
 
-    def launch(self, job, run_dir):
-        launch = super().launch(job, run_dir)
-        name = docker.container_name(Path(run_dir).resolve(), job.id)
+    def container_launch(self, name, argv):
+        launch = super().container_launch(name, argv)
         before = oomkills.machine_count()
-        self._end_log(job)
-        log = self.kernel_logs[job.id] = oomkills.KernelLog()
+        self._end_log(name)
+        log = self.kernel_logs[name] = oomkills.KernelLog()
         return launch._replace(
             post_mortem=lambda _pid=None: self._post_mortem(name, before,
                                                             log))
 
     def cleanup(self, job, run_dir):
         super().cleanup(job, run_dir)
-        self._end_log(job)
+        self._end_log(docker.container_name(Path(run_dir).resolve(), job.id))
 
-    def _end_log(self, job):
-        log = self.kernel_logs.pop(job.id, None)
+    def worker_cleanup(self, job, run_dir):
+        super().worker_cleanup(job, run_dir)
+        self._end_log(docker.worker_container_name(Path(run_dir).resolve(),
+                                                   job.id))
+
+    def _end_log(self, name):
+        log = self.kernel_logs.pop(name, None)
         if log is not None:
             log.close()
 

@@ -1,0 +1,183 @@
+"""--isolation group in containers, on the real command line: `invoke bench
+--runtime docker|podman|charliecloud --isolation group` runs a group's
+cells in one container (one harness worker), each cell its own result; a
+cell past its timeout stops that container and the rest of the group goes
+on in a fresh one; Ctrl-C stops the container; no container outlives the
+run. The real harness in the Docker tests' MXNet CPU image (the smallest;
+tests/runtimeenv.py), tiny cells."""
+import os
+import signal
+import subprocess
+
+import pytest
+
+import processes
+import waits
+from dlrepro.run import store
+from harness.timing import FIRST_TIMED
+from paths import INVOKE, ROOT
+from runtimeenv import binary_or_skip, cli_env, docker_image
+
+FRAMEWORK = "mxnet"
+# The smoke suite's cheapest cells in MXNet (model build and iterations).
+BATCH = {"lstm32": 8, "fcn-r": 16, "lstm64": 8}
+# fcn-r never finishes its iterations: it ends by its timeout or a Ctrl-C.
+SUITE = """name = "group-containers"
+description = "three tiny cells; the middle one runs until it is stopped"
+[defaults]
+device = "cpu"
+iterations = 2
+warmup = 1
+[[group]]
+networks = ["lstm32"]
+batch_sizes = [8]
+[[group]]
+networks = ["fcn-r"]
+batch_sizes = [16]
+iterations = 10000000
+warmup = 0
+timeout_s = {timeout_s}
+[[group]]
+networks = ["lstm64"]
+batch_sizes = [8]
+"""
+
+@pytest.fixture(params=["docker", "podman", "charliecloud"])
+def runtime(request):
+    """A runtime that can run here, its image ready."""
+    name = request.param
+    if name == "podman":
+        binary_or_skip("podman")
+    if name == "charliecloud":
+        # runtimeenv's, shared with the Charliecloud tests: one conversion
+        request.getfixturevalue("converted")
+    else:
+        docker_image()
+    return name
+
+
+def bench_argv(runtime, tmp_path, timeout_s):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE.format(timeout_s=timeout_s))
+    return [INVOKE, "bench", "--suite", str(suite), "--framework", FRAMEWORK,
+            "--runtime", runtime, "--threads", "1", "--isolation", "group",
+            "--out", str(tmp_path / "runs")]
+
+
+def run_folder_of(proc, tmp_path):
+    """The run folder of the sweep `proc` once it exists; fails at once,
+    with what it said, should the sweep end first."""
+    latest = tmp_path / "runs" / "latest"
+    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
+                   seconds=300, what="the run folder")
+    assert latest.exists(), proc.communicate()
+    return latest.resolve()
+
+
+def job_id(network):
+    return f"{FRAMEWORK}-cpu-{network}-cpu-b{BATCH[network]}-t1"
+
+
+def placed(run_dir, network):
+    """(status, position in its worker's group, the cells before it there)
+    of a cell's result."""
+    result = store.load_result(run_dir / f"{job_id(network)}.json")
+    isolation = result.get("isolation") or {}
+    return (result["status"], isolation.get("position"),
+            isolation.get("cells_before"))
+
+
+def statuses(run_dir):
+    return {entry["id"]: entry["status"]
+            for entry in store.read_run(run_dir)["jobs"]}
+
+
+def left_behind(runtime, run_dir):
+    """The run's containers (docker, podman), or its harness processes
+    (charliecloud: ch-run makes no container, and no PID namespace, so a
+    worker's pid is the host's), still there."""
+    if runtime in ("docker", "podman"):
+        proc = subprocess.run([runtime, "ps", "-a", "--filter",
+                               f"name={run_dir.name}", "--format",
+                               "{{.Names}}"], capture_output=True, text=True,
+                              check=True)
+        return proc.stdout.split()
+    pids = {store.load_result(path).get("isolation", {}).get("worker_pid")
+            for path in run_dir.glob(f"{FRAMEWORK}-*-t1.json")}
+    return [pid for pid in pids if pid and os.path.exists(f"/proc/{pid}")]
+
+
+def test_a_group_shares_one_container_and_a_timeout_goes_on_in_a_fresh_one(
+        runtime, tmp_path):
+    done = subprocess.run(bench_argv(runtime, tmp_path, timeout_s=10),
+                          cwd=ROOT, env=cli_env(), capture_output=True,
+                          text=True, timeout=900)
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    assert statuses(run_dir) == {job_id("lstm32"): "ok",
+                                 job_id("fcn-r"): "timeout",
+                                 job_id("lstm64"): "ok"}, done.stderr
+    # lstm32 and fcn-r in one worker (so one container), each its own result
+    assert placed(run_dir, "lstm32") == ("ok", 1, [])
+    assert placed(run_dir, "fcn-r")[1:] == (2, [job_id("lstm32")])
+    # the timeout stopped that container; lstm64 began a fresh one
+    assert placed(run_dir, "lstm64") == ("ok", 1, [])
+    assert store.read_run(run_dir)["isolation"] == "group"
+    assert not left_behind(runtime, run_dir)
+
+
+def test_ctrl_c_stops_the_groups_container_and_leaves_none(runtime,
+                                                           tmp_path):
+    proc = processes.start(bench_argv(runtime, tmp_path, timeout_s=900),
+                           cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    run_dir = run_folder_of(proc, tmp_path)
+    worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
+    # lstm32 timed, then fcn-r timing in the same worker
+    waits.wait_for(lambda: proc.poll() is not None or
+                   waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
+                   seconds=600, what="fcn-r's first timed iteration")
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err
+    assert "kept 1 finished job(s)" in err and "Traceback" not in err
+    stopped = store.load_result(run_dir / f"{job_id('fcn-r')}.json")
+    assert stopped["error"]["type"] == "Terminated"
+    assert stopped["isolation"]["position"] == 2
+    assert not left_behind(runtime, run_dir)
+
+
+@pytest.mark.parametrize("container_runtime", ["docker", "podman"])
+def test_a_kill_of_the_sweep_leaves_no_container_after_resume(
+        container_runtime, tmp_path):
+    """kill -9 of `invoke bench` ends its worker (the container's client
+    hears of its parent's death) but cannot remove the group's container,
+    named after a job that --resume does not run again: the resumed run
+    removes it."""
+    if container_runtime == "podman":
+        binary_or_skip("podman")
+    docker_image()
+    # fcn-r's 20 s: ample to kill the sweep at its first timed iteration,
+    # and the resumed fcn-r ends by it
+    argv = bench_argv(container_runtime, tmp_path, timeout_s=20)
+    proc = processes.start(argv, cwd=ROOT, env=cli_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    run_dir = run_folder_of(proc, tmp_path)
+    worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
+    waits.wait_for(lambda: proc.poll() is not None or
+                   waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
+                   seconds=600, what="fcn-r's first timed iteration")
+    assert proc.poll() is None, proc.communicate()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert left_behind(container_runtime, run_dir)
+
+    again = subprocess.run(argv + ["--resume"], cwd=ROOT, env=cli_env(),
+                           capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr
+    assert statuses(run_dir) == {job_id("lstm32"): "ok",
+                                 job_id("fcn-r"): "timeout",
+                                 job_id("lstm64"): "ok"}, again.stderr
+    assert not left_behind(container_runtime, run_dir)
