@@ -7,6 +7,7 @@ one array task, its time limit the sum of its cells' limits; each cell
 keeps its own result, entry, timeout and log. Shared helpers:
 tests/slurmenv.py."""
 import json
+import os
 import math
 import subprocess
 from pathlib import Path
@@ -168,3 +169,33 @@ def test_a_groups_limit_sums_each_cells_time_limit_as_given(tmp_path):
     [array] = record(out)["slurm"]["arrays"]
     assert "--time=5" in array["sbatch"]            # 3 x 90 s, in minutes
     assert time_limit(placed(out, "fcn5")[3]) == 5
+
+
+def test_a_groups_summed_limit_the_partition_refuses_leaves_no_run(
+        tmp_path):
+    """A partition whose MaxTime admits each cell's limit but not their
+    sum in one task: refused in one line before any run folder exists
+    (an sbatch on PATH that refuses --time above 4 minutes, as such a
+    partition's would, then runs the real one)."""
+    real = subprocess.run(["which", "sbatch"], capture_output=True,
+                          text=True).stdout.strip()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text(
+        "#!/bin/sh\n"
+        "for a in \"$@\"; do case $a in --time=*)\n"
+        "  [ \"${a#--time=}\" -gt 4 ] && {\n"
+        "    echo 'sbatch: error: Requested time limit is invalid "
+        "(missing or exceeds some limit)' >&2; exit 1; };;\n"
+        "esac; done\n"
+        f"exec {real} \"$@\"\n")
+    sbatch.chmod(0o755)
+    out = tmp_path / "r"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+    done = invoke(*fake(out, *NETWORKS, extra=GROUP + [
+        "--time-limit", "1:30"]), env=env)     # 3 x 90 s: 5 minutes
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "Slurm rejects the job" in done.stderr
+    assert not out.exists()

@@ -45,7 +45,7 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     events = events or Events()
     matrix = matrix if matrix is not None else matrix_mod.load()
     engine = executor or LocalEngine()
-    engine.check(run.jobs)
+    engine.check(run.jobs, run.isolation)
     runtime.check()
     runtime.ready([job for job in run.jobs if not job.skip_reason])
     if run.resume:

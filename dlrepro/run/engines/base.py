@@ -52,9 +52,10 @@ class Engine(abc.ABC):
     # written by those jobs.
     detached: bool = False
 
-    def check(self, jobs):
+    def check(self, jobs, isolation="cell"):
         """Fail (UserError) before any run folder exists when the jobs
-        cannot run through this engine."""
+        cannot run through this engine, in `isolation`'s processes
+        (dlrepro.run.groups)."""
 
     @abc.abstractmethod
     def execute(self, context):

@@ -13,7 +13,7 @@ picked up again by --resume, which waits for the tasks still in Slurm and
 submits only the jobs that are missing or failed.
 """
 from dlrepro.errors import UserError
-from dlrepro.run import runfolder, writer
+from dlrepro.run import groups, runfolder, writer
 from dlrepro.run.engines.base import Engine
 from dlrepro.run.engines.slurm import client, environment, submit
 from dlrepro.run.engines.slurm.options import Options
@@ -39,10 +39,11 @@ class SlurmEngine(Engine):
         # were being waited for).
         self.left_running = None
 
-    def check(self, jobs=()):
+    def check(self, jobs=(), isolation=groups.DEFAULT):
         """Fail before a run folder exists when Slurm cannot be used or
         rejects what the jobs would ask for (`sbatch --test-only`: a
-        partition, account, QOS or resources it refuses)."""
+        partition, account, QOS or resources it refuses; with groups, the
+        summed time limit of each group's task)."""
         for name in ("sbatch", "scontrol", "scancel"):
             client.command(name)
         if self.options.gpu_freq:
@@ -55,7 +56,9 @@ class SlurmEngine(Engine):
                                 f"cells must only observe them; give "
                                 f"--clock-policy observe (cells ask for "
                                 f"{', '.join(policies)})")
-        submit.test_only(self.options, jobs)
+        grouped = isolation == "group"
+        submit.test_only(self.options,
+                         groups.order(jobs) if grouped else jobs, grouped)
 
     def execute(self, context):
         """Submit the jobs that need running (adopting tasks still in
