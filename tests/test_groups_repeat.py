@@ -83,6 +83,14 @@ def test_each_process_of_a_group_has_a_worker_and_its_own_order(tmp_path):
     assert last["cells_before"] == [job_id(n, 2) for n in by_process[2][:-1]]
 
 
+def test_a_dry_run_lists_the_jobs_in_the_order_the_workers_take_them():
+    done = invoke(*GROUP, "--repeat", "2", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    listed = [line.split()[0] for line in done.stdout.splitlines()
+              if line.startswith("  pytorch-")]
+    assert listed == [job_id(n, p) for p in (1, 2) for n in expected(p)]
+
+
 def test_without_group_isolation_repeat_keeps_the_plan_order(tmp_path):
     cell = GROUP[:GROUP.index("--isolation")] + GROUP[
         GROUP.index("--isolation") + 2:]

@@ -49,7 +49,10 @@ def bench(flags, command_line="", echo=print):
     isolation = groups.mode_of(flags.isolation, suite)
     groups.check(isolation, flags.runtime, flags.executor)
     if flags.dry_run:
-        _echo_lines(echo, plan_mod.format_plan(jobs))
+        # The order the jobs will run in: a group's workers take theirs in
+        # groups.order, not the plan's.
+        _echo_lines(echo, plan_mod.format_plan(
+            groups.order(jobs) if isolation == "group" else jobs))
         return None
     runtime = runtimes.get(flags.runtime, matrix=m, **runtime_options)
     run_dir = command.start(run_of(suite, jobs, flags.out, command_line,
