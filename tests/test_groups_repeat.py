@@ -215,17 +215,22 @@ def test_a_shuffle_never_repeats_the_first_two_orders_from_three_cells():
     assert sorted(groups.permutation(["a", "b"], 0, 3)) == ["a", "b"]
 
 
-def test_order_keeps_groups_apart_and_in_plan_sequence():
+def test_order_gathers_each_group_from_anywhere_in_the_plan():
+    # An --all plan takes the frameworks in turn: pytorch's c, after
+    # tensorflow's cells, still joins pytorch's workers.
     jobs = (planned(["a", "b"], 2) + planned(["a", "b"], 2,
                                              framework="tensorflow")
             + planned(["c"], 2))
     ordered = groups.order(jobs)
     assert ids(ordered) == [
-        "pytorch-a", "pytorch-b", "pytorch-b-p2", "pytorch-a-p2",
-        "tensorflow-a", "tensorflow-b", "tensorflow-b-p2", "tensorflow-a-p2",
-        "pytorch-c", "pytorch-c-p2"]
-    assert [ids(g) for g in groups.form(ordered)][:2] == [
-        ["pytorch-a", "pytorch-b"], ["pytorch-b-p2", "pytorch-a-p2"]]
+        "pytorch-a", "pytorch-b", "pytorch-c",
+        "pytorch-c-p2", "pytorch-b-p2", "pytorch-a-p2",
+        "tensorflow-a", "tensorflow-b", "tensorflow-b-p2", "tensorflow-a-p2"]
+    assert [ids(g) for g in groups.form(ordered)] == [
+        ["pytorch-a", "pytorch-b", "pytorch-c"],
+        ["pytorch-c-p2", "pytorch-b-p2", "pytorch-a-p2"],
+        ["tensorflow-a", "tensorflow-b"],
+        ["tensorflow-b-p2", "tensorflow-a-p2"]]
 
 
 def test_a_larger_repeat_keeps_the_earlier_processes_orders():
@@ -240,3 +245,22 @@ def test_without_repeat_the_order_is_the_plan():
     assert groups.order(jobs) == jobs
     assert [ids(g) for g in groups.form(jobs)] == [
         ["pytorch-a", "pytorch-b", "pytorch-c"], ["pytorch-a"]]
+
+
+def test_an_all_frameworks_plan_runs_each_frameworks_cells_in_one_worker():
+    """The plan takes the frameworks in turn, suite group by suite group;
+    grouped, each framework's cells are gathered into its worker."""
+    common = ["bench", "--framework", "pytorch", "--framework", "tensorflow",
+              "--runtime", "native", "--network", "fcn5", "--network",
+              "alexnet", "--dry-run"]
+    listed = {}
+    for mode in ("cell", "group"):
+        done = invoke(*common, "--isolation", mode)
+        assert done.returncode == 0, done.stderr
+        listed[mode] = [line.split()[0].split("-cpu-")[0:2]
+                        for line in done.stdout.splitlines()
+                        if line.startswith("  ")]
+    frameworks = {mode: [f for f, _n in cells]
+                  for mode, cells in listed.items()}
+    assert frameworks["cell"] == ["pytorch", "tensorflow"] * 2
+    assert frameworks["group"] == ["pytorch"] * 2 + ["tensorflow"] * 2

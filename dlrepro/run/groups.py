@@ -70,12 +70,15 @@ def form(jobs):
 
 def order(jobs):
     """The jobs in the order their workers take them: for each group of
-    jobs consecutive in the plan with equal process-wide fields, process
-    1's jobs, then process 2's, ..., each process's jobs in plan order
-    permuted by `permutation(jobs, group seed, process)`. Deterministic:
-    a resumed run keeps every worker's order (and skips what is done)."""
+    jobs with equal process-wide fields anywhere in the plan (in the order
+    each group first appears: an --all sweep, whose plan takes the
+    frameworks in turn network by network, runs framework by framework),
+    process 1's jobs, then process 2's, ..., each process's jobs in plan
+    order permuted by `permutation(jobs, group seed, process)`.
+    Deterministic: a resumed run keeps every worker's order (and skips
+    what is done)."""
     ordered = []
-    for group in _runs(jobs, process_key):
+    for group in _gathered(jobs, process_key):
         seed = group[0].spec.get("seed")
         for process in sorted({job.process for job in group}):
             mine = [job for job in group if job.process == process]
@@ -109,6 +112,15 @@ def permutation(items, seed, process):
         rng.shuffle(shuffled)
         if len(plan) < 3 or shuffled not in (plan, plan[::-1]):
             return shuffled
+
+
+def _gathered(jobs, key):
+    """`jobs` gathered by `key(job)`, each list in plan order, the lists
+    in the order their keys first appear."""
+    found = {}
+    for job in jobs:
+        found.setdefault(key(job), []).append(job)
+    return list(found.values())
 
 
 def _runs(jobs, key):

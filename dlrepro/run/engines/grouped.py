@@ -1,5 +1,5 @@
-"""--isolation group in the local engine: the jobs of a group (consecutive
-jobs with equal process-wide fields, dlrepro.run.groups) run in one
+"""--isolation group in the local engine: the jobs of a group (jobs with
+equal process-wide fields, consecutive in groups.order) run in one
 `python -m harness worker` process, fed one spec path at a time, the next
 only after the worker said `cell-done`, so that each cell keeps every
 promise a cell in its own process has: its run.json entry, its timeout

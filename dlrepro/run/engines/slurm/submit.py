@@ -4,7 +4,7 @@ array for the node side (dlrepro.run.node), and `sbatch --test-only`
 before anything is queued.
 
 With --isolation group an array task runs a group (dlrepro.run.groups:
-consecutive jobs with equal process-wide fields) in one harness worker;
+jobs with equal process-wide fields, consecutive in groups.order) in one harness worker;
 the submission file's `tasks` lists each task's job ids, and the task's
 time limit is the sum of its cells' limits. A job on several nodes is
 always a task of its own."""
