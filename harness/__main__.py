@@ -15,7 +15,9 @@ of its input, 143 (SIGTERM) or 130 (SIGINT) once the cell running then has
 its result.
 """
 import argparse
+import atexit
 import json
+import os
 import sys
 
 from . import frameworks, networks
@@ -133,5 +135,29 @@ def main(argv=None):
         return 2
 
 
+# Commands whose process has nothing left to do once main returns: its
+# results are on disk.
+QUICK_EXIT = ("run", "worker")
+
+
+def leave(status):
+    """Exit without the interpreter's teardown, which with a framework
+    loaded is most of what follows the result (0.5 s with PyTorch, 0.7-1 s
+    with TensorFlow, measured on a 2-core CPU: its thread pools, its
+    modules' finalizers), and which the host would otherwise wait for
+    before the next cell. The atexit handlers still run (a clock session's
+    restore, logging's flush); only the finalization is skipped."""
+    run_exit_functions = getattr(atexit, "_run_exitfuncs", None)
+    if run_exit_functions is None:
+        sys.exit(status)
+    run_exit_functions()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if len(sys.argv) > 1 and sys.argv[1] in QUICK_EXIT:
+        leave(status)
+    sys.exit(status)
