@@ -22,8 +22,11 @@ def env_for(modes):
 
 
 def invoke(*args, modes="", timeout=120):
+    # SIGINT at its default: a fake mode interrupts the sweep, and a runner
+    # started in the background would hand the sweep SIGINT ignored.
     return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env_for(modes))
+                          text=True, timeout=timeout, env=env_for(modes),
+                          preexec_fn=processes.sigint_at_default)
 
 
 def start(*args, modes=""):

@@ -25,18 +25,33 @@ FAKE = ["bench", "--framework", "pytorch", "--runtime", "native",
         "--executor", "slurm"]
 
 
+UP = ("idle", "mixed", "allocated", "completing")
+# States a node passes through on its way up (slurmctld restarted, the
+# node registering again): waited for, not taken as a cluster without one.
+COMING_UP = ("planned", "unknown", "not_responding", "powering_up")
+
+
+def _node_states():
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], text=True,
+                          capture_output=True, timeout=30)
+    return proc, [s.rstrip("*~#!%$@^-").lower() for s in proc.stdout.split()]
+
+
 def _cluster_or_skip():
     reason = None
     if shutil.which("sinfo") is None:
         reason = "no Slurm client commands (sinfo) on PATH"
     else:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%T"], text=True,
-                              capture_output=True, timeout=30)
-        states = proc.stdout.split()
-        if proc.returncode != 0 or not any(
-                s.rstrip("*") in ("idle", "mixed", "allocated",
-                                  "completing")
-                for s in states):
+        proc, states = _node_states()
+        if proc.returncode == 0 and any(s in COMING_UP for s in states):
+            try:
+                waits.wait_for(lambda: any(
+                    s in UP for s in _node_states()[1]), seconds=120,
+                    every=1, what="a Slurm node to come up")
+            except AssertionError:
+                pass
+            proc, states = _node_states()
+        if proc.returncode != 0 or not any(s in UP for s in states):
             reason = (f"no Slurm node up (sinfo: "
                       f"{(proc.stderr or proc.stdout).strip() or 'nothing'})")
     if reason is not None:

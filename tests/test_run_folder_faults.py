@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from disks import fill
+import processes
 from paths import INVOKE, ROOT
 from scripted import (BENCH, bench, harness_pids, invoke, row, start,
                          statuses)
@@ -56,7 +57,8 @@ def bench_signalled_at_run_json(tmp_path, out, signum, nth, *networks):
     args = BENCH + ["--out", str(out)] + [a for n in networks
                                           for a in ("--network", n)]
     return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env=env)
+                          text=True, timeout=120, env=env,
+                          preexec_fn=processes.sigint_at_default)
 
 
 def one_line_error(proc):
