@@ -35,9 +35,9 @@ threading.Thread(target=_after_main).start()
 WAIT_S = 300
 
 
-def exit_marks(root, tmp_path, make_cell, *command, stdin=None):
-    """The marks a harness command left: {"atexit", "teardown"} subset;
-    and its exit status."""
+def marked_env(root, tmp_path):
+    """(the PyTorch venv's python, an environment whose sitecustomize
+    leaves the marks, the folder they land in)."""
     python = root / ".venvs" / "pytorch-cpu" / "bin" / "python"
     if not python.exists():
         pytest.skip("no .venvs/pytorch-cpu")
@@ -46,14 +46,21 @@ def exit_marks(root, tmp_path, make_cell, *command, stdin=None):
     (site / "sitecustomize.py").write_text(SITE)
     marks = tmp_path / "marks"
     marks.mkdir()
+    env = dict(os.environ, PYTHONPATH=f"{site}:{root}",
+               EXIT_MARKS=str(marks))
+    return python, env, marks
+
+
+def exit_marks(root, tmp_path, make_cell, *command, stdin=None):
+    """The marks a harness command left: {"atexit", "teardown"} subset;
+    and its exit status."""
+    python, env, marks = marked_env(root, tmp_path)
     cell = make_cell(network="fcn5", batch_size=1, global_batch_size=1,
                      iterations=2, warmup=1)
     spec = tmp_path / "cell.spec.json"
     spec.write_text(json.dumps({"cell": cell, "container": None}))
     argv = [str(python), "-m", "harness"] + [
         str(spec) if part == "SPEC" else part for part in command]
-    env = dict(os.environ, PYTHONPATH=f"{site}:{root}",
-               EXIT_MARKS=str(marks))
     proc = processes.start(argv, cwd=str(root), env=env,
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE)
@@ -76,19 +83,10 @@ def test_run_and_worker_skip_the_teardown_but_not_atexit(
     assert marks == {"atexit"}
 
 
-def test_other_commands_exit_as_usual(root, tmp_path, make_cell):
-    python = root / ".venvs" / "pytorch-cpu" / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no .venvs/pytorch-cpu")
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(SITE)
-    marks = tmp_path / "marks"
-    marks.mkdir()
+def test_other_commands_exit_as_usual(root, tmp_path):
+    python, env, marks = marked_env(root, tmp_path)
     done = subprocess.run(
-        [str(python), "-m", "harness", "networks"], cwd=str(root),
-        env=dict(os.environ, PYTHONPATH=f"{site}:{root}",
-                 EXIT_MARKS=str(marks)),
+        [str(python), "-m", "harness", "networks"], cwd=str(root), env=env,
         capture_output=True, timeout=WAIT_S)
     assert done.returncode == 0, done.stderr
     assert set(os.listdir(str(marks))) == {"atexit", "teardown"}
