@@ -1,7 +1,6 @@
 """python -m harness worker (harness.worker): several cells in one process,
 each its own result. In-process with the scripted backend for the exact
 logic; then the real command with native PyTorch (.venvs/pytorch-cpu)."""
-import gc
 import io
 import json
 import os
@@ -14,6 +13,8 @@ import time
 import pytest
 
 import processes
+from workercells import (  # noqa: F401 (autouse fixtures)
+    restore_thread_variables, unfreeze_garbage)
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
 from harness.frameworks import backends
@@ -22,22 +23,6 @@ from tests import fake_nvml
 from tests.fake_backend import Backend, Script
 
 WAIT_S = 300
-
-
-@pytest.fixture(autouse=True)
-def restore_thread_variables(monkeypatch):
-    # run_cell sets the thread variables of this process: restore them after.
-    from harness.threads import THREAD_ENV_VARS
-    for name in THREAD_ENV_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(autouse=True)
-def unfreeze_garbage():
-    # The worker freezes the objects alive after its first cell (gc.freeze):
-    # here those are the test run's own.
-    yield
-    gc.unfreeze()
 
 
 def write_spec(folder, name, cell):

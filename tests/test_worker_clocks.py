@@ -4,7 +4,6 @@ it when the worker ends (end of input, SIGTERM, an exception), with the
 fake NVML. In-process with the scripted backend for the exact calls; then
 the worker in a real process with the GPU stand-in (tests/clockcells.py),
 SIGTERM and SIGKILL, and the host's restore (dlrepro/run/gpu_restore.py)."""
-import gc
 import io
 import json
 import os
@@ -18,6 +17,8 @@ import pytest
 
 import fake_nvml
 import processes
+from workercells import (  # noqa: F401 (autouse fixtures)
+    restore_thread_variables, unfreeze_garbage)
 import standins
 import waits
 from clockcells import STANDIN, assert_schema_valid, torch_python
@@ -32,19 +33,6 @@ UNLOCK = "nvmlDeviceResetGpuLockedClocks"
 GPU = {"profile": "cuda", "device": "gpu", "gpus": 1, "iterations": 3,
        "warmup": 1, "clock_policy": "disable-boost"}
 GROUP_STATE = "a.worker.clock-state.json"
-
-
-@pytest.fixture(autouse=True)
-def restore_thread_variables(monkeypatch):
-    from harness.threads import THREAD_ENV_VARS
-    for name in THREAD_ENV_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(autouse=True)
-def unfreeze_garbage():
-    yield
-    gc.unfreeze()
 
 
 def write_spec(folder, name, cell):
