@@ -3,6 +3,7 @@
 (tests/fake_harness.py behind tests/bin/scripted-python) and its results
 read back by network."""
 import json
+import os
 from pathlib import Path
 
 from dlrepro.run import store
@@ -32,3 +33,11 @@ def placed(run_dir, network):
 def statuses(run_dir):
     return {next(n for n in NETWORKS if f"-{n}-cpu-" in e["id"]): e["status"]
             for e in store.read_run(run_dir)["jobs"]}
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

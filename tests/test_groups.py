@@ -9,7 +9,8 @@ from pathlib import Path
 
 import fake_harness
 from dlrepro.run import store
-from groupcells import BENCH, GROUP, NETWORKS, placed, result, statuses
+from groupcells import (BENCH, GROUP, NETWORKS, alive, placed, result,
+                        statuses)
 from scripted import invoke, start
 from waits import wait_for
 
@@ -30,14 +31,6 @@ def start_until_fcn8_is_under_way(tmp_path):
     wait_for(lambda: slow_steps(run_dir) and
              statuses(run_dir)["fcn5"] == "ok")
     return proc, run_dir
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_a_group_runs_its_cells_one_after_another_in_one_worker(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dlrepro.run import groups, store
 from dlrepro.run.job import Job, Placement
+from groupcells import alive
 from paths import SCRIPTED
 from scripted import invoke, start
 from waits import text_of, wait_for
@@ -144,14 +145,6 @@ def test_a_kill_mid_group_and_resume_measure_nothing_twice_in_order(
     assert set(statuses.values()) == {"ok"} and len(statuses) == 6
     assert store.read_run(run_dir)["workers"][1] == [
         job_id(n, 2) for n in ("fcn-r", "fcn8", "fcn5")]
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 # The ordering as pure functions.
