@@ -125,19 +125,25 @@ def test_a_group_shares_one_container_and_a_timeout_goes_on_in_a_fresh_one(
     assert not left_behind(runtime, run_dir)
 
 
-def test_ctrl_c_stops_the_groups_container_and_leaves_none(runtime,
-                                                           tmp_path):
-    proc = processes.start(bench_argv(runtime, tmp_path, timeout_s=900),
+def sweep_at_fcn_r(runtime, tmp_path, timeout_s):
+    """(the sweep, its run folder) once fcn-r, the group's second cell, is
+    timing in the worker that timed lstm32."""
+    proc = processes.start(bench_argv(runtime, tmp_path, timeout_s=timeout_s),
                            cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
     run_dir = run_folder_of(proc, tmp_path)
     worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
-    # lstm32 timed, then fcn-r timing in the same worker
     waits.wait_for(lambda: proc.poll() is not None or
                    waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
                    seconds=600, what="fcn-r's first timed iteration")
     assert proc.poll() is None, proc.communicate()
+    return proc, run_dir
+
+
+def test_ctrl_c_stops_the_groups_container_and_leaves_none(runtime,
+                                                           tmp_path):
+    proc, run_dir = sweep_at_fcn_r(runtime, tmp_path, timeout_s=900)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends
     _out, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
@@ -161,15 +167,8 @@ def test_a_kill_of_the_sweep_leaves_no_container_after_resume(
     # fcn-r's 20 s: ample to kill the sweep at its first timed iteration,
     # and the resumed fcn-r ends by it
     argv = bench_argv(container_runtime, tmp_path, timeout_s=20)
-    proc = processes.start(argv, cwd=ROOT, env=cli_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
-    run_dir = run_folder_of(proc, tmp_path)
-    worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
-    waits.wait_for(lambda: proc.poll() is not None or
-                   waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
-                   seconds=600, what="fcn-r's first timed iteration")
-    assert proc.poll() is None, proc.communicate()
+    proc, run_dir = sweep_at_fcn_r(container_runtime, tmp_path,
+                                   timeout_s=20)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert left_behind(container_runtime, run_dir)
