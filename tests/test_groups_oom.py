@@ -36,6 +36,11 @@ def test_a_cell_out_of_memory_in_its_worker_but_not_alone_ends_ok(tmp_path):
     # measured in a process of its own, and said so on the way
     assert result(run_dir, "fcn8")["phases"]["process_start"] is not None
     assert "measuring it again alone" in done.stdout + done.stderr
+    # and the summary table's row says so
+    (row,) = [line for line in done.stdout.splitlines()
+              if " fcn8 " in line and " ok " in line]
+    assert row.rstrip().endswith(
+        "measured alone after oom in its group's worker (cell 2)"), row
     # the group goes on in a fresh worker
     rest = placed(run_dir, "fcn-r")
     assert rest[:2] == ("ok", 1) and rest[2] != first[2]
