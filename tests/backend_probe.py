@@ -5,10 +5,11 @@ Runs INSIDE a framework's environment, with the repository on PYTHONPATH:
     PYTHONPATH=. .venvs/tensorflow-cpu/bin/python tests/backend_probe.py \\
         --framework tensorflow --networks fcn-r,lstm:4 --steps 4 --out probe.json
 
-For each network (an optional `:N` sets its batch size, else --batch), the
+For each network (an optional `:N` sets its batch size, else --batch, and
+`:N:S` its steps too, else --steps), the
 backend builds the model and the harness's fixed batch for that seed
 (harness.data.fixed_batch, the same values in every framework), then takes
---steps SGD steps. The JSON written maps each network to the framework's
+its SGD steps. The JSON written maps each network to the framework's
 parameter count, the per-sample output shape and the loss of every step
 (the first is the loss at initialisation), or to the error that stopped it.
 Generic: any framework in harness.frameworks.NAMES that imports will do.
@@ -23,16 +24,20 @@ import traceback
 from harness import data, frameworks, networks, resultfile
 
 
-def parse_networks(text, default_batch):
-    """"a,b:4" -> [("a", default_batch), ("b", 4)], names checked."""
+def parse_networks(text, default_batch, default_steps):
+    """"a,b:4,c:8:2" -> [("a", default_batch, default_steps),
+    ("b", 4, default_steps), ("c", 8, 2)], names checked."""
     chosen = []
     for item in text.split(","):
-        name, _, size = item.strip().partition(":")
+        name, _, rest = item.strip().partition(":")
+        size, _, steps = rest.partition(":")
         networks.get(name)
         batch = int(size) if size else default_batch
-        if batch < 1:
-            raise ValueError("batch size of {} must be >= 1".format(name))
-        chosen.append((name, batch))
+        count = int(steps) if steps else default_steps
+        if batch < 1 or count < 1:
+            raise ValueError("batch size and steps of {} must be >= 1".format(
+                name))
+        chosen.append((name, batch, count))
     return chosen
 
 
@@ -55,25 +60,27 @@ def main(argv=None):
     parser.add_argument("--framework", required=True,
                         choices=frameworks.NAMES)
     parser.add_argument("--networks", default=",".join(networks.NETWORKS),
-                        help="comma-separated names, each optionally :BATCH")
+                        help="comma-separated names, each optionally "
+                             ":BATCH or :BATCH:STEPS")
     parser.add_argument("--batch", type=int, default=2,
                         help="batch size for networks without :BATCH")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=4,
+                        help="steps for networks without :BATCH:STEPS")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--out", default="-", help="JSON file, or - (stdout)")
     args = parser.parse_args(argv)
-    chosen = parse_networks(args.networks, args.batch)
+    chosen = parse_networks(args.networks, args.batch, args.steps)
 
     backend = frameworks.load(args.framework)
     backend.configure(args.threads, "cpu", args.seed)
     report = {"framework": args.framework, "seed": args.seed,
-              "steps": args.steps, "versions": backend.versions("cpu"),
+              "versions": backend.versions("cpu"),
               "networks": {}}
-    for name, batch_size in chosen:
+    for name, batch_size, steps in chosen:
         try:
             report["networks"][name] = probe(backend, name, batch_size,
-                                             args.steps, args.seed)
+                                             steps, args.seed)
         except Exception as exc:
             traceback.print_exc()
             report["networks"][name] = {"error": "{}: {}".format(
