@@ -19,7 +19,9 @@ differs is printed, with how its difference relates to the arrays of a
 good launch (the weights? one node's part? garbage?). Each worker also
 copies its own gradient before the pushpull (an engine operation, no
 wait): a launch prints every key whose kvstore sum is not exactly node0's
-plus node1's.
+plus node1's. `--gluon-init` runs the code before
+_broadcast_before_training (Gluon's Trainer initialises the keys inside
+its first step), which every divergence seen so far may have had.
 
     .venvs/mxnet-cpu/bin/python benchmarks/mxnet_first_update.py \
         --what-if DIR/launch1-rank0.npz DIR/launch1-rank1.npz
@@ -27,7 +29,9 @@ plus node1's.
 prints the second iteration's loss after first updates made of the wrong
 arrays a kvstore mix-up could give (a node's gradient missing or counted
 twice, the weights added, no 1/64, weights replaced by gradients): which
-of them can give the 1478.0 of docs/multinode.md.
+of them can give the 1478.0 of docs/multinode.md; with `--closest-to
+1478.0`, also the choices of weights replaced by gradients, key by key,
+that come nearest (1024 second losses: minutes).
 """
 import argparse
 import os
@@ -77,12 +81,16 @@ def step_grads(trainer, params, local):
     trainer.trainer.step = copying_step
 
 
-def worker(plan_path, steps, out):
+def worker(plan_path, steps, out, gluon_init=False):
     import json
     with open(plan_path) as handle:
         the_plan = json.load(handle)
     from harness.frameworks import dataparallel
     from harness.frameworks.mxnet import parallel
+    if gluon_init:
+        # The code before _broadcast_before_training: Gluon's Trainer
+        # initialises the keys inside its first step.
+        parallel._broadcast_before_training = lambda mx, trainer: None
     np = __import__("numpy")
     data = dataparallel.load_data(the_plan["data"], the_plan["seed"])
     trainer = parallel._Trainer(the_plan, data)
@@ -135,7 +143,8 @@ def launch(args, keep, index):
         with open(log, "w") as handle:
             workers.append(subprocess.Popen(
                 [sys.executable, __file__, "--worker", path, "--steps",
-                 str(args.steps), "--npz", out],
+                 str(args.steps), "--npz", out] + (
+                     ["--gluon-init"] if args.gluon_init else []),
                 stdout=handle, stderr=subprocess.STDOUT,
                 env=parallel._ps_env(env, the_plan["cluster"], "worker")))
     try:
@@ -222,7 +231,7 @@ def sum_check(got):
     return lines
 
 
-def what_if(paths):
+def what_if(paths, target=None):
     """The second iteration's loss (global batch 64, the harness's
     single-node _Trainer as the model) after first updates made of the
     wrong arrays a kvstore mix-up could give, from the arrays of a good
@@ -283,12 +292,36 @@ def what_if(paths):
     for name, weights in cases:
         print("{:45s} second loss {:.6g}".format(name, loss(weights)),
               flush=True)
+    if target is not None:
+        closest(target, loss, updated(G), {"G": G, "g0": g[0], "g1": g[1]})
     return 0
+
+
+def closest(target, loss, right, replacements):
+    """Every choice, for the weight matrices and the last bias (keys 0, 2,
+    4, 6, 7), between the right update and the weights replaced by one of
+    `replacements`: the five whose second loss comes nearest `target`."""
+    import itertools
+    keys = (0, 2, 4, 6, 7)
+    found = []
+    for choice in itertools.product([None] + sorted(replacements),
+                                    repeat=len(keys)):
+        weights = list(right)
+        for key, name in zip(keys, choice):
+            if name is not None:
+                weights[key] = replacements[name][key]
+        found.append((abs(loss(weights) - target), choice))
+    found.sort(key=lambda f: f[0])
+    for distance, choice in found[:5]:
+        print("  {:.4g} away: keys {} replaced by {}".format(
+            distance, keys, ["right" if c is None else c for c in choice]))
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--what-if", nargs=2, metavar="NPZ")
+    parser.add_argument("--gluon-init", action="store_true")
+    parser.add_argument("--closest-to", type=float)
     parser.add_argument("--worker")
     parser.add_argument("--npz")
     parser.add_argument("--steps", type=int, default=3)
@@ -297,9 +330,9 @@ def main():
     parser.add_argument("--keep")
     args = parser.parse_args()
     if args.what_if:
-        return what_if(args.what_if)
+        return what_if(args.what_if, args.closest_to)
     if args.worker:
-        return worker(args.worker, args.steps, args.npz)
+        return worker(args.worker, args.steps, args.npz, args.gluon_init)
     keep = args.keep or tempfile.mkdtemp(prefix="mxnet-first-update-")
     os.makedirs(keep, exist_ok=True)
     reference, bad = None, 0
