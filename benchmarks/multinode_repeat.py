@@ -15,6 +15,9 @@ benchmarks/multinode.py runs it, against one `invoke converge` of 1 node x
 (bounded: they end with it), as CI's shared cores do. Prints one line per
 run: both nodes' largest relative loss difference from the one-node curve,
 their last test losses, the wall time; `--out` also writes them as JSON.
+MXNet's workers trace their first two steps key by key (harness/frameworks/
+mxnet/parallel.py, DLREPRO_MXNET_TRACE; not with --slurm): a diverging run
+prints them, and `--out` keeps every run's.
 """
 import argparse
 import json
@@ -33,6 +36,9 @@ from dlrepro.converge import plan as conv_plan  # noqa: E402
 from harness import spec as hspec  # noqa: E402
 
 TOLERANCE = 1e-3
+# harness/frameworks/mxnet/parallel.py's: each MXNet worker's first steps,
+# key by key, to PREFIX.node<rank>.jsonl.
+TRACE_ENV = "DLREPRO_MXNET_TRACE"
 
 
 def spec(framework, workers, nodes, epochs, seed):
@@ -78,19 +84,55 @@ def cluster(nodes, rank, port, timeout_s=None):
     return described
 
 
-def start(python, conv, cluster_object, out):
+def start(python, conv, cluster_object, out, trace=None):
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps({"convergence": conv, "container": None,
                                      "cluster": cluster_object}))
     log = open(str(out.with_suffix(".log")), "w")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if trace:
+        env[TRACE_ENV] = trace
     try:
         return subprocess.Popen(
             [python, "-s", "-m", "harness", "converge", "--spec",
              str(spec_path), "--out", str(out)], cwd=str(ROOT),
-            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=log,
-            stderr=subprocess.STDOUT)
+            env=env, stdout=log, stderr=subprocess.STDOUT)
     finally:
         log.close()
+
+
+def first_steps(prefix, nodes=2):
+    """The MXNet workers' traces of their first steps, per node (empty
+    where there is none)."""
+    traced = []
+    for rank in range(nodes):
+        path = Path("{}.node{}.jsonl".format(prefix, rank))
+        traced.append([json.loads(line) for line in
+                       path.read_text().splitlines()] if path.exists()
+                      else [])
+    return traced
+
+
+def trace_lines(traced):
+    """Per step and key: both nodes' own gradient sums, the pulled sums
+    (which must equal their total), the largest pulled magnitude and
+    each node's weights' largest magnitude after the step."""
+    lines = []
+    for steps in zip(*traced):
+        for keys in zip(*(step["keys"] for step in steps)):
+            own = [k["own_gradient"]["sum"] for k in keys]
+            lines.append(
+                "  step {} key {} {}: own sums {} (total {:.6g}), pulled "
+                "sums {}, pulled max {}, weights max {}".format(
+                    steps[0]["step"], keys[0]["key"], keys[0]["name"],
+                    " ".join("{:.6g}".format(v) for v in own), sum(own),
+                    " ".join("{:.6g}".format(k["pulled_sum"]["sum"])
+                             for k in keys),
+                    " ".join("{:.3g}".format(k["pulled_sum"]["max_abs"])
+                             for k in keys),
+                    " ".join("{:.3g}".format(k["weights_after"]["max_abs"])
+                             for k in keys)))
+    return lines
 
 
 def result(out, process, limit=900):
@@ -189,12 +231,16 @@ def main():
             load = burners(args.load)
             started = time.monotonic()
             job_s = None
+            trace = None
             try:
                 if args.slurm:
                     nodes, job_s = slurm_run(tmp, run, args)
                 else:
+                    trace = str(tmp / "run{}-trace".format(run)) \
+                        if args.framework == "mxnet" else None
                     processes = [
-                        start(python, conv, cluster(2, r, port, 120), o)
+                        start(python, conv, cluster(2, r, port, 120), o,
+                              trace)
                         for r, o in enumerate(outs)]
                     nodes = [result(o, p) for o, p in zip(outs, processes)]
             finally:
@@ -202,12 +248,14 @@ def main():
                     burner.kill()
                     burner.wait()
             wall = time.monotonic() - started
+            traced = first_steps(trace) if trace else []
             record = {"run": run, "wall_s": round(wall, 1), "job_s": job_s,
                       "status": [n["status"] for n in nodes],
                       "error": (nodes[0].get("error") or {}).get("type"),
                       "max_relative": [max_relative(base, curve(n))
                                        for n in nodes],
-                      "test_loss": [test_losses(n)[-1] for n in nodes]}
+                      "test_loss": [test_losses(n)[-1] for n in nodes],
+                      "first_steps": traced}
             records.append(record)
             print("run {run}: max rel. diff node0 {d[0]:.2e} node1 {d[1]:.2e}"
                   " test loss {t[0]:.6g} / {t[1]:.6g} wall {w:.1f} s {s}{bad}"
@@ -218,6 +266,8 @@ def main():
                               else ""),
                           bad="  DIVERGED" if max(record["max_relative"]) >
                           TOLERANCE else ""), flush=True)
+            if max(record["max_relative"]) > TOLERANCE:
+                print("\n".join(trace_lines(traced)), flush=True)
     bad = sum(max(r["max_relative"]) > TOLERANCE or
               any(s != "ok" for s in r["status"]) for r in records)
     print("{} of {} runs beyond {:g}; largest difference {:.2e}".format(

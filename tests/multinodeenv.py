@@ -39,13 +39,14 @@ def conv_spec(framework, mnist, workers, nodes, seed=5):
     return dict(spec, nodes=nodes)
 
 
-def start_node(python, root, conv, cluster, out, log=None):
+def start_node(python, root, conv, cluster, out, log=None, env=None):
     """One node's `python -m harness converge`, as the Slurm executor
-    starts it on each node; its output piped, or to the file `log`."""
+    starts it on each node; its output piped, or to the file `log`; `env`
+    adds to the environment."""
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps({"convergence": conv, "container": None,
                                      "cluster": cluster}))
-    env = dict(os.environ, PYTHONPATH=str(root))
+    env = dict(os.environ, PYTHONPATH=str(root), **(env or {}))
     sink = subprocess.PIPE if log is None else open(str(log), "w")
     try:
         return processes.start([str(python), "-s", "-m", "harness",

@@ -15,7 +15,9 @@ import pytest
 import processes
 from multinodeenv import (BATCH, MULTI_NODE, RENDEZVOUS_S, TRAIN, conv_spec,
                           finish, mnist, start_node)
-from benchmarks.multinode_repeat import cluster as cluster_object, free_port
+from benchmarks.multinode_repeat import (TRACE_ENV, cluster as cluster_object,
+                                         first_steps, free_port, trace_lines)
+from harness import networks
 
 
 # The tolerance of tests/convergeenv.py and its reasoning: 2 nodes x 1
@@ -27,13 +29,14 @@ RELATIVE_TOLERANCE = 1e-3
 # --- real training: N node processes on this machine ---------------------------
 
 def run_nodes(python, root, conv, tmp, nodes, timeout_s=RENDEZVOUS_S,
-              limit=900):
+              limit=900, env=None):
     """Results of all nodes (rank order) and the wall time."""
     port = free_port()
     outs = [tmp / "node{}.json".format(r) for r in range(nodes)]
     start = time.monotonic()
     started = [start_node(python, root, conv,
-                          cluster_object(nodes, r, port, timeout_s), out)
+                          cluster_object(nodes, r, port, timeout_s), out,
+                          env=env)
                for r, out in enumerate(outs)]
     try:
         ends = [finish(p, limit) for p in started]
@@ -62,21 +65,24 @@ def max_relative(a, b):
 
 @pytest.fixture(scope="module", params=MULTI_NODE)
 def two_ways(request, root, mnist, tmp_path_factory, framework_python):
-    """1 node x 2 workers, and 2 nodes x 1 worker, of one framework."""
+    """1 node x 2 workers, and 2 nodes x 1 worker, of one framework; and
+    MXNet's workers' traces of their first steps (else empty)."""
     framework = request.param
     python = framework_python(framework)
     tmp = tmp_path_factory.mktemp(framework)
     single, single_s = run_one_node(
         python, root, conv_spec(framework, mnist, 2, 1), tmp)
+    trace = str(tmp / "trace")
     nodes, nodes_s = run_nodes(python, root,
-                               conv_spec(framework, mnist, 2, 2), tmp, 2)
+                               conv_spec(framework, mnist, 2, 2), tmp, 2,
+                               env={TRACE_ENV: trace})
     print("{}: 1 node x 2 workers {:.1f} s, 2 nodes x 1 worker {:.1f} s "
           "(wall)".format(framework, single_s, nodes_s))
-    return framework, single, nodes
+    return framework, single, nodes, first_steps(trace)
 
 
 def test_two_nodes_train_as_one_node_with_two_workers(two_ways, schema):
-    framework, single, nodes = two_ways
+    framework, single, nodes, traced = two_ways
     for result in [single] + nodes:
         jsonschema.validate(result, schema)
         assert result["status"] == "ok", result["error"]
@@ -98,7 +104,9 @@ def test_two_nodes_train_as_one_node_with_two_workers(two_ways, schema):
               "iteration {:.4f} s vs {:.4f} s (1 node)".format(
                   framework, rank, difference, result["timing"]["mean_s"],
                   single["timing"]["mean_s"]))
-        assert difference <= RELATIVE_TOLERANCE
+        # A divergence names what MXNet's first steps did to each key.
+        assert difference <= RELATIVE_TOLERANCE, "\n".join(
+            trace_lines(traced))
     # The test split is evaluated with the same weights on every node.
     assert nodes[0]["convergence"]["final_test_accuracy"] == pytest.approx(
         single["convergence"]["final_test_accuracy"], abs=0.02)
@@ -128,13 +136,39 @@ def test_two_nodes_of_two_workers_train_as_one_node_of_four(
 def test_another_seed_moves_the_curve_beyond_the_tolerance(
         two_ways, root, mnist, tmp_path, framework_python):
     """The comparison above can fail: a real difference exceeds it."""
-    framework, single, _ = two_ways
+    framework, single, _, _ = two_ways
     other, _ = run_one_node(framework_python(framework), root,
                             conv_spec(framework, mnist, 2, 1, seed=6),
                             tmp_path)
     assert max_relative(single["convergence"]["curve"]["loss"],
                         other["convergence"]["curve"]["loss"]) > \
         10 * RELATIVE_TOLERANCE
+
+
+@pytest.mark.parametrize("two_ways", ["mxnet"], indirect=True)
+def test_mxnet_workers_trace_their_first_steps_key_by_key(two_ways):
+    """With DLREPRO_MXNET_TRACE, each node's worker writes every kvstore
+    key's arrays in its first two steps (docs/multinode.md): the pulled
+    sum is both nodes' own gradients added, the same on both, and the
+    first step moves the weights by -lr / global batch times it (SGD,
+    momentum still zero)."""
+    _, _, nodes, traced = two_ways
+    assert [len(steps) for steps in traced] == [2, 2]
+    assert [steps[0]["node_rank"] for steps in traced] == [0, 1]
+    assert sorted(steps[0]["pslite_rank"] for steps in traced) == [0, 1]
+    rate = networks.get("fcn-r").learning_rate / BATCH
+    for keys in zip(*(steps[0]["keys"] for steps in traced)):
+        own = sum(k["own_gradient"]["sum"] for k in keys)
+        pulled = [k["pulled_sum"]["sum"] for k in keys]
+        assert pulled[0] == pulled[1]
+        scale = max(k["own_gradient"]["max_abs"] for k in keys) * 1e-4
+        assert pulled[0] == pytest.approx(own, rel=1e-4, abs=scale)
+        after = keys[0]["weights_after"]
+        moved = after["sum"] - keys[0]["weights_before"]["sum"]
+        # float32 weights: a rounding of each element, summed.
+        rounding = 1e-6 * after["size"] ** 0.5 * after["max_abs"]
+        assert moved == pytest.approx(-rate * pulled[0], rel=1e-2,
+                                      abs=rounding)
 
 
 # --- MXNet: the kvstore's keys hold the weights before the first gradient -----

@@ -26,6 +26,7 @@ its kvstore is up and the node gives up after the cluster's timeout_s if
 it does not; a peer lost later blocks the others until the job's time
 limit (ps-lite does not fail a blocked pull).
 """
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +57,10 @@ _MODULE = "harness.frameworks.mxnet.parallel"
 # The kvstore key of the epoch's losses (the Trainer's keys are the
 # parameters' indices).
 _LOSS_KEY = 999999
+# A file prefix: each node's worker appends what its first steps did to
+# every kvstore key to PREFIX.node<rank>.jsonl (_FirstSteps).
+TRACE_ENV = "DLREPRO_MXNET_TRACE"
+_TRACED_STEPS = 2
 
 
 class _Trainer(dataparallel.Trainer):
@@ -102,6 +107,7 @@ class _Trainer(dataparallel.Trainer):
         if self.nodes > 1:
             _broadcast_before_training(mx, self.trainer)
         self._losses_ready = False
+        self._trace = _FirstSteps.from_env(self)
 
     def _split(self, values):
         # split_and_load cuts axis 0 into equal contiguous parts in context
@@ -121,10 +127,13 @@ class _Trainer(dataparallel.Trainer):
                       for x, y in zip(inputs, labels)]
         for loss in losses:
             loss.backward()
+        traced = self._trace.before_step() if self._trace else None
         self.trainer.step(self.global_batch)
         # The engine is asynchronous: the iteration ends when the updates on
         # every context have run, not when the loss alone is ready.
         mx.nd.waitall()
+        if traced is not None:
+            self._trace.after_step(traced)
         return sum(float(l.sum().asscalar()) for l in losses) / \
             self.global_batch
 
@@ -173,6 +182,62 @@ class _Trainer(dataparallel.Trainer):
             correct += int((predicted == y[:real]).sum())
             count += y[:real].size
         return total / n, correct / float(count)
+
+
+class _FirstSteps(object):
+    """Every kvstore key's arrays in a node's first steps, as sums and
+    largest magnitudes (docs/multinode.md, "MXNet's two-node curve"): the
+    weights before and after, this node's own gradient and the sum over
+    the nodes that the kvstore left in its place. Summed over the nodes,
+    the own gradients' sums must give the pulled sum's (up to rounding),
+    and the weights move by -lr/global batch times it (first step); a
+    diverging run's traces name the key that broke and how.
+
+    The own gradient is copied by an engine operation queued between the
+    backward and the pushpull, so nothing waits for it; the rest is read
+    after the step's waitall."""
+
+    def __init__(self, path, trainer):
+        self.path, self.trainer, self.step = path, trainer, 0
+        self.context = trainer.contexts[0]
+        self.params = list(trainer.model.collect_params().values())
+
+    @classmethod
+    def from_env(cls, trainer):
+        prefix = os.environ.get(TRACE_ENV)
+        if not prefix or trainer.nodes <= 1:
+            return None
+        return cls("{}.node{}.jsonl".format(prefix, trainer.node_rank),
+                   trainer)
+
+    def before_step(self):
+        if self.step >= _TRACED_STEPS:
+            return None
+        return ([p.grad(self.context).copy() for p in self.params],
+                [_summary(p.data(self.context)) for p in self.params])
+
+    def after_step(self, traced):
+        own, before = traced
+        keys = []
+        for index, param in enumerate(self.params):
+            keys.append({"key": index, "name": param.name,
+                         "weights_before": before[index],
+                         "own_gradient": _summary(own[index]),
+                         "pulled_sum": _summary(param.grad(self.context)),
+                         "weights_after": _summary(param.data(
+                             self.context))})
+        self.step += 1
+        line = {"node_rank": self.trainer.node_rank,
+                "pslite_rank": self.trainer.kvstore.rank,
+                "step": self.step, "keys": keys}
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+
+def _summary(array):
+    values = array.asnumpy().astype("float64")
+    return {"sum": float(values.sum()), "size": int(values.size),
+            "max_abs": float(abs(values).max()) if values.size else 0.0}
 
 
 def _broadcast_before_training(mx, trainer):
