@@ -35,27 +35,13 @@ that come nearest (1024 second losses: minutes).
 """
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-
-def plan(rank, port):
-    cluster = {"nodes": 2, "node_rank": rank, "hosts": ["node0", "node1"],
-               "addresses": ["127.0.0.1"] * 2, "coordinator": "127.0.0.1",
-               "port": port, "interface": "lo", "timeout_s": 60,
-               "network": "loopback"}
-    return {"nodes": 2, "node_rank": rank, "workers_per_node": 1,
-            "cluster": cluster, "network": "fcn-r", "device": "cpu",
-            "workers": 2, "global_batch_size": 64, "epochs": 1,
-            "seed": 5, "threads": 1,
-            "data": {"source": "synthetic", "name": "mnist",
-                     "train_samples": 1024, "test_samples": 64}}
+from benchmarks import mxnet_two_nodes as two_nodes  # noqa: E402
 
 
 def snapshot(trainer, params, tag, arrays):
@@ -114,47 +100,25 @@ def worker(plan_path, steps, out, gluon_init=False):
     return 0
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def launch(args, keep, index):
+    """(both workers' exit codes, their .npz files)."""
     from harness import threads
-    from harness.frameworks.mxnet import parallel
-    port = free_port()
     env = dict(os.environ, PYTHONPATH=ROOT)
     threads.apply(1, env)
-    services, workers, outs, logs = [], [], [], []
-    for role in ("scheduler", "server"):
-        services.append(subprocess.Popen(
-            [sys.executable, "-c", "import mxnet"],
-            env=parallel._ps_env(env, plan(0, port)["cluster"], role)))
-    for rank in (0, 1):
-        the_plan = plan(rank, port)
-        path = os.path.join(keep, "plan{}-{}.json".format(index, rank))
-        with open(path, "w") as handle:
-            handle.write(__import__("json").dumps(the_plan))
-        out = os.path.join(keep, "launch{}-rank{}.npz".format(index, rank))
-        outs.append(out)
-        log = os.path.join(keep, "launch{}-rank{}.log".format(index, rank))
-        logs.append(log)
-        with open(log, "w") as handle:
-            workers.append(subprocess.Popen(
-                [sys.executable, __file__, "--worker", path, "--steps",
-                 str(args.steps), "--npz", out] + (
-                     ["--gluon-init"] if args.gluon_init else []),
-                stdout=handle, stderr=subprocess.STDOUT,
-                env=parallel._ps_env(env, the_plan["cluster"], "worker")))
+    outs = [os.path.join(keep, "launch{}-rank{}.npz".format(index, rank))
+            for rank in (0, 1)]
+
+    def worker_argv(rank, plan_path):
+        return [sys.executable, __file__, "--worker", plan_path, "--steps",
+                str(args.steps), "--npz", outs[rank]] + (
+                    ["--gluon-init"] if args.gluon_init else [])
+    logs = [open(os.path.join(keep, "launch{}-rank{}.log".format(index, r)),
+                 "w") for r in (0, 1)]
     try:
-        codes = [w.wait(600) for w in workers]
+        return two_nodes.run(env, keep, index, worker_argv, logs), outs
     finally:
-        for process in workers + services:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-    return codes, outs
+        for log in logs:
+            log.close()
 
 
 def load(path):
@@ -242,7 +206,7 @@ def what_if(paths, target=None):
     from harness.frameworks import dataparallel
     from harness.frameworks.mxnet import parallel
     got = [load(p) for p in paths]
-    the_plan = dict(plan(0, 0), nodes=1, workers=1, workers_per_node=1)
+    the_plan = dict(two_nodes.plan(0, 0), nodes=1, workers=1, workers_per_node=1)
     the_plan.pop("cluster")
     data = dataparallel.load_data(the_plan["data"], the_plan["seed"])
     trainer = parallel._Trainer(the_plan, data)
@@ -337,17 +301,8 @@ def main():
     os.makedirs(keep, exist_ok=True)
     reference, bad = None, 0
     for index in range(1, args.launches + 1):
-        burners = [subprocess.Popen([sys.executable, "-c",
-                                     "while True: pass"])
-                   for _ in range(args.load)]
-        started = time.monotonic()
-        try:
-            codes, outs = launch(args, keep, index)
-        finally:
-            for burner in burners:
-                burner.kill()
-                burner.wait()
-        wall = time.monotonic() - started
+        (codes, outs), wall = two_nodes.loaded(
+            args.load, lambda: launch(args, keep, index))
         if codes != [0, 0]:
             bad += 1
             print("launch {}: exit {} ({:.1f} s)".format(index, codes, wall),

@@ -29,26 +29,12 @@ import argparse
 import hashlib
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-
-def plan(rank, port, network, steps_batch):
-    cluster = {"nodes": 2, "node_rank": rank, "hosts": ["node0", "node1"],
-               "addresses": ["127.0.0.1"] * 2, "coordinator": "127.0.0.1",
-               "port": port, "interface": "lo", "timeout_s": 60,
-               "network": "loopback"}
-    return {"nodes": 2, "node_rank": rank, "workers_per_node": 1,
-            "cluster": cluster, "network": network, "device": "cpu",
-            "workers": 2, "global_batch_size": steps_batch, "epochs": 1,
-            "seed": 5, "threads": 1,
-            "data": {"source": "synthetic", "name": "mnist",
-                     "train_samples": 1024, "test_samples": 64}}
+from benchmarks import mxnet_two_nodes as two_nodes  # noqa: E402
 
 
 def delay_broadcast_pulls(kvstore, priority):
@@ -108,51 +94,29 @@ def worker(plan_path, steps, pull_priority=None, busy=0):
     return 0
 
 
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def launch(args, tmp, index):
-    from harness.frameworks.mxnet import parallel
-    port = free_port()
+    """(both workers' exit codes, each worker's "step" lines split)."""
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
-    services, workers, logs = [], [], []
-    for role in ("scheduler", "server"):
-        cluster = plan(0, port, args.network, 64)["cluster"]
-        services.append(subprocess.Popen(
-            [sys.executable, "-c", "import mxnet"],
-            env=parallel._ps_env(env, cluster, role)))
-    for rank in (0, 1):
-        the_plan = plan(rank, port, args.network, 64)
-        path = os.path.join(tmp, "plan{}-{}.json".format(index, rank))
-        with open(path, "w") as handle:
-            json.dump(the_plan, handle)
-        log = open(os.path.join(tmp, "worker{}-{}.log".format(index, rank)),
-                   "w+")
-        logs.append(log)
-        workers.append(subprocess.Popen(
-            [sys.executable, __file__, "--worker", path, "--steps",
-             str(args.steps)] + (
-                 [] if args.pull_priority is None else
-                 ["--pull-priority", str(args.pull_priority)]) +
-            ["--busy", str(args.busy)],
-            stdout=log, stderr=subprocess.STDOUT,
-            env=parallel._ps_env(env, the_plan["cluster"], "worker")))
+
+    def worker_argv(rank, plan_path):
+        return [sys.executable, __file__, "--worker", plan_path, "--steps",
+                str(args.steps)] + (
+                    [] if args.pull_priority is None else
+                    ["--pull-priority", str(args.pull_priority)]) + [
+                        "--busy", str(args.busy)]
+    logs = [open(os.path.join(tmp, "worker{}-{}.log".format(index, r)), "w+")
+            for r in (0, 1)]
     try:
-        codes = [w.wait(600) for w in workers]
+        codes = two_nodes.run(env, tmp, index, worker_argv, logs,
+                              args.network)
+        lines = []
+        for log in logs:
+            log.seek(0)
+            lines.append([l.split() for l in log if l.startswith("step ")])
+        return codes, lines
     finally:
-        for process in workers + services:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-    lines = []
-    for log in logs:
-        log.seek(0)
-        lines.append([l.split() for l in log if l.startswith("step ")])
-        log.close()
-    return codes, lines
+        for log in logs:
+            log.close()
 
 
 def compare(lines):
@@ -180,16 +144,8 @@ def main():
     bad = 0
     with tempfile.TemporaryDirectory(prefix="mxnet-stress-") as tmp:
         for index in range(1, args.launches + 1):
-            load = [subprocess.Popen([sys.executable, "-c",
-                                      "while True: pass"])
-                    for _ in range(args.load)]
-            started = time.monotonic()
-            try:
-                codes, lines = launch(args, tmp, index)
-            finally:
-                for burner in load:
-                    burner.kill()
-                    burner.wait()
+            (codes, lines), wall = two_nodes.loaded(
+                args.load, lambda: launch(args, tmp, index))
             first, compared = compare(lines)
             if first is not None or codes != [0, 0] or \
                     compared < args.steps:
@@ -198,7 +154,7 @@ def main():
                   .format(index, codes, compared,
                           "weights identical at every step" if first is None
                           else "weights DIFFER from step {}".format(first),
-                          time.monotonic() - started), flush=True)
+                          wall), flush=True)
             if first is not None:
                 a, b = lines
                 for x, y in list(zip(a, b))[max(0, first - 1):first + 3]:
