@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT))
 
 from dlrepro.converge import plan as conv_plan  # noqa: E402
 from harness import spec as hspec  # noqa: E402
+# Each MXNet worker's first steps, key by key, to trace_path(PREFIX, rank).
+from harness.frameworks.mxnet.parallel import (  # noqa: E402,F401
+    TRACE_ENV, trace_path)
 
 TOLERANCE = 1e-3
-# harness/frameworks/mxnet/parallel.py's: each MXNet worker's first steps,
-# key by key, to PREFIX.node<rank>.jsonl.
-TRACE_ENV = "DLREPRO_MXNET_TRACE"
 
 
 def spec(framework, workers, nodes, epochs, seed):
@@ -106,7 +106,7 @@ def first_steps(prefix, nodes=2):
     where there is none)."""
     traced = []
     for rank in range(nodes):
-        path = Path("{}.node{}.jsonl".format(prefix, rank))
+        path = Path(trace_path(prefix, rank))
         traced.append([json.loads(line) for line in
                        path.read_text().splitlines()] if path.exists()
                       else [])

@@ -207,8 +207,7 @@ class _FirstSteps(object):
         prefix = os.environ.get(TRACE_ENV)
         if not prefix or trainer.nodes <= 1:
             return None
-        return cls("{}.node{}.jsonl".format(prefix, trainer.node_rank),
-                   trainer)
+        return cls(trace_path(prefix, trainer.node_rank), trainer)
 
     def before_step(self):
         if self.step >= _TRACED_STEPS:
@@ -232,6 +231,11 @@ class _FirstSteps(object):
                 "step": self.step, "keys": keys}
         with open(self.path, "a") as handle:
             handle.write(json.dumps(line) + "\n")
+
+
+def trace_path(prefix, node_rank):
+    """Where node `node_rank`'s worker writes its first steps."""
+    return "{}.node{}.jsonl".format(prefix, node_rank)
 
 
 def _summary(array):
