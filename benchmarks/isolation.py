@@ -12,19 +12,25 @@ Prints, per round and framework, each mode's wall time (of the whole
   mode only for the cells after the first of their worker, and that cost
   beyond the cell's own model build;
 - the wall ratio group/cell (median over rounds);
-- per cell, the ratio of mean iteration times group/cell with its 95% CI,
-  each round's run one process (the interval between processes, Student's
-  t, as `invoke compare` computes it: with 2 rounds it has 1 degree of
-  freedom, so give 3 or more).
+- per cell, the ratio of mean iteration times group/cell with its 95% CI
+  between processes (Student's t, as `invoke compare` computes it), over
+  rounds x --repeat processes a mode;
+- where a cell stood in its worker: with --repeat 2 or more, worker 1 takes
+  the cells in plan order and worker 2 in reverse (`groups.permutation`),
+  so every cell is measured early and late alike and a place-in-the-worker
+  effect shows instead of passing for a mode effect. Per cell, the ratio
+  group/cell of its early (first half of the worker) and late runs, and per
+  framework the geometric mean of that ratio by place.
 
-    .venv/bin/python benchmarks/isolation.py [--rounds 3] [--threads 1]
-        [--framework pytorch ...] [--runtime native]
+    .venv/bin/python benchmarks/isolation.py [--rounds 3] [--repeat 2]
+        [--threads 1] [--framework pytorch ...] [--runtime native]
         [--out results/isolation-bench]
 
 CNTK and Caffe run in their images: `--runtime docker --framework cntk
 --framework caffe` (images built by `invoke build`).
 """
 import argparse
+import math
 import statistics
 import subprocess
 import sys
@@ -48,15 +54,21 @@ def bench(framework, mode, round_, args):
     out = Path(args.out) / framework / mode / f"round{round_}"
     command = [INVOKE, "bench", "--framework", framework, "--suite", "smoke",
                "--runtime", args.runtime, "--threads", str(args.threads),
-               "--isolation", mode, "--out", str(out)]
+               "--isolation", mode, "--repeat", str(args.repeat),
+               "--out", str(out)]
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, (out / "latest").resolve()
 
 
+def position(result):
+    """A result's place in its worker (1 for a process of its own)."""
+    return ((result or {}).get("isolation") or {}).get("position", 1)
+
+
 def after_first(result):
     """Whether a result's cell ran after another in the same worker."""
-    return ((result or {}).get("isolation") or {}).get("position", 1) > 1
+    return position(result) > 1
 
 
 def fixed_costs(pairs, mode):
@@ -116,6 +128,35 @@ class Tally:
                 rows.append((base.cell, ratio, ci, basis))
         return rows
 
+    def places(self):
+        """({cell key: {"early": [ratio], "late": [ratio]}}, {place:
+        [ratio]}) of each ok group-mode result's mean iteration time over
+        its cell's mean in cell mode; early is the first half of a worker
+        (of the cells of the framework's sweep), late the rest."""
+        base = {aggregate.cell_key(cell): aggregate.cell_stats(cell, results)
+                .mean_s for cell, results in aggregate.group(
+                    self.pairs["cell"])}
+        size = len(base)
+        by_cell, by_place = {}, {}
+        for entry, result in self.pairs["group"]:
+            key = aggregate.cell_key(entry["spec"])
+            if entry.get("status") != "ok" or key not in base:
+                continue
+            ratio = (aggregate.mean(result["timing"]["per_iteration_s"])
+                     / base[key])
+            place = position(result)
+            half = "early" if place <= (size + 1) // 2 else "late"
+            by_cell.setdefault(key, {"early": [], "late": []})[half].append(
+                ratio)
+            by_place.setdefault(place, []).append(ratio)
+        return by_cell, by_place
+
+
+def geomean(values):
+    if not values:
+        return float("nan")
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+
 
 def median(values):
     return statistics.median(values) if values else float("nan")
@@ -134,16 +175,27 @@ def report(framework, tally):
     walls = [g / c for c, g in zip(tally.walls["cell"], tally.walls["group"])]
     print("wall ratio group/cell: " + ", ".join(f"{w:.2f}" for w in walls)
           + f" (median {median(walls):.2f})")
+    by_cell, by_place = tally.places()
     for cell, ratio, (low, high), basis in tally.ratios():
         inside = "contains 1" if low <= 1 <= high else "EXCLUDES 1"
+        halves = by_cell.get(aggregate.cell_key(cell), {})
         print(f"  {cell['network']:<12} batch {cell['batch_size']:>4}: "
               f"iteration time group/cell {ratio:.3f} "
-              f"[{low:.3f}, {high:.3f}] {inside} ({basis})")
+              f"[{low:.3f}, {high:.3f}] {inside} ({basis}); early "
+              f"{geomean(halves.get('early')):.3f}, late "
+              f"{geomean(halves.get('late')):.3f}")
+    print("by place in the worker (geometric mean of group/cell over its "
+          "cells): " + ", ".join(
+              f"{place}: {geomean(ratios):.3f}"
+              for place, ratios in sorted(by_place.items())))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="processes a mode per round (group: workers, "
+                        "each in its own order)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--framework", action="append")
     parser.add_argument("--runtime", default="native")
