@@ -111,15 +111,18 @@ class Tally:
         self.pairs[mode] += pairs
         return sweep.fraction
 
+    def stats(self, mode):
+        """{cell key: CellStats} of the cells measured ok in `mode`."""
+        return {aggregate.cell_key(cell): aggregate.cell_stats(cell, results)
+                for cell, results in aggregate.group(self.pairs[mode])}
+
     def ratios(self):
         """[(cell, ratio, (low, high), basis)] of mean iteration time
         group/cell, per cell measured ok in both modes."""
-        cell_stats = {m: {aggregate.cell_key(cell): aggregate.cell_stats(
-            cell, results) for cell, results in aggregate.group(
-                self.pairs[m])} for m in MODES}
+        grouped = self.stats("group")
         rows = []
-        for key, base in cell_stats["cell"].items():
-            new = cell_stats["group"].get(key)
+        for key, base in self.stats("cell").items():
+            new = grouped.get(key)
             if new is not None:
                 ratio, ci = versus.ratio_ci(base, new)
                 basis = (aggregate.BETWEEN if min(base.processes,
@@ -133,9 +136,8 @@ class Tally:
         [ratio]}) of each ok group-mode result's mean iteration time over
         its cell's mean in cell mode; early is the first half of a worker
         (of the cells of the framework's sweep), late the rest."""
-        base = {aggregate.cell_key(cell): aggregate.cell_stats(cell, results)
-                .mean_s for cell, results in aggregate.group(
-                    self.pairs["cell"])}
+        base = {key: stats.mean_s
+                for key, stats in self.stats("cell").items()}
         size = len(base)
         by_cell, by_place = {}, {}
         for entry, result in self.pairs["group"]:
