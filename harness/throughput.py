@@ -9,8 +9,8 @@ status with the iterations measured so far.
 import sys
 import time
 
-from . import (arithmetic, frameworks, gpu, lifecycle, networks, phases,
-               provenance, stats, threads)
+from . import (allocator, arithmetic, frameworks, gpu, lifecycle, networks,
+               phases, provenance, stats, threads)
 from .blocks import (loss_block, model_block, new_result, parameter_note,
                      timing_block)
 from .errors import Unsupported
@@ -80,6 +80,8 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
     def body():
         # Before any framework loads: thread pools read these at import.
         threads.apply(cell["threads"])
+        # Before the framework allocates: no page faults by history.
+        env["allocator"] = allocator.hold()
         network = networks.get(cell["network"])
         result["model"] = model_block(network, cell["global_batch_size"])
         result["gpu_clocks"] = gpu.clock_block(cell["clock_policy"],

@@ -38,8 +38,8 @@ import signal
 import sys
 import traceback
 
-from . import blocks, clocks, frameworks, lifecycle, nvml, phases, \
-    provenance, resultfile
+from . import allocator, blocks, clocks, frameworks, lifecycle, nvml, \
+    phases, provenance, resultfile
 from .clockgroup import GroupClocks
 from .clockstate import signals_deferred
 from .errors import HarnessError, Terminated
@@ -216,7 +216,8 @@ class Worker(object):
                 "worker_pid": os.getpid(),
                 "cells_before": list(self.cells_before),
                 "memory_held": {"rss_bytes": None, "gpus": None,
-                                "framework": None, "note": None}}
+                                "framework": None, "note": None,
+                                "heap_trimmed": None}}
 
     def hold_less(self, held):
         """Free what the process can before the next cell, then record in
@@ -226,6 +227,9 @@ class Worker(object):
             held["framework"], held["note"] = release_framework(
                 self.fixed["cell.framework"], device)
             collect_garbage(first=len(self.cells_before) == 1)
+            # What the cells before freed goes back to the kernel, so this
+            # cell faults its memory in as a fresh process would.
+            held["heap_trimmed"] = allocator.give_back()
         held["rss_bytes"] = rss_bytes()
         if device == "gpu":
             held["gpus"] = gpu_held(self.gpu_module)

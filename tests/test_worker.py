@@ -282,6 +282,14 @@ def test_real_pytorch_group(root, make_cell, tmp_path):
     assert got["d"]["isolation"]["cells_before"] == ["a", "b"]
     assert got["b"]["isolation"]["memory_held"]["rss_bytes"] > \
         got["a"]["isolation"]["memory_held"]["rss_bytes"]
+    # The heap is trimmed between cells, not before the first.
+    assert got["a"]["isolation"]["memory_held"]["heap_trimmed"] is None
+    assert got["b"]["isolation"]["memory_held"]["heap_trimmed"] is True
+    assert got["b"]["environment"]["allocator"] == \
+        got["a"]["environment"]["allocator"] == {
+            "library": os.confstr("CS_GNU_LIBC_VERSION"),
+            "mmap_threshold_bytes": 32 * 1024 * 1024,
+            "trim_threshold_bytes": 64 * 1024 * 1024}
 
 
 def long_cell(make_cell):

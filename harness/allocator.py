@@ -1,0 +1,73 @@
+"""The C allocator held in one state for every cell, whatever ran before it.
+
+glibc's malloc adapts to a process's history: its mmap threshold starts at
+128 KiB and rises to the size of each mmapped block freed (up to 32 MiB on
+64-bit), and its trim threshold follows at twice that. A fresh process
+therefore gives memory back to the kernel after each training step and
+faults it in again on the next (lstm32 at batch 8: 20 MB, 5,000 page
+faults a step; alexnet-r: 6,300 in 5 steps, 7-12% of its step time),
+while a worker whose earlier cells freed large blocks has stopped doing
+so. Measured on PyTorch 2.13, 2-core CPU: a cell timed after others in one
+process was 6-12% faster than the same cell in a process of its own, with
+no page faults in its timed steps against thousands; with the thresholds
+fixed in both and the worker's heap trimmed between cells, the two agree
+within 1-3% (docs/measurements/isolation-2026-12-02).
+
+So every cell's process fixes both thresholds before the framework loads,
+at the state glibc itself reaches once a process has freed a 32 MiB block
+(mmap 32 MiB, trim 64 MiB), and a worker trims the heap between cells
+(`give_back`), so that each cell starts from a heap holding next to
+nothing, as a fresh process does. Elsewhere (musl, macOS) nothing is set
+and the result says so (null).
+"""
+import ctypes
+import os
+
+MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's DEFAULT_MMAP_THRESHOLD_MAX, 64-bit
+TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc sets beside it when it adapts
+_M_TRIM_THRESHOLD = -1  # malloc.h
+_M_MMAP_THRESHOLD = -3
+
+_held = []  # the block `hold` returned, once per process
+
+
+def glibc_version():
+    """'glibc 2.36', or None where the C library is not glibc."""
+    try:
+        version = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return version if version and version.startswith("glibc") else None
+
+
+def _libc():
+    return ctypes.CDLL(None)
+
+
+def hold(libc=None):
+    """Fix glibc's thresholds for the rest of this process (once; later
+    calls return the same). Returns the result's environment.allocator
+    block, or None where there is no glibc to set."""
+    if _held:
+        return dict(_held[0])
+    version = glibc_version()
+    if version is None:
+        return None
+    libc = libc or _libc()
+    # mallopt returns 1 on success; a fixed value also stops the adapting.
+    set_ok = (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and
+              libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+    block = {"library": version,
+             "mmap_threshold_bytes": MMAP_THRESHOLD if set_ok else None,
+             "trim_threshold_bytes": TRIM_THRESHOLD if set_ok else None}
+    _held.append(block)
+    return dict(block)
+
+
+def give_back(libc=None):
+    """Return the heap's free memory to the kernel (malloc_trim(0)), as a
+    worker does between cells. True when memory was released, False when
+    there was none to release, None without glibc."""
+    if glibc_version() is None:
+        return None
+    return bool((libc or _libc()).malloc_trim(0))
