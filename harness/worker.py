@@ -24,7 +24,9 @@ result saying which, without running. SIGTERM or SIGINT during a cell end
 that cell as `run` ends it (a result with the measured iterations) and then
 the worker (143, 130); between cells they end the worker at once. Every
 result carries an `isolation` block: where the cell stood in the group and
-the memory the process still held when it began.
+the memory the process still held when it began, after the worker gave
+back what it could (the framework's caches, Python's garbage, the C heap's
+free memory: harness.allocator).
 
 A GPU group's clock policy is applied once, before the warm-up of its first
 GPU cell, and restored when the worker ends, however it ends
