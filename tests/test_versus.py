@@ -3,6 +3,7 @@ must not be compared, and the gate, on results of real PyTorch and MXNet
 runs."""
 import json
 import math
+import os
 import shutil
 import subprocess
 
@@ -186,6 +187,27 @@ def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
     assert rows == []
     assert [u.reason for u in unmatched] == [
         "different thread count: 2 against 1"]
+
+
+def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
+    # The base as a run written before the harness fixed glibc's
+    # thresholds: its results have no environment.allocator.
+    old = tmp_path / runs["base"].name
+    shutil.copytree(runs["base"], old)
+    for entry in json.loads((old / "run.json").read_text())["jobs"]:
+        result = json.loads((old / entry["file"]).read_text())
+        del result["environment"]["allocator"]
+        resultfile.write_atomic(str(old / entry["file"]), result)
+    assert versus.allocator_line(_pairs(runs["base"]),
+                                 _pairs(runs["same"])) is None
+    proc = compare("--run", runs["same"], "--against", old)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    libc = os.confstr("CS_GNU_LIBC_VERSION")
+    assert proc.stdout.splitlines()[0] == (
+        "note: the runs' C allocator differed (base: adapting to each "
+        "process's history; this run: {} fixed at mmap 32 MiB, trim 64 "
+        "MiB); on the CPU a difference may be its page faults, not the "
+        "framework's".format(libc))
 
 
 # --- refused before any table ---------------------------------------------

@@ -224,3 +224,33 @@ def format_rows(rows, unmatched):
                  f"called when p < {ALPHA}, the ratio's 95% CI excludes 1 "
                  f"and the change is at least the minimum change.")
     return lines
+
+
+def _allocator_state(result):
+    allocator = (result.get("environment") or {}).get("allocator", "absent")
+    if allocator == "absent":
+        return "adapting to each process's history"
+    if allocator is None:
+        return "not glibc, left as it was"
+    if allocator.get("mmap_threshold_bytes") is None:
+        return f"{allocator['library']}, thresholds not set"
+    return (f"{allocator['library']} fixed at mmap "
+            f"{allocator['mmap_threshold_bytes'] // 2 ** 20} MiB, trim "
+            f"{allocator['trim_threshold_bytes'] // 2 ** 20} MiB")
+
+
+def allocator_line(base_pairs, new_pairs):
+    """One line when the two runs' cells ran with the C allocator in
+    different states (harness.allocator: results from before the harness
+    fixed glibc's thresholds have none), else None: small CPU cells'
+    iteration times depend on it."""
+    def states(pairs):
+        return sorted({_allocator_state(result)
+                       for _, result in pairs if result is not None})
+    base, new = states(base_pairs), states(new_pairs)
+    if base == new:
+        return None
+    return (f"note: the runs' C allocator differed (base: "
+            f"{'; '.join(base) or 'no results'}; this run: "
+            f"{'; '.join(new) or 'no results'}); on the CPU a difference "
+            f"may be its page faults, not the framework's")
