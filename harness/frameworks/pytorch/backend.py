@@ -78,18 +78,11 @@ def configure(threads, device, seed):
                                "device (torch {})".format(torch.__version__))
         torch.backends.cudnn.benchmark = True
     torch.manual_seed(seed)
-    _import_optimizer_machinery()
-
-
-def _import_optimizer_machinery():
     # The first optimizer built imports torch._dynamo (torch.optim guards
-    # its methods with torch._disable_dynamo): 1.4 s on a 2-core CPU, paid
-    # once a process. Done here it is counted as the framework's import,
-    # which it is, not as the first cell's model build.
-    try:
+    # its methods with it): 1.4 s on a 2-core CPU, once a process; here it
+    # counts as the framework's import, which it is, not as a model build.
+    if hasattr(torch, "compile"):  # PyTorch 2.0+
         import torch._dynamo  # noqa: F401
-    except ImportError:  # PyTorch before 2.0 has none
-        pass
 
 
 def gpu_count():
