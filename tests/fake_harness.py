@@ -186,7 +186,8 @@ def cell(mode, spec, out, isolation=None, group_clocks=None):
         return 4
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        time.sleep(3600)
+        while True:  # hung until SIGKILL: no time of its own to run out
+            signal.pause()
     if mode == "crash":
         sys.stderr.write("boom: the framework crashed\n")
         return 3
