@@ -166,6 +166,48 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
                     "w_ih", "w_hh"}
 
 
+# --- what XLA compiles -------------------------------------------------------------
+
+COMPILE_PROBE = """
+    import json
+    import jax.monitoring
+    from harness import data, networks as nets
+    from harness.frameworks.jax import backend
+    backend.configure(1, "cpu", 0)
+    compiled = []
+
+    def count(event, seconds, **kwargs):
+        # Every XLA compilation, a jitted function's or one eager op's.
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(seconds)
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    out = {}
+    network = nets.get("alexnet-r")
+    given = data.Batch([0.5] * (2 * 3 * 32 * 32), (2, 3, 32, 32), [1, 2], (2,))
+    for name, options in (("synthetic", {}), ("given", {"batch": given}),
+                          ("fp16", {"precision": "fp16"})):
+        del compiled[:]
+        session = backend.prepare(network, 2, "cpu", 0, **options)
+        built = len(compiled)
+        for _ in range(3):
+            session.step()
+        out[name] = {"build": built, "steps": len(compiled) - built,
+                     "step_cache": session._step._cache_size()}
+    print(json.dumps(out))
+"""
+
+
+def test_model_build_compiles_nothing_and_the_step_compiles_once(jax_python,
+                                                                 root):
+    # Model build draws on the host (nothing for XLA to compile per shape);
+    # weights and mini-batch committed alike, so the step's second call
+    # does not compile it again.
+    counts = run_probe(jax_python, root, COMPILE_PROBE)
+    assert counts == {name: {"build": 0, "steps": 1, "step_cache": 1}
+                      for name in ("synthetic", "given", "fp16")}
+
+
 # --- cells through the harness entry point ---------------------------------------
 
 CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",

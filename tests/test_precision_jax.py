@@ -64,7 +64,10 @@ def test_bf16_cell_is_mixed_precision_and_starts_near_chance(cells):
     assert "on the CPU XLA computes bf16 matrix products and convolutions " \
         "in FP32" in block["note"]
     first = result["loss"]["warmup"][0]
-    assert abs(first - math.log(nets.get("alexnet-r").classes)) < 0.1
+    # Chance is log 10 = 2.30. Over 16 seeds at batch 16 the first bf16 loss
+    # ranged 2.12-2.55 (the initial draw); a broken cast or overflow lands
+    # far outside, or is not finite.
+    assert abs(first - math.log(nets.get("alexnet-r").classes)) < 0.4
     losses = result["loss"]["per_iteration"]
     assert all(math.isfinite(v) for v in losses) and losses[-1] < first
 

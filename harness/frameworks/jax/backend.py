@@ -53,7 +53,7 @@ from ...errors import HarnessError, Unsupported, device_out_of_memory
 # concern each); their public names are the backend's.
 from .layers import (  # noqa: F401
     NAME, TRANSLATORS, Layer, Model, build_model, count_parameters,
-    input_shape)
+    input_shape, target)
 from .load import _jax, _np, _optax
 # What a group worker frees between cells (harness.worker).
 from .memory import release_memory  # noqa: F401
@@ -308,7 +308,9 @@ class Session(backends.Session):
             "arithmetic is not faster".format(precision, precision)
             if precision in COMPUTE_DTYPES and device == "cpu" else None)
         if precision == "fp16":
-            self.opt_state = (self.opt_state, LossScale.init())
+            # Committed as the parameters are (layers.Model says why).
+            self.opt_state = (self.opt_state, _jax().device_put(
+                LossScale.init(), target(device)))
             self.loss_scaling = LossScale.DESCRIPTION
         self._step = make_train_step(model.apply, optimizer,
                                      precision=precision)
@@ -355,35 +357,29 @@ def _numpy_batch(network, batch):
 
 
 def _random_batch(network, batch_size, seed):
-    """A synthetic mini-batch drawn with JAX's generator from `seed`, on the
-    default device: N(0, 1) inputs or uniform token ids, uniform labels."""
-    jax = _jax()
-    input_key, label_key = jax.random.split(jax.random.key(seed + 1))
+    """A synthetic mini-batch drawn on the host from `seed` (numpy, as the
+    initial weights: layers.py says why): N(0, 1) inputs or uniform token
+    ids, uniform labels."""
+    np = _np()
+    input_rng, label_rng = (np.random.default_rng(key) for key in
+                            np.random.SeedSequence(seed + 1).spawn(2))
     shape = (batch_size,) + input_shape(network)
     if network.input_dtype == "int64":
-        inputs = jax.random.randint(input_key, shape, 0, network.classes)
-        labels = jax.random.randint(label_key, shape, 0, network.classes)
+        inputs = input_rng.integers(0, network.classes, shape, dtype=np.int32)
+        labels = label_rng.integers(0, network.classes, shape, dtype=np.int32)
     else:
-        inputs = jax.random.normal(input_key, shape)
-        labels = jax.random.randint(label_key, (batch_size,), 0,
-                                    network.classes)
+        inputs = input_rng.standard_normal(shape, dtype=np.float32)
+        labels = label_rng.integers(0, network.classes, (batch_size,),
+                                    dtype=np.int32)
     return inputs, labels
-
-
-def _target(jax, device):
-    return jax.devices("gpu" if device == "gpu" else "cpu")[0]
 
 
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as JAX arrays on `device`: `batch`
     (a harness.data.Batch) when given, else drawn from `seed`."""
-    jax = _jax()
-    target = _target(jax, device)
-    if batch is not None:
-        return tuple(jax.device_put(a, target)
-                     for a in _numpy_batch(network, batch))
-    with jax.default_device(target):
-        return _random_batch(network, batch_size, seed)
+    arrays = (_random_batch(network, batch_size, seed) if batch is None
+              else _numpy_batch(network, batch))
+    return tuple(_jax().device_put(a, target(device)) for a in arrays)
 
 
 def prepare(network, batch_size, device, seed, batch=None,
@@ -391,9 +387,7 @@ def prepare(network, batch_size, device, seed, batch=None,
     # "jit" is the one mode offered (CAPABILITIES): the step is always
     # jitted, whatever `compile_mode` says.
     _set_math(precision, device)
-    jax = _jax()
-    with jax.default_device(_target(jax, device)):
-        model = build_model(network, batch_size, device, seed)
+    model = build_model(network, batch_size, device, seed)
     inputs, labels = batch_arrays(network, batch_size, device, seed, batch)
     session = Session(network, model, inputs, labels, device, precision)
     if precision == "fp32":

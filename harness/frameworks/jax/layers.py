@@ -4,7 +4,7 @@ import math
 
 from ... import networks as nets
 from .. import backends
-from .load import _jax
+from .load import _jax, _np
 
 NAME = "jax"
 
@@ -15,6 +15,41 @@ NAME = "jax"
 # apply(params, state, x, train) -> (y, state). Images are NHWC; params of a
 # layer are a dict (empty when it has none), state holds batch-norm running
 # statistics.
+#
+# Initial values are drawn on the host with numpy, from a key that is a
+# numpy SeedSequence (split: spawn), and put on the device once (Model).
+# JAX compiles every op run outside jit once per shape: drawing each
+# weight with jax.random compiled ~60 small programs for resnet50, 6.5 of
+# its 8.9 s of model build on one core, again in every cell. What is timed,
+# the jitted step, does not change; the distributions are those of
+# harness.networks, deterministic per seed.
+
+
+def _split(key, count=2):
+    return key.spawn(count)
+
+
+def _uniform(key, shape, limit):
+    """float32 values in [-limit, limit]."""
+    np = _np()
+    bound = np.float32(limit)
+    if float(bound) > limit:  # rounded up: the next float32 towards zero
+        bound = np.nextafter(bound, np.float32(0))
+    # u in [0, 1) has 24 bits: 2u - 1 is exact, and scaling a value under 1
+    # in magnitude cannot round past the bound.
+    values = np.random.default_rng(key).random(shape, dtype=np.float32)
+    values *= np.float32(2)
+    values -= np.float32(1)
+    values *= bound
+    return values
+
+
+def _zeros(shape):
+    return _np().zeros(shape, dtype="float32")
+
+
+def _ones(shape):
+    return _np().ones(shape, dtype="float32")
 
 class Layer(object):
     def __init__(self, init, apply):
@@ -29,8 +64,7 @@ def _stateless(apply, init=None):
 
 
 def _glorot(key, shape, fan_in, fan_out):
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    return _jax().random.uniform(key, shape, minval=-limit, maxval=limit)
+    return _uniform(key, shape, math.sqrt(6.0 / (fan_in + fan_out)))
 
 
 def _activate(name, x):
@@ -41,11 +75,9 @@ def _activate(name, x):
 
 
 def _linear(inputs, units, activation=None):
-    jnp = _jax().numpy
-
     def init(key):
         return {"w": _glorot(key, (inputs, units), inputs, units),
-                "b": jnp.zeros((units,))}, {}
+                "b": _zeros((units,))}, {}
 
     return _stateless(lambda p, x: _activate(activation, x @ p["w"] + p["b"]),
                       init)
@@ -62,7 +94,6 @@ def _time_dense(r, build):
 
 def _conv(r, build):
     jax = _jax()
-    jnp = jax.numpy
     layer = r.layer
     c_in, k = r.in_shape[0], layer.kernel
     # Explicit (before, after) on both spatial axes: TensorFlow's asymmetric
@@ -74,7 +105,7 @@ def _conv(r, build):
         params = {"w": _glorot(key, (k, k, c_in, layer.filters),
                                c_in * receptive, layer.filters * receptive)}
         if layer.bias:
-            params["b"] = jnp.zeros((layer.filters,))
+            params["b"] = _zeros((layer.filters,))
         return params, {}
 
     def apply(params, x):
@@ -94,10 +125,8 @@ def _batch_norm(r, build):
     channels = r.in_shape[0]
 
     def init(key):
-        return ({"gamma": jnp.ones((channels,)),
-                 "beta": jnp.zeros((channels,))},
-                {"mean": jnp.zeros((channels,)),
-                 "var": jnp.ones((channels,))})
+        return ({"gamma": _ones((channels,)), "beta": _zeros((channels,))},
+                {"mean": _zeros((channels,)), "var": _ones((channels,))})
 
     def apply(params, state, x, train):
         axes = tuple(range(x.ndim - 1))  # all but the channels (last) axis
@@ -171,10 +200,9 @@ def _residual(r, build):
     body = build(body_resolved)
     shortcut = None if shortcut_resolved is None else build(shortcut_resolved)
     activation = r.layer.activation
-    jax = _jax()
 
     def init(key):
-        body_key, shortcut_key = jax.random.split(key)
+        body_key, shortcut_key = _split(key)
         body_params, body_state = body.init(body_key)
         if shortcut is None:
             return {"body": body_params}, {"body": body_state}
@@ -208,12 +236,10 @@ def _subsample_pad(r, build):
 
 
 def _embedding(r, build):
-    jax = _jax()
     layer = r.layer
 
     def init(key):
-        return {"table": jax.random.uniform(key, (layer.vocab, layer.dim),
-                                            minval=-0.05, maxval=0.05)}, {}
+        return {"table": _uniform(key, (layer.vocab, layer.dim), 0.05)}, {}
 
     return _stateless(lambda p, x: p["table"][x], init)
 
@@ -227,8 +253,8 @@ def _lstm(r, build):
 
     def init(key):
         params = []
-        for inputs, key in zip(sizes, jax.random.split(key, layer.layers)):
-            ih_key, hh_key = jax.random.split(key)
+        for inputs, key in zip(sizes, _split(key, layer.layers)):
+            ih_key, hh_key = _split(key)
             # Gates i, f, g, o side by side; one bias vector per gate
             # (parameter_count's convention), zero, forget gate included.
             params.append({
@@ -236,7 +262,7 @@ def _lstm(r, build):
                                 4 * hidden),
                 "w_hh": _glorot(hh_key, (hidden, 4 * hidden), hidden,
                                 4 * hidden),
-                "b": jnp.zeros((4 * hidden,))})
+                "b": _zeros((4 * hidden,))})
         return params, {}
 
     def cell(w_hh, carry, projected):
@@ -269,13 +295,12 @@ TRANSLATORS = backends.translators(globals(), NAME)
 
 
 def _sequence(resolved_layers):
-    jax = _jax()
     layers = [backends.translator(TRANSLATORS, r.layer, NAME)(r, _sequence)
               for r in resolved_layers]
 
     def init(key):
         params, state = [], []
-        for layer, key in zip(layers, jax.random.split(key, len(layers))):
+        for layer, key in zip(layers, _split(key, len(layers))):
             p, s = layer.init(key)
             params.append(p)
             state.append(s)
@@ -295,19 +320,30 @@ class Model(object):
     """A translated network: `apply(params, state, x, train) -> (y, state)`
     and its initial `params` and `state` (batch-norm statistics)."""
 
-    def __init__(self, network, seed):
-        jax = _jax()
+    def __init__(self, network, seed, device=None):
         layer = _sequence(nets.resolve(network))
         self.apply = layer.apply
-        self.params, self.state = layer.init(jax.random.key(seed))
+        self.params, self.state = layer.init(_np().random.SeedSequence(seed))
+        if device is not None:
+            # One transfer, committed to the device as the mini-batch is: a
+            # step whose inputs are committed differently from its outputs
+            # is compiled again at its second call. Without a device the
+            # values stay numpy, for a caller that shards them.
+            self.params, self.state = _jax().device_put(
+                (self.params, self.state), device)
 
 
 def build_model(network, batch_size, device, seed):
     """The network, initialised as described from `seed`: Glorot-uniform
     weights, zero biases, batch-norm gamma 1 and beta 0, embeddings
-    uniform(-0.05, 0.05), on JAX's default device (`batch_size` and
-    `device` change nothing in JAX's build)."""
-    return Model(network, seed)
+    uniform(-0.05, 0.05), committed to `device` (`batch_size` changes
+    nothing in JAX's build)."""
+    return Model(network, seed, target(device))
+
+
+def target(device):
+    """The JAX device a cell's arrays are committed to."""
+    return _jax().devices("gpu" if device == "gpu" else "cpu")[0]
 
 
 def count_parameters(model):

@@ -120,8 +120,9 @@ class _Trainer(dataparallel.Trainer):
         self.test_x = _to_nhwc(test_x).astype(dtype)
         self.train_y = train_y.astype("int32")
         self.test_y = test_y.astype("int32")
-        model = backend.build_model(self.network, self.global_batch,
-                                    device, plan["seed"])
+        # Host values: device_put below places them on every process's
+        # devices (committed to one local device they could not move).
+        model = backend.Model(self.network, plan["seed"])
         self.model = model
         optimizer = backend.make_optimizer(self.network)
         self.parameters = backend.count_parameters(model)

@@ -1,7 +1,7 @@
 """The JAX backend's training step: Optax's SGD, the loss, fp16 loss
 scaling and the one jitted function of loss, gradient and update (the
 backend module's docstring says why)."""
-from .load import _jax, _optax
+from .load import _jax, _np, _optax
 
 # Mixed precision: the compute type of the layers (jnp dtype names).
 COMPUTE_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
@@ -35,9 +35,10 @@ class LossScale(object):
 
     @staticmethod
     def init():
-        jnp = _jax().numpy
-        return {"scale": jnp.asarray(LossScale.INITIAL, jnp.float32),
-                "good_steps": jnp.asarray(0, jnp.int32)}
+        # numpy: a jnp conversion would be compiled, eagerly, per cell.
+        np = _np()
+        return {"scale": np.asarray(LossScale.INITIAL, np.float32),
+                "good_steps": np.asarray(0, np.int32)}
 
     @staticmethod
     def update(scaler, finite):
