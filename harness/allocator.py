@@ -13,18 +13,28 @@ no page faults in its timed steps against thousands; with the thresholds
 fixed in both and the worker's heap trimmed between cells, the two agree
 within 1-3% (docs/measurements/isolation-2026-12-02).
 
-So every cell's process fixes both thresholds before the framework loads,
-at the state glibc itself reaches once a process has freed a 32 MiB block
-(mmap 32 MiB, trim 64 MiB), and a worker trims the heap between cells
+So every cell's process fixes the mmap threshold before the framework
+loads, at the value glibc itself reaches once a process has freed a
+32 MiB block, and turns glibc's own trimming off (trim threshold -1 to
+mallopt, SIZE_MAX in glibc); a worker trims the heap between cells
 (`give_back`), so that each cell starts from a heap holding next to
-nothing, as a fresh process does. Elsewhere (musl, macOS) nothing is set
-and the result says so (null).
+nothing, as a fresh process does. Trimming off, not at the 64 MiB glibc
+would adapt to: lstm64 at batch 8 frees ~80 MB at the heap's top at once,
+so with 64 MiB a fresh process still gave it back and faulted it in again
+every few steps (strace: brk down by 78 MB, then up again in 20 MB steps;
+10,000-28,000 faults in 8 steps against 5,000-12,500 with trimming off),
+and whether it did depended on where earlier cells had left live blocks
+on the heap. No cell's process gives heap memory back during the cell
+now; it does at exit or, in a worker, before the next cell. Elsewhere
+(musl, macOS) nothing is set and the result says so (null).
 """
 import ctypes
 import os
 
 MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's DEFAULT_MMAP_THRESHOLD_MAX, 64-bit
-TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # what glibc sets beside it when it adapts
+TRIM_OFF = -1  # mallopt(3): "disables trimming completely"
+# What glibc then holds (size_t), and the result records.
+TRIM_OFF_BYTES = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 _M_TRIM_THRESHOLD = -1  # malloc.h
 _M_MMAP_THRESHOLD = -3
 
@@ -56,10 +66,10 @@ def hold(libc=None):
     libc = libc or _libc()
     # mallopt returns 1 on success; a fixed value also stops the adapting.
     set_ok = (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and
-              libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1)
+              libc.mallopt(_M_TRIM_THRESHOLD, TRIM_OFF) == 1)
     block = {"library": version,
              "mmap_threshold_bytes": MMAP_THRESHOLD if set_ok else None,
-             "trim_threshold_bytes": TRIM_THRESHOLD if set_ok else None}
+             "trim_threshold_bytes": TRIM_OFF_BYTES if set_ok else None}
     _held.append(block)
     return dict(block)
 

@@ -205,8 +205,8 @@ def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
     libc = os.confstr("CS_GNU_LIBC_VERSION")
     assert proc.stdout.splitlines()[0] == (
         "note: the runs' C allocator differed (base: adapting to each "
-        "process's history; this run: {} fixed at mmap 32 MiB, trim 64 "
-        "MiB); on the CPU a difference may be its page faults, not the "
+        "process's history; this run: {} fixed at mmap 32 MiB, trim "
+        "off); on the CPU a difference may be its page faults, not the "
         "framework's".format(libc))
 
 

@@ -234,9 +234,11 @@ def _allocator_state(result):
         return "not glibc, left as it was"
     if allocator.get("mmap_threshold_bytes") is None:
         return f"{allocator['library']}, thresholds not set"
+    trim = allocator["trim_threshold_bytes"]
+    # SIZE_MAX (harness.allocator.TRIM_OFF_BYTES): glibc never trims by itself.
+    trim = "off" if trim >= 2 ** 32 - 1 else f"{trim // 2 ** 20} MiB"
     return (f"{allocator['library']} fixed at mmap "
-            f"{allocator['mmap_threshold_bytes'] // 2 ** 20} MiB, trim "
-            f"{allocator['trim_threshold_bytes'] // 2 ** 20} MiB")
+            f"{allocator['mmap_threshold_bytes'] // 2 ** 20} MiB, trim {trim}")
 
 
 def allocator_line(base_pairs, new_pairs):
