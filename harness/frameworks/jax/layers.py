@@ -51,6 +51,7 @@ def _zeros(shape):
 def _ones(shape):
     return _np().ones(shape, dtype="float32")
 
+
 class Layer(object):
     def __init__(self, init, apply):
         self.init = init
