@@ -235,13 +235,15 @@ def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
     taken = [node_cluster.port_of(last + k) + 3 for k in (1, 2, 3)]
     holder = subprocess.Popen(
         ["ip", "netns", "exec", "n1", sys.executable, "-c",
-         "import socket, sys, time\n"
+         "import socket, sys\n"
          "held = []\n"
          "for port in sys.argv[1:]:\n"
          "    s = socket.socket(); s.bind(('0.0.0.0', int(port)))\n"
          "    s.listen(); held.append(s)\n"
-         "print('held', flush=True); time.sleep(600)",
-         *map(str, taken)], stdout=subprocess.PIPE, text=True)
+         "print('held', flush=True)\n"
+         "sys.stdin.read()  # held until the test closes its end",
+         *map(str, taken)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         out = _converge(tmp_path, "--framework", "pytorch", "--workers",
@@ -249,8 +251,8 @@ def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
                         "--executor", "slurm", "--timeout", "120",
                         timeout=300)
     finally:
-        holder.kill()
-        holder.wait()
+        holder.stdin.close()
+        holder.wait(timeout=60)
     run_dir, result = _result(tmp_path, "pytorch-fcn-r-w2-n2")
     assert result["status"] == "error", out.stdout
     assert result["error"]["type"] == "PortTaken"
