@@ -70,7 +70,7 @@ def _normalized(result):
     env = r["environment"]
     for key in ("host", "os", "cpu_model", "cpu_count", "cpus_usable",
                 "python_version", "python_executable", "harness_digest",
-                "harness_path"):
+                "harness_path", "memory"):
         env[key] = f"<{key}>"
     if env.get("allocator"):  # glibc's version is the host's
         env["allocator"]["library"] = "<library>"
