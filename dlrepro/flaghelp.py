@@ -27,10 +27,12 @@ SLURM = {
 }
 
 BENCH = {
-    "isolation": "cell (each cell in a process of its own, the default) or "
-                 "group (cells sharing every process-wide setting run one "
-                 "after another in one harness worker; native runtime only "
-                 "for now); default: the suite's `isolation`, else cell",
+    "isolation": "cell (each cell in a process of its own) or group (cells "
+                 "sharing every process-wide setting run one after another "
+                 "in one harness worker); default: the suite's "
+                 "`isolation`, else each framework's: group for "
+                 "tensorflow, jax and caffe run locally, cell otherwise "
+                 "(README, Grouped execution)",
     "framework": "framework to run (repeatable, or comma-separated)",
     "all": "run every framework in dockerfiles/matrix.toml",
     "profile": "matrix profile (default: cpu for CPU cells; for GPU cells the "

@@ -76,16 +76,27 @@ def test_unwritable_output_folder(root, tmp_path):
 
 
 def test_dry_run_prints_the_plan(root):
-    proc = invoke(root, "bench", "--framework", "pytorch,mxnet", "--network",
+    # Each framework's default mode: JAX's cells share a worker, PyTorch's
+    # run in processes of their own (dlrepro.run.groups.GROUP_BY_DEFAULT).
+    proc = invoke(root, "bench", "--framework", "pytorch,jax", "--network",
                   "fcn-r", "--batch-size", "8", "--threads", "1", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "2 cells:",
         "  pytorch-cpu-fcn-r-cpu-b8-t1                      iterations=5 "
-        "warmup=2 runtime=docker",
-        "  mxnet-cpu-fcn-r-cpu-b8-t1                        iterations=5 "
-        "warmup=2 runtime=docker",
+        "warmup=2 runtime=docker isolation=cell",
+        "  jax-cpu-fcn-r-cpu-b8-t1                          iterations=5 "
+        "warmup=2 runtime=docker isolation=group",
     ]
+
+
+def test_a_named_isolation_holds_for_every_framework(root):
+    for mode in ("cell", "group"):
+        proc = invoke(root, "bench", "--framework", "pytorch,jax",
+                      "--network", "fcn-r", "--threads", "1", "--dry-run",
+                      "--isolation", mode)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.count(f"isolation={mode}") == 2, proc.stdout
 
 
 def test_list_names_frameworks_networks_and_suites(root):

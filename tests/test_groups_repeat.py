@@ -149,7 +149,7 @@ def test_a_kill_mid_group_and_resume_measure_nothing_twice_in_order(
 
 # The ordering as pure functions.
 
-def job(network, process=1, framework="pytorch", seed=0):
+def job(network, process=1, framework="pytorch", seed=0, isolation="group"):
     cell = {"framework": framework, "profile": "cpu", "network": network,
             "runtime": "native", "device": "cpu", "gpus": 0, "threads": 1,
             "precision": "default", "compile": None,
@@ -158,7 +158,7 @@ def job(network, process=1, framework="pytorch", seed=0):
     return Job(id=f"{framework}-{network}{suffix}", kind="bench", spec=cell,
                timeout_s=60, placement=Placement(framework, "cpu", "cpu", 1,
                                                  0, "observe"),
-               process=process)
+               process=process, isolation=isolation)
 
 
 def planned(networks, repeat, **fields):

@@ -217,7 +217,8 @@ def format_plan(plan):
         c = item.spec
         note = f"  [unsupported: {item.skip_reason}]" if item.skip_reason else ""
         lines.append(f"  {item.id:<48} iterations={c['iterations']} "
-                     f"warmup={c['warmup']} runtime={c['runtime']}{note}")
+                     f"warmup={c['warmup']} runtime={c['runtime']} "
+                     f"isolation={item.isolation}{note}")
     return lines
 
 

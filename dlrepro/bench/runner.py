@@ -48,15 +48,15 @@ def bench(flags, command_line="", echo=print):
     executor = command.executor_of(flags, suite, runtime_options)
     isolation = groups.mode_of(flags.isolation, suite)
     groups.check(isolation, flags.runtime, flags.executor)
+    jobs = groups.assign(jobs, isolation, flags.runtime, flags.executor)
     if flags.dry_run:
         # The order the jobs will run in: a group's workers take theirs in
         # groups.order, not the plan's.
-        _echo_lines(echo, plan_mod.format_plan(
-            groups.order(jobs) if isolation == "group" else jobs))
+        _echo_lines(echo, plan_mod.format_plan(groups.order(jobs)))
         return None
     runtime = runtimes.get(flags.runtime, matrix=m, **runtime_options)
     run_dir = command.start(run_of(suite, jobs, flags.out, command_line,
-                                   flags.resume, isolation), runtime, m,
+                                   flags.resume), runtime, m,
                             executor)
     record, pairs = summary(run_dir, {j.id for j in jobs})
     if record["status"] == "submitted":
@@ -94,10 +94,12 @@ def make_plan(suite_name, options, m, host):
     return suite, plan_mod.build(suite, options, m, host)
 
 
-def run_of(suite, jobs, out, command, resume=False, isolation="cell"):
-    """The pipeline's Run for a bench plan."""
+def run_of(suite, jobs, out, command, resume=False):
+    """The pipeline's Run for a bench plan (its jobs' isolation assigned:
+    dlrepro.run.groups.assign)."""
     return pipeline.Run(kind="bench", jobs=jobs, out=out, name=suite["name"],
-                        command=command, resume=resume, isolation=isolation,
+                        command=command, resume=resume,
+                        isolation=groups.summary(jobs),
                         suite={"name": suite["name"], "path": suite["path"],
                                "description": suite["description"]})
 

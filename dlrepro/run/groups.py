@@ -1,8 +1,10 @@
-"""--isolation: whether each cell runs in a process of its own (`cell`, the
-default) or cells that share every process-wide setting run one after
-another in one harness worker (`group`, harness/worker.py). The mode is
-recorded in run.json and (by the worker) in each result; it is no part of
-a cell's identity, so job ids, specs and resume are the same in both.
+"""--isolation: whether each cell runs in a process of its own (`cell`) or
+cells that share every process-wide setting run one after another in one
+harness worker (`group`, harness/worker.py). Where neither --isolation nor
+the suite names one, each job gets its framework's default (`assign`). The
+mode is recorded in run.json and (by the worker) in each result; it is no
+part of a cell's identity, so job ids, specs and resume are the same in
+both.
 
 With --repeat N a group runs in N workers, one per process of its cells
 (a job's `process`, 1..N), each taking the cells in its own order
@@ -16,6 +18,14 @@ from dlrepro.errors import UserError
 
 MODES = ("cell", "group")
 DEFAULT = "cell"
+# The frameworks whose cells are grouped where nothing names a mode: those
+# for which benchmarks/isolation.py, both modes side by side, found every
+# smoke network's iteration-time ratio group/cell with a 95% CI containing
+# 1 (docs/measurements/isolation-2026-12-02: TensorFlow and JAX natively,
+# Caffe in its image). PyTorch (its LSTM cells 2-4% faster in a worker),
+# MXNet (fcn8 15% faster after fcn5) and CNTK (fcn5 2.5% slower, first
+# warm-ups of 4-17 s in a worker) stay one process per cell.
+GROUP_BY_DEFAULT = ("tensorflow", "jax", "caffe")
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one
 # Slurm array task per group.
@@ -24,10 +34,11 @@ GROUP_ENGINES = ("local", "slurm")
 
 
 def mode_of(flag, suite):
-    """The mode --isolation (or else the suite's `isolation` key) asks for;
-    a UserError in one line for any other word."""
-    mode = flag if flag is not None else (suite.get("isolation") or DEFAULT)
-    if mode not in MODES:
+    """The mode --isolation (or else the suite's `isolation` key) asks for,
+    None where neither names one (each framework's default: `assign`); a
+    UserError in one line for any other word."""
+    mode = flag if flag is not None else suite.get("isolation")
+    if mode is not None and mode not in MODES:
         raise UserError(f"unknown isolation {mode!r}; valid: "
                         f"{', '.join(MODES)}")
     return mode
@@ -46,6 +57,33 @@ def check(mode, runtime, executor):
         raise UserError(f"--isolation group runs with --executor "
                         f"{' or '.join(GROUP_ENGINES)} only for now, not "
                         f"{executor}; use --isolation cell")
+
+
+def default_for(framework, runtime, executor):
+    """A framework's mode where nothing names one: `group` for
+    GROUP_BY_DEFAULT's, where a group can run and the local engine runs it
+    (a Slurm submission's array tasks are all groups or all single cells:
+    there --isolation group says so), else `cell`."""
+    if (framework in GROUP_BY_DEFAULT and runtime in GROUP_RUNTIMES
+            and executor == "local"):
+        return "group"
+    return "cell"
+
+
+def assign(jobs, mode, runtime, executor):
+    """The jobs, each with its `isolation`: `mode` where one was named,
+    else its framework's default (`default_for`)."""
+    return [job._replace(isolation=mode or default_for(
+        job.placement.framework, runtime, executor)) for job in jobs]
+
+
+def summary(jobs):
+    """run.json's `isolation`: the one mode of all `jobs`, else {framework:
+    mode} (the defaults differ by framework, never within one)."""
+    modes = {job.isolation for job in jobs}
+    if len(modes) <= 1:
+        return modes.pop() if modes else DEFAULT
+    return {job.placement.framework: job.isolation for job in jobs}
 
 
 def process_key(job):
@@ -69,16 +107,24 @@ def form(jobs):
 
 
 def order(jobs):
-    """The jobs in the order their workers take them: for each group of
-    jobs with equal process-wide fields anywhere in the plan (in the order
-    each group first appears: an --all sweep, whose plan takes the
-    frameworks in turn network by network, runs framework by framework),
-    process 1's jobs, then process 2's, ..., each process's jobs in plan
-    order permuted by `permutation(jobs, group seed, process)`.
-    Deterministic: a resumed run keeps every worker's order (and skips
-    what is done)."""
+    """The jobs in the order they run: a job in a process of its own
+    (isolation `cell`) where the plan has it; the jobs of a group (isolation
+    `group`, equal process-wide fields, anywhere in the plan) all where the
+    group's first job is (an --all sweep, whose plan takes the frameworks
+    in turn network by network, runs framework by framework), process 1's
+    jobs, then process 2's, ..., each process's jobs in plan order permuted
+    by `permutation(jobs, group seed, process)`. Deterministic: a resumed
+    run keeps every worker's order (and skips what is done)."""
+    grouped = {id(group[0]): group for group in _gathered(
+        [job for job in jobs if job.isolation == "group"], process_key)}
     ordered = []
-    for group in _gathered(jobs, process_key):
+    for job in jobs:
+        if job.isolation != "group":
+            ordered.append(job)
+            continue
+        group = grouped.get(id(job))
+        if group is None:
+            continue  # placed with its group's first job
         seed = group[0].spec.get("seed")
         for process in sorted({job.process for job in group}):
             mine = [job for job in group if job.process == process]
@@ -88,9 +134,11 @@ def order(jobs):
 
 def planned_workers(ordered):
     """run.json's `workers`: the job ids each worker is planned to take,
-    in its order (`ordered` as `order` returns it); a worker that dies or
-    is stopped mid-group leaves the rest of its list to a fresh one."""
-    return [[job.id for job in group] for group in form(ordered)]
+    in its order (`ordered` as `order` returns it; a group's jobs are
+    consecutive there); a worker that dies or is stopped mid-group leaves
+    the rest of its list to a fresh one."""
+    return [[job.id for job in group] for group in
+            form([job for job in ordered if job.isolation == "group"])]
 
 
 def permutation(items, seed, process):
@@ -135,17 +183,32 @@ def _runs(jobs, key):
 
 
 def recorded(record):
-    """The mode a run was measured under (run.json; absent: cell, as every
-    run before the flag was)."""
+    """The mode a run was measured under (run.json: one mode, or {framework:
+    mode}; absent: cell, as every run before the flag was)."""
     return record.get("isolation") or DEFAULT
 
 
 def compare_line(base_record, record):
-    """One line when the two runs were measured under different modes,
-    else None."""
+    """One line when the two runs measured a framework they share (any,
+    where both name one mode) under different modes, else None."""
     base, new = recorded(base_record), recorded(record)
-    if base == new:
+    if isinstance(base, str) and isinstance(new, str):
+        differing = "" if base == new else f"base: {base}, this run: {new}"
+    else:
+        shared = [set(m) for m in (base, new) if isinstance(m, dict)]
+        differing = "; ".join(
+            f"{framework}: base {_mode_in(base, framework)}, this run "
+            f"{_mode_in(new, framework)}"
+            for framework in sorted(set.intersection(*shared))
+            if _mode_in(base, framework) != _mode_in(new, framework))
+    if not differing:
         return None
     return (f"note: the runs were measured under different isolation modes "
-            f"(base: {base}, this run: {new}); a difference may be the "
-            f"process's, not the framework's")
+            f"({differing}); a difference may be the process's, not the "
+            f"framework's")
+
+
+def _mode_in(recorded_mode, framework):
+    if isinstance(recorded_mode, dict):
+        return recorded_mode[framework]
+    return recorded_mode

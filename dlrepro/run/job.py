@@ -44,6 +44,9 @@ class Job(NamedTuple):
     # Which process of its cell the job is (--repeat: 1..N); with
     # --isolation group each process of a group has a worker of its own.
     process: int = 1
+    # "cell" (a process of its own) or "group" (a worker shared with the
+    # jobs of equal process-wide fields): dlrepro.run.groups.assign.
+    isolation: str = "cell"
 
     @property
     def type(self):

@@ -36,7 +36,8 @@ class Run(NamedTuple):
     command: str
     resume: bool = False
     suite: Optional[dict] = None
-    isolation: str = groups.DEFAULT   # dlrepro.run.groups
+    # run.json's `isolation` (groups.summary of the jobs' own modes).
+    isolation: object = groups.DEFAULT
 
 
 def start(run, runtime, matrix=None, events=None, executor=None):
@@ -177,9 +178,10 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
              isolation=groups.DEFAULT):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
     ends with the engine's status ("submitted" leaves it open)."""
-    if isolation == "group":
-        jobs = groups.order(jobs)
-        record["workers"] = groups.planned_workers(jobs)
+    jobs = groups.order(jobs)
+    workers = groups.planned_workers(jobs)
+    if workers:
+        record["workers"] = workers
     else:  # a group run resumed under --isolation cell
         record.pop("workers", None)
     try:

@@ -31,9 +31,9 @@ class Context:
     # A job's final result from its ended process (or its worker's word):
     # finish(job, exit, launch, container, spec).
     finish: Optional[Callable] = None
-    # "cell" or "group" (dlrepro.run.groups): whether jobs equal in their
-    # process-wide fields share one harness worker.
-    isolation: str = "cell"
+    # run.json's `isolation` (dlrepro.run.groups.summary): "cell",
+    # "group", or {framework: mode}; each job's own is `job.isolation`.
+    isolation: object = "cell"
 
     def entries(self):
         """{job id: run.json entry}."""

@@ -66,12 +66,19 @@ class LocalEngine(Engine):
     child_setup = staticmethod(_term_when_parent_dies)
 
     def execute(self, context):
-        """Each job in turn, run.json written after each; with --isolation
-        group, through one worker per group."""
-        grouped = Grouped(self, context) if context.isolation == "group" \
-            else None
-        launch = grouped.launch if grouped else \
-            (lambda job: context.launch(job, self))
+        """Each job in turn, run.json written after each; a job whose
+        isolation is `group` through its group's worker."""
+        grouped = Grouped(self, context) if any(
+            job.isolation == "group" for job in context.jobs) else None
+
+        def launch(job):
+            if job.isolation == "group":
+                return grouped.launch(job)
+            if grouped:
+                # No worker idles beside a process of its own, holding
+                # memory and a thread it may want.
+                grouped.close()
+            return context.launch(job, self)
         by_id = context.entries()
         total = len(context.jobs)
         try:

@@ -1,0 +1,148 @@
+"""Each framework's default isolation (dlrepro.run.groups.assign): where
+neither --isolation nor the suite names a mode, the frameworks whose
+iteration times the side-by-side benchmark found equal in both modes
+(GROUP_BY_DEFAULT) share a worker per group and the others run a process
+per cell, in one run; on the real command line with the scripted harness,
+and as pure functions."""
+import json
+
+import pytest
+
+from dlrepro.errors import UserError
+from dlrepro.run import groups, store
+from dlrepro.run.job import Job, Placement
+from scripted import BENCH, invoke
+
+NETWORKS = ("fcn5", "fcn-r")
+# PyTorch's default is cell, JAX's group: one sweep with both.
+MIXED = (BENCH[:2] + ["jax"] + BENCH[1:]
+         + [a for n in NETWORKS for a in ("--network", n)])
+
+
+def job(framework, network, process=1, isolation="cell"):
+    cell = {"framework": framework, "profile": "cpu", "network": network,
+            "runtime": "native", "device": "cpu", "gpus": 0, "threads": 1,
+            "precision": "default", "compile": None,
+            "clock_policy": "observe", "seed": 0}
+    suffix = f"-p{process}" if process > 1 else ""
+    return Job(id=f"{framework}-{network}{suffix}", kind="bench", spec=cell,
+               timeout_s=60, placement=Placement(framework, "cpu", "cpu", 1,
+                                                 0, "observe"),
+               process=process, isolation=isolation)
+
+
+def results(run_dir):
+    return {e["id"]: json.loads((run_dir / f"{e['id']}.json").read_text())
+            for e in store.read_run(run_dir)["jobs"]}
+
+
+def test_one_sweep_groups_jax_and_runs_pytorch_a_process_per_cell(tmp_path):
+    done = invoke(*MIXED, "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    record = store.read_run(run_dir)
+    assert record["isolation"] == {"pytorch": "cell", "jax": "group"}
+    found = results(run_dir)
+    assert {r["status"] for r in found.values()} == {"ok"}
+    jax = [r for i, r in found.items() if i.startswith("jax-")]
+    torch = [r for i, r in found.items() if i.startswith("pytorch-")]
+    assert len(jax) == len(torch) == len(NETWORKS)
+    # JAX's two cells in one worker, one after the other
+    assert sorted(r["isolation"]["position"] for r in jax) == [1, 2]
+    assert len({r["isolation"]["worker_pid"] for r in jax}) == 1
+    assert all("isolation" not in r for r in torch)
+    assert record["workers"] == [[i for i in found if i.startswith("jax-")]]
+    assert [p.name for p in run_dir.glob("*.worker.log")] == \
+        [f"{record['workers'][0][0]}.worker.log"]
+
+
+def test_a_named_mode_overrides_every_framework_default(tmp_path):
+    done = invoke(*MIXED, "--isolation", "cell", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    assert store.read_run(run_dir)["isolation"] == "cell"
+    assert all("isolation" not in r for r in results(run_dir).values())
+    assert not list(run_dir.glob("*.worker.log"))
+
+
+def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
+    assert invoke(*MIXED, "--isolation", "cell",
+                  "--out", str(tmp_path)).returncode == 0
+    base = (tmp_path / "latest").resolve().name
+    assert invoke(*MIXED, "--out", str(tmp_path)).returncode == 0
+    compared = invoke("compare", "--out", str(tmp_path), "--against", base)
+    assert compared.returncode == 0, compared.stderr
+    assert ("different isolation modes (jax: base cell, this run group)"
+            in compared.stdout), compared.stdout
+    assert "pytorch: base" not in compared.stdout
+
+
+# As pure functions.
+
+@pytest.mark.parametrize("runtime,executor,expected", [
+    ("native", "local", {"pytorch": "cell", "mxnet": "cell", "cntk": "cell",
+                         "tensorflow": "group", "jax": "group",
+                         "caffe": "group"}),
+    ("docker", "local", {"pytorch": "cell", "caffe": "group"}),
+    # A Slurm submission's tasks are all groups or all single cells.
+    ("native", "slurm", {"jax": "cell", "tensorflow": "cell"}),
+    ("apptainer", "local", {"jax": "cell"}),
+])
+def test_the_default_is_the_frameworks_where_groups_can_run(
+        runtime, executor, expected):
+    for framework, mode in expected.items():
+        assert groups.default_for(framework, runtime, executor) == mode
+
+
+def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
+    jobs = [job("pytorch", "a"), job("jax", "a"), job("tensorflow", "b")]
+    assert [j.isolation for j in groups.assign(jobs, "cell", "native",
+                                               "local")] == ["cell"] * 3
+    assert [j.isolation for j in groups.assign(jobs, "group", "native",
+                                               "local")] == ["group"] * 3
+    assert [j.isolation for j in groups.assign(jobs, None, "native",
+                                               "local")] == \
+        ["cell", "group", "group"]
+    assert groups.summary(groups.assign(jobs, None, "native", "local")) == \
+        {"pytorch": "cell", "jax": "group", "tensorflow": "group"}
+    assert groups.summary(groups.assign(jobs, "group", "native", "local")) \
+        == "group"
+    assert groups.summary([]) == "cell"
+
+
+def test_the_suite_key_names_a_mode_and_the_flag_overrides_it():
+    assert groups.mode_of(None, {}) is None
+    assert groups.mode_of(None, {"isolation": "group"}) == "group"
+    assert groups.mode_of("cell", {"isolation": "group"}) == "cell"
+    with pytest.raises(UserError, match="unknown isolation 'proc'"):
+        groups.mode_of(None, {"isolation": "proc"})
+
+
+def test_cells_keep_their_place_and_a_group_runs_where_it_first_appears():
+    # An --all plan, network by network: JAX's b joins JAX's worker.
+    plan = [job("pytorch", "a"), job("jax", "a", isolation="group"),
+            job("pytorch", "b"), job("jax", "b", isolation="group"),
+            job("jax", "b", 2, isolation="group")]
+    ordered = groups.order(plan)
+    assert [j.id for j in ordered] == [
+        "pytorch-a", "jax-a", "jax-b", "jax-b-p2", "pytorch-b"]
+    assert groups.planned_workers(ordered) == [["jax-a", "jax-b"],
+                                               ["jax-b-p2"]]
+    cells = [job("pytorch", n) for n in "abc"]
+    assert groups.order(cells) == cells
+    assert groups.planned_workers(cells) == []
+
+
+def test_compare_line_says_which_frameworks_changed_mode():
+    mixed = {"isolation": {"pytorch": "cell", "jax": "group"}}
+    assert groups.compare_line(mixed, mixed) is None
+    assert groups.compare_line({"isolation": "cell"}, mixed) == (
+        "note: the runs were measured under different isolation modes "
+        "(jax: base cell, this run group); a difference may be the "
+        "process's, not the framework's")
+    # Frameworks not in both runs are not compared.
+    assert groups.compare_line(
+        {"isolation": {"pytorch": "cell", "tensorflow": "group"}},
+        {"isolation": {"pytorch": "cell", "jax": "group"}}) is None
+    assert "(base: cell, this run: group)" in groups.compare_line(
+        {}, {"isolation": "group"})
