@@ -128,6 +128,11 @@ def test_cells_keep_their_place_and_a_group_runs_where_it_first_appears():
         "pytorch-a", "jax-a", "jax-b", "jax-b-p2", "pytorch-b"]
     assert groups.planned_workers(ordered) == [["jax-a", "jax-b"],
                                                ["jax-b-p2"]]
+    # Cells that cannot run here (Caffe natively) start no worker.
+    unrunnable = [job("caffe", n, isolation="group")._replace(
+        skip_reason="no environment") for n in "ab"]
+    assert groups.planned_workers(groups.order(unrunnable + plan)) == \
+        [["jax-a", "jax-b"], ["jax-b-p2"]]
     cells = [job("pytorch", n) for n in "abc"]
     assert groups.order(cells) == cells
     assert groups.planned_workers(cells) == []

@@ -135,10 +135,12 @@ def order(jobs):
 def planned_workers(ordered):
     """run.json's `workers`: the job ids each worker is planned to take,
     in its order (`ordered` as `order` returns it; a group's jobs are
-    consecutive there); a worker that dies or is stopped mid-group leaves
-    the rest of its list to a fresh one."""
-    return [[job.id for job in group] for group in
-            form([job for job in ordered if job.isolation == "group"])]
+    consecutive there; a job that cannot run here is in no worker); a
+    worker that dies or is stopped mid-group leaves the rest of its list to
+    a fresh one."""
+    return [[job.id for job in group] for group in form(
+        [job for job in ordered
+         if job.isolation == "group" and not job.skip_reason])]
 
 
 def permutation(items, seed, process):
