@@ -76,23 +76,26 @@ def test_unwritable_output_folder(root, tmp_path):
 
 
 def test_dry_run_prints_the_plan(root):
-    # Each framework's default mode: JAX's cells share a worker, PyTorch's
-    # run in processes of their own (dlrepro.run.groups.GROUP_BY_DEFAULT).
-    proc = invoke(root, "bench", "--framework", "pytorch,jax", "--network",
-                  "fcn-r", "--batch-size", "8", "--threads", "1", "--dry-run")
+    # Each framework's default mode: TensorFlow's cells share a worker,
+    # PyTorch's run in processes of their own
+    # (dlrepro.run.groups.GROUP_BY_DEFAULT).
+    proc = invoke(root, "bench", "--framework", "pytorch,tensorflow",
+                  "--network",
+                  "fcn-r", "--batch-size", "8", "--threads", "1",
+                  "--dry-run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "2 cells:",
         "  pytorch-cpu-fcn-r-cpu-b8-t1                      iterations=5 "
         "warmup=2 runtime=docker isolation=cell",
-        "  jax-cpu-fcn-r-cpu-b8-t1                          iterations=5 "
+        "  tensorflow-cpu-fcn-r-cpu-b8-t1                   iterations=5 "
         "warmup=2 runtime=docker isolation=group",
     ]
 
 
 def test_a_named_isolation_holds_for_every_framework(root):
     for mode in ("cell", "group"):
-        proc = invoke(root, "bench", "--framework", "pytorch,jax",
+        proc = invoke(root, "bench", "--framework", "pytorch,tensorflow",
                       "--network", "fcn-r", "--threads", "1", "--dry-run",
                       "--isolation", mode)
         assert proc.returncode == 0, proc.stderr

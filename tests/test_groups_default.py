@@ -14,8 +14,8 @@ from dlrepro.run.job import Job, Placement
 from scripted import BENCH, invoke
 
 NETWORKS = ("fcn5", "fcn-r")
-# PyTorch's default is cell, JAX's group: one sweep with both.
-MIXED = (BENCH[:2] + ["jax"] + BENCH[1:]
+# PyTorch's default is cell, TensorFlow's group: one sweep with both.
+MIXED = (BENCH[:2] + ["tensorflow"] + BENCH[1:]
          + [a for n in NETWORKS for a in ("--network", n)])
 
 
@@ -36,22 +36,24 @@ def results(run_dir):
             for e in store.read_run(run_dir)["jobs"]}
 
 
-def test_one_sweep_groups_jax_and_runs_pytorch_a_process_per_cell(tmp_path):
+def test_one_sweep_groups_tensorflow_and_runs_pytorch_a_process_per_cell(
+        tmp_path):
     done = invoke(*MIXED, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     run_dir = (tmp_path / "latest").resolve()
     record = store.read_run(run_dir)
-    assert record["isolation"] == {"pytorch": "cell", "jax": "group"}
+    assert record["isolation"] == {"pytorch": "cell", "tensorflow": "group"}
     found = results(run_dir)
     assert {r["status"] for r in found.values()} == {"ok"}
-    jax = [r for i, r in found.items() if i.startswith("jax-")]
+    tf = [r for i, r in found.items() if i.startswith("tensorflow-")]
     torch = [r for i, r in found.items() if i.startswith("pytorch-")]
-    assert len(jax) == len(torch) == len(NETWORKS)
-    # JAX's two cells in one worker, one after the other
-    assert sorted(r["isolation"]["position"] for r in jax) == [1, 2]
-    assert len({r["isolation"]["worker_pid"] for r in jax}) == 1
+    assert len(tf) == len(torch) == len(NETWORKS)
+    # TensorFlow's two cells in one worker, one after the other
+    assert sorted(r["isolation"]["position"] for r in tf) == [1, 2]
+    assert len({r["isolation"]["worker_pid"] for r in tf}) == 1
     assert all("isolation" not in r for r in torch)
-    assert record["workers"] == [[i for i in found if i.startswith("jax-")]]
+    assert record["workers"] == [[i for i in found
+                                  if i.startswith("tensorflow-")]]
     assert [p.name for p in run_dir.glob("*.worker.log")] == \
         [f"{record['workers'][0][0]}.worker.log"]
 
@@ -72,7 +74,8 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     assert invoke(*MIXED, "--out", str(tmp_path)).returncode == 0
     compared = invoke("compare", "--out", str(tmp_path), "--against", base)
     assert compared.returncode == 0, compared.stderr
-    assert ("different isolation modes (jax: base cell, this run group)"
+    assert ("different isolation modes (tensorflow: base cell, this run "
+            "group)"
             in compared.stdout), compared.stdout
     assert "pytorch: base" not in compared.stdout
 
@@ -81,12 +84,12 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
 
 @pytest.mark.parametrize("runtime,executor,expected", [
     ("native", "local", {"pytorch": "cell", "mxnet": "cell", "cntk": "cell",
-                         "tensorflow": "group", "jax": "group",
+                         "jax": "cell", "tensorflow": "group",
                          "caffe": "group"}),
     ("docker", "local", {"pytorch": "cell", "caffe": "group"}),
     # A Slurm submission's tasks are all groups or all single cells.
     ("native", "slurm", {"jax": "cell", "tensorflow": "cell"}),
-    ("apptainer", "local", {"jax": "cell"}),
+    ("apptainer", "local", {"tensorflow": "cell"}),
 ])
 def test_the_default_is_the_frameworks_where_groups_can_run(
         runtime, executor, expected):
@@ -102,9 +105,9 @@ def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
                                                "local")] == ["group"] * 3
     assert [j.isolation for j in groups.assign(jobs, None, "native",
                                                "local")] == \
-        ["cell", "group", "group"]
+        ["cell", "cell", "group"]
     assert groups.summary(groups.assign(jobs, None, "native", "local")) == \
-        {"pytorch": "cell", "jax": "group", "tensorflow": "group"}
+        {"pytorch": "cell", "jax": "cell", "tensorflow": "group"}
     assert groups.summary(groups.assign(jobs, "group", "native", "local")) \
         == "group"
     assert groups.summary([]) == "cell"

@@ -19,13 +19,15 @@ from dlrepro.errors import UserError
 MODES = ("cell", "group")
 DEFAULT = "cell"
 # The frameworks whose cells are grouped where nothing names a mode: those
-# for which benchmarks/isolation.py, both modes side by side, found every
-# smoke network's iteration-time ratio group/cell with a 95% CI containing
-# 1 (docs/measurements/isolation-2026-12-02: TensorFlow and JAX natively,
-# Caffe in its image). PyTorch (its LSTM cells 2-4% faster in a worker),
-# MXNet (fcn8 15% faster after fcn5) and CNTK (fcn5 2.5% slower, first
-# warm-ups of 4-17 s in a worker) stay one process per cell.
-GROUP_BY_DEFAULT = ("tensorflow", "jax", "caffe")
+# for which every run of benchmarks/isolation.py since the allocator fix,
+# both modes side by side, found every smoke network's iteration-time
+# ratio group/cell with a 95% CI containing 1
+# (docs/measurements/isolation-2026-12-02: TensorFlow natively, Caffe in
+# its image). PyTorch (its LSTM cells 2-4% faster in a worker), JAX (10 of
+# 10 once, then alexnet-r 9% faster in a worker), MXNet (fcn8 15% faster
+# after fcn5) and CNTK (fcn5 2.5% slower, first warm-ups of 4-17 s in a
+# worker) stay one process per cell.
+GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one
 # Slurm array task per group.
