@@ -1,12 +1,13 @@
-"""What the tests of --isolation group on the real command line share
-(test_groups, test_groups_oom): a three-cell sweep of the scripted harness
-(tests/fake_harness.py behind tests/bin/scripted-python) and its results
-read back by network."""
+"""What the tests of --isolation group share (test_groups, test_groups_oom,
+test_groups_repeat, test_groups_default): a three-cell sweep of the
+scripted harness (tests/fake_harness.py behind tests/bin/scripted-python)
+and its results read back by network; jobs for the pure functions."""
 import json
 import os
 from pathlib import Path
 
 from dlrepro.run import store
+from dlrepro.run.job import Job, Placement
 from paths import SCRIPTED
 
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
@@ -41,3 +42,17 @@ def alive(pid):
     except ProcessLookupError:
         return False
     return True
+
+
+def job(network, process=1, framework="pytorch", seed=0, isolation="group"):
+    """A bench job as bench.plan makes it, for the ordering's pure
+    functions (dlrepro.run.groups)."""
+    cell = {"framework": framework, "profile": "cpu", "network": network,
+            "runtime": "native", "device": "cpu", "gpus": 0, "threads": 1,
+            "precision": "default", "compile": None,
+            "clock_policy": "observe", "seed": seed}
+    suffix = f"-p{process}" if process > 1 else ""
+    return Job(id=f"{framework}-{network}{suffix}", kind="bench", spec=cell,
+               timeout_s=60, placement=Placement(framework, "cpu", "cpu", 1,
+                                                 0, "observe"),
+               process=process, isolation=isolation)

@@ -10,25 +10,13 @@ import pytest
 
 from dlrepro.errors import UserError
 from dlrepro.run import groups, store
-from dlrepro.run.job import Job, Placement
+from groupcells import job
 from scripted import BENCH, invoke
 
 NETWORKS = ("fcn5", "fcn-r")
 # PyTorch's default is cell, TensorFlow's group: one sweep with both.
 MIXED = (BENCH[:2] + ["tensorflow"] + BENCH[1:]
          + [a for n in NETWORKS for a in ("--network", n)])
-
-
-def job(framework, network, process=1, isolation="cell"):
-    cell = {"framework": framework, "profile": "cpu", "network": network,
-            "runtime": "native", "device": "cpu", "gpus": 0, "threads": 1,
-            "precision": "default", "compile": None,
-            "clock_policy": "observe", "seed": 0}
-    suffix = f"-p{process}" if process > 1 else ""
-    return Job(id=f"{framework}-{network}{suffix}", kind="bench", spec=cell,
-               timeout_s=60, placement=Placement(framework, "cpu", "cpu", 1,
-                                                 0, "observe"),
-               process=process, isolation=isolation)
 
 
 def results(run_dir):
@@ -98,7 +86,8 @@ def test_the_default_is_the_frameworks_where_groups_can_run(
 
 
 def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
-    jobs = [job("pytorch", "a"), job("jax", "a"), job("tensorflow", "b")]
+    jobs = [job("a", framework=framework, isolation="cell")
+            for framework in ("pytorch", "jax", "tensorflow")]
     assert [j.isolation for j in groups.assign(jobs, "cell", "native",
                                                "local")] == ["cell"] * 3
     assert [j.isolation for j in groups.assign(jobs, "group", "native",
@@ -123,20 +112,20 @@ def test_the_suite_key_names_a_mode_and_the_flag_overrides_it():
 
 def test_cells_keep_their_place_and_a_group_runs_where_it_first_appears():
     # An --all plan, network by network: JAX's b joins JAX's worker.
-    plan = [job("pytorch", "a"), job("jax", "a", isolation="group"),
-            job("pytorch", "b"), job("jax", "b", isolation="group"),
-            job("jax", "b", 2, isolation="group")]
+    plan = [job("a", isolation="cell"), job("a", framework="jax"),
+            job("b", isolation="cell"), job("b", framework="jax"),
+            job("b", 2, framework="jax")]
     ordered = groups.order(plan)
     assert [j.id for j in ordered] == [
         "pytorch-a", "jax-a", "jax-b", "jax-b-p2", "pytorch-b"]
     assert groups.planned_workers(ordered) == [["jax-a", "jax-b"],
                                                ["jax-b-p2"]]
     # Cells that cannot run here (Caffe natively) start no worker.
-    unrunnable = [job("caffe", n, isolation="group")._replace(
+    unrunnable = [job(n, framework="caffe")._replace(
         skip_reason="no environment") for n in "ab"]
     assert groups.planned_workers(groups.order(unrunnable + plan)) == \
         [["jax-a", "jax-b"], ["jax-b-p2"]]
-    cells = [job("pytorch", n) for n in "abc"]
+    cells = [job(n, isolation="cell") for n in "abc"]
     assert groups.order(cells) == cells
     assert groups.planned_workers(cells) == []
 

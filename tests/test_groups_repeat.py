@@ -10,8 +10,7 @@ import signal
 from pathlib import Path
 
 from dlrepro.run import groups, store
-from dlrepro.run.job import Job, Placement
-from groupcells import alive
+from groupcells import alive, job
 from paths import SCRIPTED
 from scripted import invoke, start
 from waits import text_of, wait_for
@@ -148,18 +147,6 @@ def test_a_kill_mid_group_and_resume_measure_nothing_twice_in_order(
 
 
 # The ordering as pure functions.
-
-def job(network, process=1, framework="pytorch", seed=0, isolation="group"):
-    cell = {"framework": framework, "profile": "cpu", "network": network,
-            "runtime": "native", "device": "cpu", "gpus": 0, "threads": 1,
-            "precision": "default", "compile": None,
-            "clock_policy": "observe", "seed": seed}
-    suffix = f"-p{process}" if process > 1 else ""
-    return Job(id=f"{framework}-{network}{suffix}", kind="bench", spec=cell,
-               timeout_s=60, placement=Placement(framework, "cpu", "cpu", 1,
-                                                 0, "observe"),
-               process=process, isolation=isolation)
-
 
 def planned(networks, repeat, **fields):
     """Jobs as bench.plan makes them: cell by cell, its processes in

@@ -96,10 +96,9 @@ def make_plan(suite_name, options, m, host):
 
 def run_of(suite, jobs, out, command, resume=False):
     """The pipeline's Run for a bench plan (its jobs' isolation assigned:
-    dlrepro.run.groups.assign)."""
+    dlrepro.run.groups.assign; run.json records it)."""
     return pipeline.Run(kind="bench", jobs=jobs, out=out, name=suite["name"],
                         command=command, resume=resume,
-                        isolation=groups.summary(jobs),
                         suite={"name": suite["name"], "path": suite["path"],
                                "description": suite["description"]})
 

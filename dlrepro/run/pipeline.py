@@ -36,8 +36,6 @@ class Run(NamedTuple):
     command: str
     resume: bool = False
     suite: Optional[dict] = None
-    # run.json's `isolation` (groups.summary of the jobs' own modes).
-    isolation: object = groups.DEFAULT
 
 
 def start(run, runtime, matrix=None, events=None, executor=None):
@@ -46,7 +44,7 @@ def start(run, runtime, matrix=None, events=None, executor=None):
     events = events or Events()
     matrix = matrix if matrix is not None else matrix_mod.load()
     engine = executor or LocalEngine()
-    engine.check(run.jobs, run.isolation)
+    engine.check(run.jobs, groups.summary(run.jobs))
     runtime.check()
     runtime.ready([job for job in run.jobs if not job.skip_reason])
     if run.resume:
@@ -79,7 +77,8 @@ def _publish(run, run_dir, record):
     """run.json first, then `latest`: a kill between the two leaves
     `latest` on the previous run, never on a folder without run.json."""
     record["status"] = "running"
-    record["isolation"] = run.isolation
+    # Each job's own mode (Job.isolation), summed up.
+    record["isolation"] = groups.summary(run.jobs)
     runfolder.write_run(run_dir, record)
     runfolder.point_latest(run.out, run_dir, run.kind)
 
@@ -88,7 +87,7 @@ def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
                      done):
     try:
         _execute(run.jobs, runtime, engine, run_dir, record, matrix,
-                 events, done, run.isolation)
+                 events, done)
     except OSError as exc:
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
@@ -174,8 +173,7 @@ def _close(run_dir, record, status):
         pass  # a full disk: resume reads the result files themselves
 
 
-def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
-             isolation=groups.DEFAULT):
+def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
     ends with the engine's status ("submitted" leaves it open)."""
     jobs = groups.order(jobs)
@@ -197,7 +195,7 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
                                                   run_dir, matrix),
             finish=lambda job, exit, launch, container, spec: finish_job(
                 job, run_dir, exit, launch, container, spec),
-            isolation=isolation))
+            isolation=record["isolation"]))
     except KeyboardInterrupt:
         _close(run_dir, record, "interrupted")
         raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
