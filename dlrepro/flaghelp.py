@@ -31,7 +31,7 @@ BENCH = {
                  "sharing every process-wide setting run one after another "
                  "in one harness worker); default: the suite's "
                  "`isolation`, else each framework's: group for "
-                 "tensorflow and caffe run locally, cell otherwise "
+                 "tensorflow and caffe, cell otherwise "
                  "(README, Grouped execution)",
     "framework": "framework to run (repeatable, or comma-separated)",
     "all": "run every framework in dockerfiles/matrix.toml",

@@ -75,8 +75,8 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
                          "jax": "cell", "tensorflow": "group",
                          "caffe": "group"}),
     ("docker", "local", {"pytorch": "cell", "caffe": "group"}),
-    # A Slurm submission's tasks are all groups or all single cells.
-    ("native", "slurm", {"jax": "cell", "tensorflow": "cell"}),
+    ("native", "slurm", {"jax": "cell", "tensorflow": "group"}),
+    ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group"}),
     ("apptainer", "local", {"tensorflow": "cell"}),
 ])
 def test_the_default_is_the_frameworks_where_groups_can_run(

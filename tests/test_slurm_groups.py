@@ -199,3 +199,38 @@ def test_a_groups_summed_limit_the_partition_refuses_leaves_no_run(
     assert done.stderr.count("\n") == 1, done.stderr
     assert "Slurm rejects the job" in done.stderr
     assert not out.exists()
+
+
+def test_each_frameworks_default_in_one_submission(tmp_path):
+    """Without --isolation, TensorFlow's cells (grouped by default) share
+    one array task and worker and PyTorch's (a process per cell) are a task
+    each, in arrays of their own, queued by one submission."""
+    out = tmp_path / "r"
+    networks = ("fcn5", "fcn-r")
+    args = fake(out, *networks)
+    args[args.index("pytorch") + 1:args.index("pytorch") + 1] = [
+        "--framework", "tensorflow"]
+    done = invoke(*args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "(2 of them in 1 task(s), one per group)" in done.stdout
+    run = record(out)
+    assert run["isolation"] == {"pytorch": "cell", "tensorflow": "group"}
+    by_framework = {}
+    for array in run["slurm"]["arrays"]:
+        frameworks = {j.split("-")[0] for j in array["jobs"]}
+        assert len(frameworks) == 1, array
+        by_framework[frameworks.pop()] = array
+    grouped, cells = by_framework["tensorflow"], by_framework["pytorch"]
+    assert grouped["tasks"] == [grouped["jobs"]]
+    assert "--array=0-0" in grouped["sbatch"]
+    assert "tasks" not in cells and "--array=0-1" in cells["sbatch"]
+    found = {e["id"]: json.loads((latest(out) / f"{e['id']}.json")
+                                 .read_text()) for e in run["jobs"]}
+    assert {r["status"] for r in found.values()} == {"ok"}
+    tf = [r for i, r in found.items() if i.startswith("tensorflow-")]
+    torch = [r for i, r in found.items() if i.startswith("pytorch-")]
+    assert sorted(r["isolation"]["position"] for r in tf) == [1, 2]
+    assert len({r["isolation"]["worker_pid"] for r in tf}) == 1
+    assert len({r["slurm"]["job_id"] for r in tf}) == 1
+    assert all("isolation" not in r for r in torch)
+    assert len({r["slurm"]["job_id"] for r in torch}) == 2

@@ -63,11 +63,10 @@ def check(mode, runtime, executor):
 
 def default_for(framework, runtime, executor):
     """A framework's mode where nothing names one: `group` for
-    GROUP_BY_DEFAULT's, where a group can run and the local engine runs it
-    (a Slurm submission's array tasks are all groups or all single cells:
-    there --isolation group says so), else `cell`."""
+    GROUP_BY_DEFAULT's, where a group can run (its runtime and engine), else
+    `cell`."""
     if (framework in GROUP_BY_DEFAULT and runtime in GROUP_RUNTIMES
-            and executor == "local"):
+            and executor in GROUP_ENGINES):
         return "group"
     return "cell"
 

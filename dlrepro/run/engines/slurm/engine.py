@@ -1,6 +1,6 @@
 """The Slurm engine: a run's jobs as Slurm job arrays, one array task per
-job (with --isolation group, per group of jobs), on whatever nodes Slurm
-gives (docs/slurm.md).
+job of isolation `cell`, one per group of jobs of isolation `group`, on
+whatever nodes Slurm gives (docs/slurm.md).
 
 Submit and collect are split. Submitting writes each job's spec file and
 one submission file per array (submit.py), checks every array with
@@ -43,7 +43,8 @@ class SlurmEngine(Engine):
         """Fail before a run folder exists when Slurm cannot be used or
         rejects what the jobs would ask for (`sbatch --test-only`: a
         partition, account, QOS or resources it refuses; with groups, the
-        summed time limit of each group's task)."""
+        summed time limit of each group's task). Each job's own
+        isolation decides its task; `isolation` is the run's summary."""
         for name in ("sbatch", "scontrol", "scancel"):
             client.command(name)
         if self.options.gpu_freq:
@@ -56,9 +57,7 @@ class SlurmEngine(Engine):
                                 f"cells must only observe them; give "
                                 f"--clock-policy observe (cells ask for "
                                 f"{', '.join(policies)})")
-        grouped = isolation == "group"
-        submit.test_only(self.options,
-                         groups.order(jobs) if grouped else jobs, grouped)
+        submit.test_only(self.options, groups.order(jobs))
 
     def execute(self, context):
         """Submit the jobs that need running (adopting tasks still in
@@ -121,16 +120,16 @@ class SlurmEngine(Engine):
             context.prepare(job)
         blocks = submit.submit(self.options, self.runtime_options, jobs,
                                context.runtime.name, context.run_dir,
-                               context.record,
-                               grouped=context.isolation == "group")
+                               context.record)
         by_id = context.entries()
         for job in jobs:
             by_id[job.id].update(runfolder.new_entry(job),
                                  slurm=blocks[job.id])
         ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
-        tasks = len({blocks[j.id]["job_id"] for j in jobs})
-        grouped = f" in {tasks} task(s), one per group" \
-            if context.isolation == "group" else ""
+        grouped = [j for j in jobs if j.isolation == "group"]
+        tasks = len({blocks[j.id]["job_id"] for j in grouped})
+        grouped = f" ({len(grouped)} of them in {tasks} task(s), one per " \
+            f"group)" if grouped else ""
         context.events.log(f"submitted {len(jobs)} job(s) to Slurm as "
                            f"array job(s) {', '.join(ids)}{grouped}")
 

@@ -3,11 +3,13 @@ for, their sbatch arguments and batch scripts, one submission file per
 array for the node side (dlrepro.run.node), and `sbatch --test-only`
 before anything is queued.
 
-With --isolation group an array task runs a group (dlrepro.run.groups:
-jobs with equal process-wide fields, consecutive in groups.order) in one harness worker;
-the submission file's `tasks` lists each task's job ids, and the task's
-time limit is the sum of its cells' limits. A job on several nodes is
-always a task of its own."""
+A job whose isolation is `group` runs in an array task with the rest of
+its group (dlrepro.run.groups: jobs with equal process-wide fields,
+consecutive in groups.order), in one harness worker; the submission file's
+`tasks` lists each task's job ids, and the task's time limit is the sum of
+its cells' limits. A `cell` job is an array task of its own, in an array
+of such tasks. One submission may queue both kinds (each framework's
+default mode). A job on several nodes is always a task of its own."""
 import math
 import shlex
 import sys
@@ -48,11 +50,17 @@ class Array(NamedTuple):
         return self.tasks or [[job] for job in self.jobs]
 
 
-def arrays(jobs, grouped=False, options=None):
+def arrays(jobs, options=None):
     """The jobs grouped by what each task asks Slurm for: cores from the
-    cell's threads, GPUs from its GPU count. `grouped`: each task a group
-    of jobs, and an array per time limit too, so that each task's limit
-    is its own group's."""
+    cell's threads, GPUs from its GPU count. Jobs of isolation `cell` a
+    task each; those of `group` a task per group, in arrays apart, one
+    per time limit too, so that each task's limit is its own group's."""
+    cells = [job for job in jobs if job.isolation != "group"]
+    grouped = [job for job in jobs if job.isolation == "group"]
+    return _arrays(cells, False, options) + _arrays(grouped, True, options)
+
+
+def _arrays(jobs, grouped, options):
     by_resources = {}
     for job in jobs:
         resources = []
@@ -129,11 +137,11 @@ def multinode(array):
     return array.jobs[0].nodes > 1
 
 
-def test_only(options, jobs, grouped=False):
+def test_only(options, jobs):
     """Fail before a run folder exists when Slurm rejects what the jobs
-    would ask for (a partition, account, QOS or resources it refuses)."""
-    for array in arrays([j for j in jobs if not j.skip_reason], grouped,
-                        options):
+    would ask for (a partition, account, QOS or resources it refuses; a
+    group's task, the sum of its cells' time limits)."""
+    for array in arrays([j for j in jobs if not j.skip_reason], options):
         argv = [client.command("sbatch"), "--test-only"] + [
             a for a in sbatch_args(options, array, None,
                                    max(j.timeout_s for j in array.jobs))
@@ -199,15 +207,15 @@ def _tasks_block(array):
 
 
 def submit(options, runtime_options, jobs, runtime_name, run_dir,
-           record, grouped=False):
-    """Queue the jobs as arrays (`grouped`: a group of jobs per task);
-    every array is checked with --test-only first, so a rejection queues
-    nothing. Returns {job id: slurm block for run.json}."""
+           record):
+    """Queue the jobs as arrays (a task per `cell` job, per group of
+    `group` jobs); every array is checked with --test-only first, so a
+    rejection queues nothing. Returns {job id: slurm block for run.json}."""
     sbatch = client.command("sbatch")
-    if grouped:
-        # The engine's check tried each job as a task of its own; a
-        # group's summed time limit may be more than the partition allows.
-        test_only(options, jobs, grouped=True)
+    if any(job.isolation == "group" for job in jobs):
+        # The jobs to submit now (a resume's rest) may form other groups
+        # than the engine's check saw, of other summed time limits.
+        test_only(options, jobs)
     folder = Path(run_dir) / SLURM_DIR
     folder.mkdir(exist_ok=True)
     slurm = record.setdefault("slurm", {"arrays": []})
@@ -219,7 +227,7 @@ def submit(options, runtime_options, jobs, runtime_name, run_dir,
         # the earlier try must not be folded into this one's.
         for stale in (Path(run_dir) / "nodes").glob(f"{job.id}.node*"):
             stale.unlink()
-    for n, array in enumerate(arrays(jobs, grouped, options), first):
+    for n, array in enumerate(arrays(jobs, options), first):
         submission = folder / f"submit-{n}.json"
         resultfile.write_atomic(str(submission), dict({
             "runtime": runtime_name,
