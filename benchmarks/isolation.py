@@ -23,7 +23,8 @@ Prints, per round and framework, each mode's wall time (of the whole
   framework the geometric mean of that ratio by place.
 
     .venv/bin/python benchmarks/isolation.py [--rounds 3] [--repeat 2]
-        [--threads 1] [--framework pytorch ...] [--runtime native]
+        [--threads 1] [--framework pytorch ...] [--network NAME ...]
+        [--runtime native]
         [--out results/isolation-bench]
 
 CNTK and Caffe run in their images: `--runtime docker --framework cntk
@@ -55,7 +56,8 @@ def bench(framework, mode, round_, args):
     command = [INVOKE, "bench", "--framework", framework, "--suite", "smoke",
                "--runtime", args.runtime, "--threads", str(args.threads),
                "--isolation", mode, "--repeat", str(args.repeat),
-               "--out", str(out)]
+               "--out", str(out)] + [
+                   a for n in args.network or () for a in ("--network", n)]
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, (out / "latest").resolve()
@@ -200,6 +202,11 @@ def main():
                         "each in its own order)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--framework", action="append")
+    parser.add_argument("--network", action="append",
+                        help="only these of the suite's networks "
+                        "(repeatable; one network: each worker has one "
+                        "cell, so a difference between the modes is the "
+                        "worker's own, not its earlier cells')")
     parser.add_argument("--runtime", default="native")
     parser.add_argument("--out", default=str(ROOT / "results" /
                                              "isolation-bench"))

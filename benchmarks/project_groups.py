@@ -49,7 +49,7 @@ def cells_of(run_dir):
     for entry, result in pairs:
         if entry.get("status") != "ok" or not result:
             continue
-        window = phases.job_window(entry, result.get("phases"))
+        window = phases.window_of(entry, result)
         spent = phases.job_spent(entry, result)
         build = spent.get("model build") if spent else None
         found.append((window, measured_s(result), build))

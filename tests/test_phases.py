@@ -260,3 +260,54 @@ def test_a_real_pytorch_cell_records_its_phases_in_order(tmp_path):
     assert block["framework_imported"] > block["device_ready"]
     assert "1 job (warm-up" in proc.stdout
 
+
+
+def slurm_polled(result, start, wall, seen_running=True, node_start=True):
+    """A job a Slurm task ran from T0 + start for `wall` seconds, as the
+    watcher's polls stamped it in run.json (2 s late each, its start
+    unseen when the task's cell ended between two polls); its node side's
+    own window in the result's slurm block (`node_start`: with its start,
+    as node sides record it now)."""
+    result["slurm"] = {"wall_s": wall}
+    if node_start:
+        result["slurm"]["started_epoch_s"] = T0 + start
+    entry = entry_of(result, start + 2.0, start + wall + 2.0)
+    if not seen_running:
+        entry["started_at"] = None
+    entry["wall_s"] = wall
+    return entry
+
+
+def test_a_slurm_jobs_window_is_its_node_sides_not_the_watchers_polls(
+        make_cell):
+    result = cell_result(make_cell, OK)
+    entry = slurm_polled(result, 0.2, 10.0)
+    assert phases.window_of(entry, result) == (T0 + 0.2, T0 + 10.2)
+    spent = phases.job_spent(entry, result)
+    assert spent["interpreter"] == pytest.approx(1.0)
+    assert spent["timed"] == pytest.approx(2.0)
+    assert spent["before the process"] == pytest.approx(0.8)
+    # An older result without the node's start: its wall time around its
+    # phases, not after the watcher's late stamps.
+    older = slurm_polled(result, 0.2, 10.0, node_start=False)
+    start, end = phases.window_of(older, result)
+    assert start <= T0 + OK["process_start"]
+    assert end >= T0 + OK["result_written"]
+    assert end - start == pytest.approx(10.0)
+
+
+def test_a_groups_cells_never_seen_running_still_count_in_the_sweep(
+        make_cell):
+    """Three cells of one Slurm task, the last two ended between two polls
+    (no started_at in run.json): every one counts, each over its own
+    window, so the sweep is the task's 30 s."""
+    pairs = []
+    for n in range(3):
+        result = cell_result(make_cell, shifted(OK, 10.0 * n))
+        pairs.append((slurm_polled(result, 10.0 * n + 0.2, 10.0,
+                                   seen_running=n == 0), result))
+    (sweep,) = phases.sweeps(pairs)
+    assert sweep.jobs == 3 and sweep.unphased == 0
+    assert sweep.wall_s == pytest.approx(30.0)
+    assert sweep.measured_s == pytest.approx(9.0)
+    assert sweep.spent.get(phases.GAPS, 0.0) == pytest.approx(0.0)

@@ -2,7 +2,9 @@
 the rest was spent on, per framework.
 
 A job's wall time runs from its run.json entry's start (the runtime
-launching it) to its end (its result collected); inside it, its result's
+launching it) to its end (its result collected), or, for a job a Slurm
+task ran, over the window its node side measured (run.json's stamps there
+are the submitting side's polls); inside it, its result's
 `phases` block (harness.phases) says when each phase of the harness
 ended. Each stretch between two moments is named after the phase that
 ended it. A sweep's wall time runs from its first job's start to its last
@@ -92,6 +94,27 @@ def job_window(entry, block=None):
     return begin, begin + wall
 
 
+def window_of(entry, result):
+    """(start, end) of a job in epoch seconds, or None: a Slurm task's own
+    window where its node side recorded one (`slurm.started_epoch_s` and
+    `wall_s`); for an older Slurm result, the wall time placed around its
+    phases (run.json's stamps are the watcher's polls, a short cell of a
+    group never seen running); else `job_window`."""
+    result = result or {}
+    block = result.get("phases")
+    slurm = result.get("slurm") or {}
+    wall = slurm.get("wall_s")
+    if wall is not None and slurm.get("started_epoch_s") is not None:
+        start = slurm["started_epoch_s"]
+        return start, start + wall
+    moments = [at for at in (block or {}).values() if at is not None]
+    if wall is not None and moments:
+        low, high = max(moments) - wall, min(moments)
+        begin = (low + high) / 2 if low <= high else low
+        return begin, begin + wall
+    return job_window(entry, block)
+
+
 def _moments(block):
     """[(name, at)] of the phases reached, in time order; the phase a run
     ended in (the first it did not reach) names the stretch up to the
@@ -112,7 +135,7 @@ def job_spent(entry, result):
     """{stretch name: seconds} of one job, summing to its wall time; None
     for a job without phase times or without a window."""
     block = (result or {}).get("phases")
-    window = job_window(entry, block) if block else None
+    window = window_of(entry, result) if block else None
     if not window:
         return None
     start, end = window
@@ -148,7 +171,7 @@ def sweeps(pairs, resumed=()):
     stamps, since the pause before a --resume is no part of the sweep."""
     jobs = []
     for entry, result in pairs:
-        window = job_window(entry, (result or {}).get("phases"))
+        window = window_of(entry, result)
         if window:
             framework = (entry.get("spec") or {}).get("framework", "?")
             jobs.append((framework, window, job_spent(entry, result),

@@ -112,15 +112,20 @@ def seen_clocks(result):
             for g in telemetry.get("gpus") or []] or None
 
 
-def annotated(path, block, gpu_freq, wall_s, result=None):
+def annotated(path, block, gpu_freq, started, result=None):
     """The job's result (`result`, not yet written, else the valid file at
     `path`) with the engine's block added, or None: an invalid file is
-    left for the submitting side to judge."""
+    left for the submitting side to judge. `started`: (time.time(),
+    time.monotonic()) when this node side started the job; its window
+    (`started_epoch_s`, on this node's clock, and `wall_s`) is exact where
+    run.json's stamps are the submitting side's polls (a group's short
+    cell may end between two, never seen running)."""
     if result is None:
         result, _problem = store.read_result(path)
     if result is not None:
         result["slurm"] = dict(
-            block, wall_s=round(wall_s, 3),
+            block, started_epoch_s=round(started[0], 3),
+            wall_s=round(time.monotonic() - started[1], 3),
             gpu_freq={"asked": gpu_freq, "seen": seen_clocks(result)})
     return result
 
@@ -184,7 +189,7 @@ def main(argv, node):
     if "tasks" in submission and jobs[0].nodes == 1:
         return run_group(jobs, node, run_dir, submission)
     part = Part(jobs[0], node, run_dir)
-    started = time.monotonic()
+    started = time.time(), time.monotonic()
     result = None
     try:
         result = _run(part, submission)
@@ -197,7 +202,7 @@ def main(argv, node):
         # The one write after the harness's (node 0 of several: after the
         # fold, which adds the other nodes' outcomes).
         result = annotated(part.path, part.block(), submission.get(
-            "gpu_freq"), time.monotonic() - started, result)
+            "gpu_freq"), started, result)
         if result is not None and not part.folds:
             writer.write_result(part.path, result)
     if not part.several:
@@ -215,7 +220,8 @@ def run_group(jobs, node, run_dir, submission):
         runtime, matrix, ending = _group_runtime(jobs[0], node, submission)
         if ending is not None:
             for job in jobs:
-                write(job, 0.0, writer.synthesized(job, *ending))
+                write(job, (time.time(), time.monotonic()),
+                      writer.synthesized(job, *ending))
             return 0
         grouped = Grouped(LocalEngine(), _group_context(
             jobs, runtime, run_dir, matrix))
@@ -233,14 +239,14 @@ def run_group(jobs, node, run_dir, submission):
 def _run_cell(grouped, job, node, write):
     """One job in the group's worker; its result written whatever
     happened (Stopped propagates once it is)."""
-    started, result = time.monotonic(), None
+    started, result = (time.time(), time.monotonic()), None
     try:
         result = grouped.launch(job)
     except UserError as exc:
         result = writer.synthesized(job, "error", "SetupFailed",
                                     f"on node {node.node}: {exc}")
     finally:
-        write(job, time.monotonic() - started, result)
+        write(job, started, result)
 
 
 def _group_runtime(job, node, submission):
@@ -279,13 +285,13 @@ def _group_context(jobs, runtime, run_dir, matrix):
                             write=False))
 
 
-def _write_cell(run_dir, job, wall_s, result, block, gpu_freq):
+def _write_cell(run_dir, job, started, result, block, gpu_freq):
     """A group's cell's result with where it ran, written once (after the
     harness's own); a cell stopped before it wrote anything valid is left
     for the submitting side to end."""
     path = writer.result_path(run_dir, job.id)
     with _stop_deferred():
-        result = annotated(path, block, gpu_freq, wall_s, result)
+        result = annotated(path, block, gpu_freq, started, result)
         if result is not None:
             writer.write_result(path, result)
 

@@ -6,6 +6,7 @@ its task has: the result file the task wrote on the shared filesystem, or,
 for a task Slurm cancelled, timed out, preempted, killed over its memory
 or lost with its node, a result whose status and reason come from Slurm,
 keeping whatever the harness measured first."""
+import datetime
 import time
 from pathlib import Path
 
@@ -114,6 +115,9 @@ class Watch:
             if state in client.ACTIVE and not self._ended_in_task(job):
                 continue
             result = finish(job, self.context.run_dir, task, block)
+            # A group's short cell may end between two polls, never seen
+            # running: its node side's start stands in.
+            entry["started_at"] = entry.get("started_at") or _started(result)
             writer.end_entry(entry, result, wall_s=_wall(result))
             del self.pending[job_id]
             self.finished += 1
@@ -171,6 +175,16 @@ def _label(task):
                                                        "(null)"):
         label += f" ({task.reason})"
     return label
+
+
+def _started(result):
+    """When the job's node side started it, stamped as run.json stamps,
+    or None."""
+    at = (result.get("slurm") or {}).get("started_epoch_s")
+    if at is None:
+        return None
+    return datetime.datetime.fromtimestamp(
+        at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _wall(result):
