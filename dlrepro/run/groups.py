@@ -23,10 +23,11 @@ DEFAULT = "cell"
 # both modes side by side, found every smoke network's iteration-time
 # ratio group/cell with a 95% CI containing 1
 # (docs/measurements/isolation-2026-12-02: TensorFlow natively, Caffe in
-# its image). PyTorch (its LSTM cells 2-4% faster in a worker), JAX (10 of
-# 10 once, then alexnet-r 9% faster in a worker), MXNet (fcn8 15% faster
-# after fcn5) and CNTK (fcn5 2.5% slower, first warm-ups of 4-17 s in a
-# worker) stay one process per cell.
+# its image). PyTorch (its LSTM cells 2-4% faster in a worker with 12
+# processes a mode, all 10 intervals containing 1 with 18), JAX (a cell
+# after another in its worker about 5% faster, 24 processes a mode), MXNet
+# (fcn8 15% faster after fcn5) and CNTK (fcn5 2.5% slower, first warm-ups
+# of 4-17 s in a worker) stay one process per cell.
 GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one
