@@ -4,6 +4,7 @@ losses in exactly the same way; and the one clock stamp results carry.
 Pure: the host builds results for cells that never ran with it too.
 """
 import datetime
+import time
 
 from . import networks, resultfile, stats
 
@@ -11,8 +12,14 @@ from . import networks, resultfile, stats
 def utc_now():
     """Now in UTC to the second, as results and clock-state files stamp it:
     2016-08-15T12:00:00Z."""
-    return datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+    return utc_stamp(time.time())
+
+
+def utc_stamp(epoch_s):
+    """The moment `epoch_s` (seconds since the epoch) stamped as utc_now
+    stamps it."""
+    return datetime.datetime.fromtimestamp(
+        epoch_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def new_result(cell, container=None):

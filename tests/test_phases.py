@@ -261,7 +261,6 @@ def test_a_real_pytorch_cell_records_its_phases_in_order(tmp_path):
     assert "1 job (warm-up" in proc.stdout
 
 
-
 def slurm_polled(result, start, wall, seen_running=True, node_start=True):
     """A job a Slurm task ran from T0 + start for `wall` seconds, as the
     watcher's polls stamped it in run.json (2 s late each, its start

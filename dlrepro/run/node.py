@@ -112,11 +112,17 @@ def seen_clocks(result):
             for g in telemetry.get("gpus") or []] or None
 
 
+def now():
+    """(time.time(), time.monotonic()): a job's start as `annotated`
+    takes it."""
+    return time.time(), time.monotonic()
+
+
 def annotated(path, block, gpu_freq, started, result=None):
     """The job's result (`result`, not yet written, else the valid file at
     `path`) with the engine's block added, or None: an invalid file is
-    left for the submitting side to judge. `started`: (time.time(),
-    time.monotonic()) when this node side started the job; its window
+    left for the submitting side to judge. `started`: `now()` when this
+    node side started the job; its window
     (`started_epoch_s`, on this node's clock, and `wall_s`) is exact where
     run.json's stamps are the submitting side's polls (a group's short
     cell may end between two, never seen running)."""
@@ -189,7 +195,7 @@ def main(argv, node):
     if "tasks" in submission and jobs[0].nodes == 1:
         return run_group(jobs, node, run_dir, submission)
     part = Part(jobs[0], node, run_dir)
-    started = time.time(), time.monotonic()
+    started = now()
     result = None
     try:
         result = _run(part, submission)
@@ -220,8 +226,7 @@ def run_group(jobs, node, run_dir, submission):
         runtime, matrix, ending = _group_runtime(jobs[0], node, submission)
         if ending is not None:
             for job in jobs:
-                write(job, (time.time(), time.monotonic()),
-                      writer.synthesized(job, *ending))
+                write(job, now(), writer.synthesized(job, *ending))
             return 0
         grouped = Grouped(LocalEngine(), _group_context(
             jobs, runtime, run_dir, matrix))
@@ -239,7 +244,7 @@ def run_group(jobs, node, run_dir, submission):
 def _run_cell(grouped, job, node, write):
     """One job in the group's worker; its result written whatever
     happened (Stopped propagates once it is)."""
-    started, result = (time.time(), time.monotonic()), None
+    started, result = now(), None
     try:
         result = grouped.launch(job)
     except UserError as exc:

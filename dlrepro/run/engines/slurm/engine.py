@@ -126,12 +126,12 @@ class SlurmEngine(Engine):
             by_id[job.id].update(runfolder.new_entry(job),
                                  slurm=blocks[job.id])
         ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
-        grouped = [j for j in jobs if j.isolation == "group"]
-        tasks = len({blocks[j.id]["job_id"] for j in grouped})
-        grouped = f" ({len(grouped)} of them in {tasks} task(s), one per " \
-            f"group)" if grouped else ""
+        in_groups = [j for j in jobs if j.isolation == "group"]
+        tasks = len({blocks[j.id]["job_id"] for j in in_groups})
+        said = f" ({len(in_groups)} of them in {tasks} task(s), one per " \
+            f"group)" if in_groups else ""
         context.events.log(f"submitted {len(jobs)} job(s) to Slurm as "
-                           f"array job(s) {', '.join(ids)}{grouped}")
+                           f"array job(s) {', '.join(ids)}{said}")
 
     def stopped(self):
         left = self.left_running

@@ -6,12 +6,11 @@ its task has: the result file the task wrote on the shared filesystem, or,
 for a task Slurm cancelled, timed out, preempted, killed over its memory
 or lost with its node, a result whose status and reason come from Slurm,
 keeping whatever the harness measured first."""
-import datetime
 import time
 from pathlib import Path
 
 from harness import resultfile
-from harness.blocks import utc_now
+from harness.blocks import utc_now, utc_stamp
 
 from dlrepro.errors import UserError
 from dlrepro.run import collect, store, writer
@@ -181,10 +180,7 @@ def _started(result):
     """When the job's node side started it, stamped as run.json stamps,
     or None."""
     at = (result.get("slurm") or {}).get("started_epoch_s")
-    if at is None:
-        return None
-    return datetime.datetime.fromtimestamp(
-        at, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if at is None else utc_stamp(at)
 
 
 def _wall(result):
