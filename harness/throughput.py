@@ -9,8 +9,8 @@ status with the iterations measured so far.
 import sys
 import time
 
-from . import (allocator, arithmetic, frameworks, gpu, lifecycle, networks,
-               phases, provenance, stats, threads)
+from . import (allocator, arithmetic, collector, frameworks, gpu, lifecycle,
+               networks, phases, provenance, stats, threads)
 from .blocks import (loss_block, model_block, new_result, parameter_note,
                      timing_block)
 from .errors import Unsupported
@@ -100,6 +100,9 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
         loaded.append(backend)
         phases.stamp(result, "framework_imported")
         session = _prepare(result, backend, network, cell, options)
+        # After the build, so that no step pays for walking what the import
+        # and the cells before made (its cost counts as the model's build).
+        env["python_gc"] = collector.settle()
         phases.stamp(result, "model_built")
         # Clocks set before the warm-up; restored in `close` (and at exit).
         warmup = gpus.apply_clocks(result, cell["warmup"])

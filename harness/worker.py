@@ -25,23 +25,22 @@ that cell as `run` ends it (a result with the measured iterations) and then
 the worker (143, 130); between cells they end the worker at once. Every
 result carries an `isolation` block: where the cell stood in the group and
 the memory the process still held when it began, after the worker gave
-back what it could (the framework's caches, Python's garbage, the C heap's
-free memory: harness.allocator).
+back what it could (the framework's caches, Python's garbage: harness.
+collector; the C heap's free memory: harness.allocator).
 
 A GPU group's clock policy is applied once, before the warm-up of its first
 GPU cell, and restored when the worker ends, however it ends
 (harness/clockgroup.py: the record on disk and what each cell's
 `gpu_clocks` says).
 """
-import gc
 import json
 import os
 import signal
 import sys
 import traceback
 
-from . import allocator, blocks, clocks, frameworks, lifecycle, nvml, \
-    phases, provenance, resultfile
+from . import allocator, blocks, clocks, collector, frameworks, lifecycle, \
+    nvml, phases, provenance, resultfile
 from .clockgroup import GroupClocks
 from .clockstate import signals_deferred
 from .errors import HarnessError, Terminated
@@ -162,19 +161,6 @@ def release_framework(framework, device):
             lifecycle.error_block(exc)["message"])
 
 
-def collect_garbage(first):
-    """Python's cyclic garbage of the cells before. A full collection walks
-    every object the framework created at import (0.16 s with PyTorch, per
-    cell); after the first, those are frozen out of every later one
-    (gc.freeze, Python 3.7+), which then costs next to nothing. What was
-    alive then and becomes cyclic garbage later stays (the backend's
-    release_memory runs before this, so that what it drops is collected)."""
-    gc.collect()
-    freeze = getattr(gc, "freeze", None)
-    if first and freeze is not None:
-        freeze()
-
-
 class Worker(object):
     """The group's state: the settings its first cell fixed and the cells
     it has run, in order."""
@@ -226,9 +212,12 @@ class Worker(object):
         `held` (an isolation block's memory_held) what it still holds."""
         device = self.fixed["cell.device"]
         if self.cells_before:
+            # The cells before froze what they held (harness.collector):
+            # thawed, so that what they left in cycles is collected.
+            collector.thaw()
             held["framework"], held["note"] = release_framework(
                 self.fixed["cell.framework"], device)
-            collect_garbage(first=len(self.cells_before) == 1)
+            collector.collect_and_freeze()
             # What the cells before freed goes back to the kernel, so this
             # cell faults its memory in as a fresh process would.
             held["heap_trimmed"] = allocator.give_back()

@@ -1,6 +1,7 @@
 """Shared fixtures. Framework tests run in the framework's own venv
 (.venvs/<framework>-cpu), created on demand from the same lock file the
 CPU image uses, so the host environment never imports a framework."""
+import gc
 import json
 import sys
 
@@ -47,6 +48,15 @@ def make_cell():
         cell.update(overrides)
         return cell
     return make
+
+
+@pytest.fixture(autouse=True)
+def thaw_collector():
+    """A cell run in this process freezes what is alive at its warm-up
+    (harness.collector): here the test run's own objects, which later
+    tests' garbage would otherwise keep company."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

@@ -74,6 +74,9 @@ def _normalized(result):
         env[key] = f"<{key}>"
     if env.get("allocator"):  # glibc's version is the host's
         env["allocator"]["library"] = "<library>"
+    # How many objects the test process held, and how long walking took.
+    env["python_gc"]["frozen_objects"] = "<count>"
+    env["python_gc"]["settle_s"] = "<seconds>"
     r["timing"]["cpu_time_s"] = r["timing"]["cpu_utilization"] = "<cpu>"
     r["phases"] = {name: None if at is None else "<time>"
                    for name, at in r["phases"].items()}

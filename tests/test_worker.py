@@ -14,8 +14,7 @@ import time
 import pytest
 
 import processes
-from workercells import (  # noqa: F401 (autouse fixtures)
-    restore_thread_variables, unfreeze_garbage)
+from workercells import restore_thread_variables  # noqa: F401 (autouse)
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
 from harness.frameworks import backends

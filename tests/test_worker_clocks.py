@@ -17,8 +17,7 @@ import pytest
 
 import fake_nvml
 import processes
-from workercells import (  # noqa: F401 (autouse fixtures)
-    restore_thread_variables, unfreeze_garbage)
+from workercells import restore_thread_variables  # noqa: F401 (autouse)
 import standins
 import waits
 from clockcells import STANDIN, assert_schema_valid, torch_python

@@ -1,7 +1,5 @@
 """Fixtures every in-process test of harness.worker needs (import them by
 name into the module: pytest then applies the autouse ones there)."""
-import gc
-
 import pytest
 
 
@@ -11,11 +9,3 @@ def restore_thread_variables(monkeypatch):
     from harness.threads import THREAD_ENV_VARS
     for name in THREAD_ENV_VARS:
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(autouse=True)
-def unfreeze_garbage():
-    # The worker freezes the objects alive after its first cell (gc.freeze):
-    # here those are the test run's own.
-    yield
-    gc.unfreeze()

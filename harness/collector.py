@@ -1,0 +1,64 @@
+"""Python's cyclic garbage collector in one state at every cell's warm-up,
+whatever ran before it in its process.
+
+A full collection walks every object the collector tracks: after the
+framework's import and a model build, 75,000 (MXNet) to 285,000 (PyTorch)
+objects, 11-60 ms on a 2-core CPU. CPython runs one once the objects
+that survived younger collections since the last full one exceed a
+quarter of those it kept then, so a fresh process, whose import has just
+created them all, runs one within its first few dozen steps (JAX
+alexnet-r at batch 16: one of 25 ms among 20 ms steps), while a worker
+whose earlier cells ended in a full collection and froze what was left
+runs none. That made a JAX cell after others in one process 3-6% faster
+than the same cell in a process of its own (alexnet-r 0.941 [0.909,
+0.975], lstm 0.965, resnet50, whose steps last 1.2 s, 0.992;
+docs/measurements/isolation-2026-12-02), and it lands on small steps
+wherever a cell is short (on a GPU, most of them).
+
+So every cell's process collects and freezes (gc.freeze, Python 3.7+)
+everything alive once the model is built (`settle`): the collections
+during warm-up and timed steps walk only what those steps made, in a
+process of its own and at any place in a worker alike; and a long
+training run reaches the same state, as the collector's full walks
+there grow rare. A worker thaws it all (`thaw`) before it frees the
+cell's memory, so that what the cell left in reference cycles is
+collected, then freezes what survives (`collect_and_freeze`), which
+keeps the next cell's settle to its own model's objects.
+"""
+import gc
+import time
+
+
+def _freeze():
+    # Python 3.7+, both.
+    freeze, count = (getattr(gc, name, None)
+                     for name in ("freeze", "get_freeze_count"))
+    if freeze is None:
+        return None
+    freeze()
+    return count()
+
+
+def collect_and_freeze():
+    """A full collection, then what survives frozen out of every later
+    collection. Returns how many objects are frozen (None before 3.7)."""
+    gc.collect()
+    return _freeze()
+
+
+def settle(clock=time.perf_counter):
+    """At a cell's warm-up: the result's environment.python_gc block."""
+    start = clock()
+    frozen = collect_and_freeze()
+    return {"enabled": gc.isenabled(),
+            "thresholds": list(gc.get_threshold()),
+            "frozen_objects": frozen,
+            "settle_s": round(clock() - start, 6)}
+
+
+def thaw():
+    """Everything frozen back into the collector's oldest generation, so
+    that a collection finds the cycles a finished cell left."""
+    unfreeze = getattr(gc, "unfreeze", None)
+    if unfreeze is not None:
+        unfreeze()

@@ -1,0 +1,102 @@
+"""Python's collector in one state at every cell's warm-up
+(harness.collector): the collections during a cell's steps walk only what
+its steps made, first in a process or later in a worker, and what a cell
+left in reference cycles is still collected before the next."""
+import gc
+import io
+import json
+import weakref
+
+import pytest
+
+from workercells import restore_thread_variables  # noqa: F401 (autouse)
+from harness import collector, frameworks, worker
+from tests.fake_backend import Backend, Script
+
+pytestmark = pytest.mark.skipif(not hasattr(gc, "freeze"),
+                                reason="gc.freeze needs Python 3.7+")
+
+
+class Cycle:
+    """A model's object in a reference cycle: only a collection frees it."""
+    def __init__(self):
+        self.me = self
+
+
+class Watched(Backend):
+    """The fake backend, counting what the collector tracks at each cell's
+    first step, and leaving a cycle behind in each cell."""
+    def __init__(self, script):
+        super().__init__(script)
+        self.tracked_at_first_step = []
+        self.cycles = []
+
+    def prepare(self, *args, **kwargs):
+        session = super().prepare(*args, **kwargs)
+        cycle = Cycle()
+        self.cycles.append(weakref.ref(cycle))
+        plain_step, seen = session.step, self.tracked_at_first_step
+        started = []
+
+        def step():
+            if not started:
+                started.append(cycle)
+                # Objects a collection could walk: the frozen are not.
+                seen.append(len(gc.get_objects()))
+            return plain_step()
+        session.step = step
+        return session
+
+
+def serve(monkeypatch, tmp_path, backend, cells):
+    monkeypatch.setattr(frameworks, "load",
+                        lambda name, part="backend": backend)
+    paths = []
+    for name, cell in cells:
+        path = tmp_path / "{}.spec.json".format(name)
+        path.write_text(json.dumps({"cell": cell, "container": None}))
+        paths.append(str(path))
+    assert worker.serve(io.StringIO("".join(p + "\n" for p in paths)),
+                        io.StringIO()) == 0
+    return [json.loads((tmp_path / "{}.json".format(n)).read_text())
+            for n, _ in cells]
+
+
+def test_every_cells_steps_walk_only_what_they_made(monkeypatch, tmp_path,
+                                                    make_cell):
+    backend = Watched(Script([0.1] * 18))
+    results = serve(monkeypatch, tmp_path, backend,
+                    [(n, make_cell(network=n)) for n in
+                     ("fcn5", "lstm32", "alexnet")])
+    frozen = [r["environment"]["python_gc"]["frozen_objects"]
+              for r in results]
+    assert [r["status"] for r in results] == ["ok"] * 3
+    # This test process holds some 50,000 objects; at each first step, the
+    # collector could walk a few hundred at most, first cell or later.
+    assert min(frozen) > 20_000
+    assert all(n < 0.01 * f for n, f in
+               zip(backend.tracked_at_first_step, frozen))
+    assert all(r["environment"]["python_gc"]["enabled"] for r in results)
+
+
+def test_a_cells_cycles_are_collected_before_the_next(monkeypatch, tmp_path,
+                                                      make_cell):
+    backend = Watched(Script([0.1] * 12))
+    serve(monkeypatch, tmp_path, backend,
+          [("a", make_cell()), ("b", make_cell(network="fcn5"))])
+    first, second = backend.cycles
+    # a's cycle, frozen at its warm-up, was thawed and collected before b;
+    # b's is the last cell's, which the process keeps until it exits.
+    assert first() is None
+    assert second() is not None
+
+
+def test_settle_freezes_what_is_alive_and_says_so():
+    gc.unfreeze()
+    alive = [Cycle() for _ in range(100)]
+    block = collector.settle()
+    assert block["frozen_objects"] == gc.get_freeze_count() >= len(alive)
+    assert block["thresholds"] == list(gc.get_threshold())
+    assert block["settle_s"] >= 0
+    collector.thaw()
+    assert gc.get_freeze_count() == 0
