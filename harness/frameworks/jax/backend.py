@@ -131,6 +131,7 @@ def configure_workers(threads, device, seed, cpu_devices, distributed):
         jax.config.update("jax_num_cpu_devices", cpu_devices)
     if device != "gpu":
         jax.config.update("jax_platforms", "cpu")
+        _run_steps_inline(jax)
     if distributed is not None:
         distributed(jax)
     if device == "gpu":
@@ -140,6 +141,23 @@ def configure_workers(threads, device, seed, cpu_devices, distributed):
                                    jax.__version__))
     _CONFIGURED["device"] = device
     _CONFIGURED["seed"] = seed
+
+
+def _run_steps_inline(jax):
+    """On the CPU, JAX hands each computation to one of its client's pool
+    threads, and each thread that runs a step grows its own malloc arena
+    the first time it does (alexnet-r at batch 16: 5,100 page faults,
+    8 ms of a 20 ms step), which a fresh process paid at whichever later
+    step first landed on a new thread, often after the warm-up, and a
+    worker whose earlier cells had grown them did not (a cell after others
+    3-5% faster: docs/measurements/isolation-2026-12-02). Run inline, every
+    step runs on the calling thread, whose arena the warm-up grows; the
+    harness waits for each step's result anyway, so nothing overlapped.
+    JAX before 0.4.31 has no such setting and dispatches as it does."""
+    try:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    except (AttributeError, KeyError, ValueError):
+        pass
 
 
 def _gpu_devices(jax):
