@@ -224,6 +224,8 @@ def test_cell_result_is_valid_and_complete(one_thread_result, schema, root):
     result = one_thread_result
     env = probes.valid_and_pinned(result, schema, root)
     assert env["jax_backend"] == "cpu"
+    # Each step on the calling thread (backend._run_steps_inline).
+    assert env["jax_cpu_async_dispatch"] is False
     assert result["model"]["framework_parameters"] == \
         nets.parameter_count(nets.get("alexnet-r"))
     assert result["model"]["parameter_note"] is None

@@ -83,7 +83,10 @@ def versions(device):
     info = {"framework_version": jax.__version__, "cuda": None, "cudnn": None,
             "nccl": None, "jaxlib_version": jaxlib.__version__,
             "optax_version": _optax().__version__,
-            "jax_backend": jax.default_backend()}
+            "jax_backend": jax.default_backend(),
+            # Off on the CPU (_run_steps_inline); None where JAX lacks it.
+            "jax_cpu_async_dispatch": getattr(jax.config, "values", {}).get(
+                "jax_cpu_enable_async_dispatch")}
     return backends.with_library_versions(info, device, _cuda_versions)
 
 
