@@ -100,3 +100,28 @@ def test_settle_freezes_what_is_alive_and_says_so():
     assert block["settle_s"] >= 0
     collector.thaw()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_backend_that_collected_is_not_walked_again(monkeypatch, tmp_path,
+                                                      make_cell):
+    # PyTorch's and JAX's release_memory collect themselves (their report
+    # says so): after the thaw that one walk is all a later cell pays.
+    from harness.frameworks import backends
+    backend = Watched(Script([0.1] * 12))
+    walks = []
+    real_collect = gc.collect
+
+    def counted(*args):
+        walks.append(args)
+        return real_collect(*args)
+    monkeypatch.setattr(gc, "collect", counted)
+
+    def release_memory(device):
+        gc.collect()
+        return backends.memory_report(["gc.collect()"], None, "collected")
+    backend.release_memory = release_memory
+    serve(monkeypatch, tmp_path, backend,
+          [("a", make_cell()), ("b", make_cell(network="fcn5"))])
+    # a's settle, the backend's own between the cells, b's settle.
+    assert len(walks) == 3
+    assert backend.cycles[0]() is None
