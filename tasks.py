@@ -178,7 +178,8 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
     base_record, base = versus.load_bench_run(out, against, "base run")
     from dlrepro.run import groups
     _print_lines(filter(None, [groups.compare_line(base_record, record),
-                               versus.allocator_line(base, pairs)]))
+                               versus.allocator_line(base, pairs),
+                               versus.collector_line(base, pairs)]))
     rows, unmatched = versus.compare_runs(base, pairs,
                                           min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))

@@ -210,6 +210,26 @@ def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
         "framework's".format(libc))
 
 
+def test_compare_says_when_pythons_collector_differed(runs, tmp_path):
+    # The base as a run written before the harness settled Python's
+    # collector at each warm-up: its results have no environment.python_gc.
+    old = tmp_path / runs["base"].name
+    shutil.copytree(runs["base"], old)
+    for entry in json.loads((old / "run.json").read_text())["jobs"]:
+        result = json.loads((old / entry["file"]).read_text())
+        del result["environment"]["python_gc"]
+        resultfile.write_atomic(str(old / entry["file"]), result)
+    assert versus.collector_line(_pairs(runs["base"]),
+                                 _pairs(runs["same"])) is None
+    proc = compare("--run", runs["same"], "--against", old)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        "note: the runs' Python garbage collector differed (base: not "
+        "settled before the warm-up; this run: collected and frozen before "
+        "the warm-up); a full collection among a short cell's steps costs "
+        "10-60 ms on the CPU, not the framework's")
+
+
 # --- refused before any table ---------------------------------------------
 
 GOLDEN_RUNS = ROOT / "tests" / "golden" / "runs"

@@ -241,18 +241,44 @@ def _allocator_state(result):
             f"{allocator['mmap_threshold_bytes'] // 2 ** 20} MiB, trim {trim}")
 
 
+def _states_line(base_pairs, new_pairs, state_of, what, why):
+    """One line when the two runs' cells ran with `what` in different
+    states (state_of(result)), else None."""
+    def states(pairs):
+        return sorted({state_of(result)
+                       for _, result in pairs if result is not None})
+    base, new = states(base_pairs), states(new_pairs)
+    if base == new:
+        return None
+    return (f"note: the runs' {what} differed (base: "
+            f"{'; '.join(base) or 'no results'}; this run: "
+            f"{'; '.join(new) or 'no results'}); {why}")
+
+
 def allocator_line(base_pairs, new_pairs):
     """One line when the two runs' cells ran with the C allocator in
     different states (harness.allocator: results from before the harness
     fixed glibc's thresholds have none), else None: small CPU cells'
     iteration times depend on it."""
-    def states(pairs):
-        return sorted({_allocator_state(result)
-                       for _, result in pairs if result is not None})
-    base, new = states(base_pairs), states(new_pairs)
-    if base == new:
-        return None
-    return (f"note: the runs' C allocator differed (base: "
-            f"{'; '.join(base) or 'no results'}; this run: "
-            f"{'; '.join(new) or 'no results'}); on the CPU a difference "
-            f"may be its page faults, not the framework's")
+    return _states_line(base_pairs, new_pairs, _allocator_state,
+                        "C allocator", "on the CPU a difference may be its "
+                        "page faults, not the framework's")
+
+
+def _collector_state(result):
+    block = (result.get("environment") or {}).get("python_gc", "absent")
+    if block == "absent":
+        return "not settled before the warm-up"
+    if block["frozen_objects"] is None:
+        return "collected before the warm-up, nothing frozen"
+    return "collected and frozen before the warm-up"
+
+
+def collector_line(base_pairs, new_pairs):
+    """One line when one run's cells settled Python's garbage collector
+    before their warm-up and the other's did not (harness.collector:
+    results from before have no environment.python_gc), else None."""
+    return _states_line(base_pairs, new_pairs, _collector_state,
+                        "Python garbage collector", "a full collection "
+                        "among a short cell's steps costs 10-60 ms on the "
+                        "CPU, not the framework's")
