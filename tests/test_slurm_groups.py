@@ -16,8 +16,9 @@ import pytest
 
 from dlrepro.bench import phases
 from dlrepro.run import store
-from harness.timing import FIRST_TIMED
 from dlrepro.run.engines import local
+from harness.blocks import utc_stamp
+from harness.timing import FIRST_TIMED
 from slurmenv import fake, invoke, latest, record, result, start
 from waits import wait_for
 
@@ -246,5 +247,11 @@ def test_each_frameworks_default_in_one_submission(tmp_path):
         assert start <= min(moments) + 0.02, entry["id"]
         assert max(moments) <= end, entry["id"]
         assert entry["started_at"] is not None, entry["id"]
+        # Its start and end as the node side saw them, not the watcher's
+        # polls.
+        node = mine["slurm"]
+        assert (entry["started_at"], entry["finished_at"]) == (
+            utc_stamp(node["started_epoch_s"]),
+            utc_stamp(node["started_epoch_s"] + node["wall_s"])), entry["id"]
     assert sorted(s.jobs for s in phases.sweeps(list(zip(
         run["jobs"], (found[e["id"]] for e in run["jobs"]))))) == [2, 2]

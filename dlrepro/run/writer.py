@@ -72,9 +72,10 @@ def annotated(path, key, block, result):
     return write_result(path, result)
 
 
-def end_entry(entry, result, **more):
-    """A run.json entry ended by its job's final result (`more`: the
-    engine's own keys, e.g. wall_s)."""
-    entry.update(status=result["status"], finished_at=utc_now(),
+def end_entry(entry, result, finished_at=None, **more):
+    """A run.json entry ended by its job's final result (`finished_at`:
+    when it ended where it ran, if not now; `more`: the engine's own keys,
+    e.g. wall_s)."""
+    entry.update(status=result["status"], finished_at=finished_at or utc_now(),
                  message=(result["error"] or {}).get("message"), **more)
     return entry

@@ -114,10 +114,13 @@ class Watch:
             if state in client.ACTIVE and not self._ended_in_task(job):
                 continue
             result = finish(job, self.context.run_dir, task, block)
-            # A group's short cell may end between two polls, never seen
-            # running: its node side's start stands in.
-            entry["started_at"] = entry.get("started_at") or _started(result)
-            writer.end_entry(entry, result, wall_s=_wall(result))
+            # Both ends as the node side saw them, where it wrote them: a
+            # poll sees a start up to POLL_S late (a short cell's end could
+            # then come before it), or never (a group's cell that ended
+            # between two polls).
+            entry["started_at"] = _started(result) or entry.get("started_at")
+            writer.end_entry(entry, result, finished_at=_finished(result),
+                             wall_s=_wall(result))
             del self.pending[job_id]
             self.finished += 1
             changed = True
@@ -181,6 +184,15 @@ def _started(result):
     or None."""
     at = (result.get("slurm") or {}).get("started_epoch_s")
     return None if at is None else utc_stamp(at)
+
+
+def _finished(result):
+    """When the job ended on its node (its start there and its wall time),
+    stamped as run.json stamps, or None: the watcher sees the end only at
+    its next poll, up to POLL_S later."""
+    block = result.get("slurm") or {}
+    at, wall = block.get("started_epoch_s"), block.get("wall_s")
+    return None if at is None or wall is None else utc_stamp(at + wall)
 
 
 def _wall(result):
