@@ -24,8 +24,11 @@ DEFAULT = "cell"
 # ratio group/cell with a 95% CI containing 1
 # (docs/measurements/isolation-2026-12-02: TensorFlow natively, Caffe in
 # its image). PyTorch (its LSTM cells 2-4% faster in a worker with 12
-# processes a mode, all 10 intervals containing 1 with 18), JAX (a cell
-# after another in its worker about 5% faster, 24 processes a mode), MXNet
+# processes a mode, all 10 intervals containing 1 with 18, lstm and fcn-r
+# 4-6% faster with 18 once every cell settled Python's collector), JAX
+# (later cells 5% faster until that settling and its CPU steps inline;
+# then three networks equal with 24 processes, but lstm32 and lstm 7-8%
+# faster in a worker over the whole suite with 18), MXNet
 # (fcn8 15% faster after fcn5) and CNTK (fcn5 2.5% slower, first warm-ups
 # of 4-17 s in a worker) stay one process per cell.
 GROUP_BY_DEFAULT = ("tensorflow", "caffe")
