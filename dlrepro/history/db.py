@@ -10,7 +10,6 @@ The machine is the host name the run recorded with its CPU count and model
 (machine_name) unless the exporter names it.
 """
 import json
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect, select, text
@@ -18,6 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
 
+from harness.blocks import utc_now
 from harness.spec import CELL_FIELDS
 
 from dlrepro.bench import aggregate
@@ -269,7 +269,7 @@ def export(engine, runs, machine=None, target=""):
     'updated': n, 'unchanged': n} over their cells and 'other_runs', the
     runs left out (convergence runs have no cells)."""
     tables = schema.tables()
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = utc_now()
     counts = {"new": 0, "updated": 0, "unchanged": 0, "other_runs": 0}
     with _errors(target), engine.begin() as connection:
         for record, pairs in runs:

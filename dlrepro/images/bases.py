@@ -2,13 +2,14 @@
 the one substitution every image command honours (DLREPRO_BASE_OVERRIDES,
 or --base-image for one command), so that `invoke build` and `invoke bench`
 always mean the same image."""
-import datetime
 import json
 import os
 import tempfile
 import tomllib
 from pathlib import Path
 from typing import NamedTuple, Optional
+
+from harness.blocks import utc_now
 
 from dlrepro import ROOT
 from dlrepro.errors import UserError
@@ -54,8 +55,7 @@ def resolve_base(client, name):
     """(pin, None) for `name`, or (None, reason). Asks the registry for the
     manifest digest without pulling; falls back to what the local engine
     knows (a RepoDigest, else the image ID of a local-only image)."""
-    now = datetime.datetime.now(datetime.timezone.utc).strftime(
-        "%Y-%m-%dT%H:%M:%SZ")
+    now = utc_now()
     import docker
     try:
         digest = client.api.inspect_distribution(name)["Descriptor"]["digest"]

@@ -15,7 +15,6 @@ build's network off when the recipe needs no apt packages. A build from the
 package index instead (`wheelhouse=False`) may be given a CA bundle and the
 host's proxy variables; both stay in the throwaway install stage.
 """
-import datetime
 import hashlib
 import json
 import os
@@ -24,6 +23,8 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import NamedTuple, Optional
+
+from harness.blocks import utc_now
 
 from dlrepro import ROOT, git_revision, matrix as matrix_mod, show_path
 from dlrepro.images import render
@@ -158,8 +159,7 @@ def build_labels(plan_):
     labels = {
         LABEL_RECIPE: plan_.recipe_hash,
         render.LABEL_PREFIX + "base-image-id": plan_.base_id or "",
-        "org.opencontainers.image.created": datetime.datetime.now(
-            datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "org.opencontainers.image.created": utc_now(),
         "org.opencontainers.image.revision": git_revision(),
     }
     if "@" in plan_.base:

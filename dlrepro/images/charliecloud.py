@@ -15,14 +15,15 @@ in the repository):
 The record is written last (after a rename of the finished folder), so a
 folder with a record is a complete conversion.
 """
-import datetime
 import json
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
+from harness.blocks import utc_stamp
 from harness.resultfile import write_atomic
 
 from dlrepro import ROOT, matrix as matrix_mod, show_path
@@ -117,7 +118,7 @@ def convert(tag, image_id, labels, source, folder=None, log=print):
     shutil.rmtree(partial, ignore_errors=True)
     env = dict(os.environ, USER=os.environ.get("USER") or _user())
     log(f"ch-convert: {tag} from {source} -> {show_path(target)}")
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = time.time()
     proc = subprocess.run(["ch-convert", "--no-clobber", "-i", source, tag,
                            str(partial)], capture_output=True, text=True,
                           timeout=CONVERT_TIMEOUT_S, env=env)
@@ -135,7 +136,7 @@ def convert(tag, image_id, labels, source, folder=None, log=print):
     os.replace(partial, target)
     record = {"tag": tag, "image_id": image_id, "labels": labels,
               "source": source, "path": str(target),
-              "converted_at": started.strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "converted_at": utc_stamp(started),
               "ch_convert": ch_version("ch-convert") or ch_version()}
     write_atomic(str(record_path(tag, folder)), record)
     return record
