@@ -189,21 +189,31 @@ def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
         "different thread count: 2 against 1"]
 
 
-def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
-    # The base as a run written before the harness fixed glibc's
-    # thresholds: its results have no environment.allocator.
+def older_base(runs, tmp_path, key):
+    """The base run as one written before the harness recorded
+    environment[key] (and so before it set what that records)."""
     old = tmp_path / runs["base"].name
     shutil.copytree(runs["base"], old)
     for entry in json.loads((old / "run.json").read_text())["jobs"]:
         result = json.loads((old / entry["file"]).read_text())
-        del result["environment"]["allocator"]
+        del result["environment"][key]
         resultfile.write_atomic(str(old / entry["file"]), result)
-    assert versus.allocator_line(_pairs(runs["base"]),
-                                 _pairs(runs["same"])) is None
+    return old
+
+
+def first_line_against(runs, old):
     proc = compare("--run", runs["same"], "--against", old)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()[0]
+
+
+def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
+    # Before the harness fixed glibc's thresholds.
+    old = older_base(runs, tmp_path, "allocator")
+    assert versus.allocator_line(_pairs(runs["base"]),
+                                 _pairs(runs["same"])) is None
     libc = os.confstr("CS_GNU_LIBC_VERSION")
-    assert proc.stdout.splitlines()[0] == (
+    assert first_line_against(runs, old) == (
         "note: the runs' C allocator differed (base: adapting to each "
         "process's history; this run: {} fixed at mmap 32 MiB, trim "
         "off); on the CPU a difference may be its page faults, not the "
@@ -211,19 +221,11 @@ def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
 
 
 def test_compare_says_when_pythons_collector_differed(runs, tmp_path):
-    # The base as a run written before the harness settled Python's
-    # collector at each warm-up: its results have no environment.python_gc.
-    old = tmp_path / runs["base"].name
-    shutil.copytree(runs["base"], old)
-    for entry in json.loads((old / "run.json").read_text())["jobs"]:
-        result = json.loads((old / entry["file"]).read_text())
-        del result["environment"]["python_gc"]
-        resultfile.write_atomic(str(old / entry["file"]), result)
+    # Before the harness settled Python's collector at each warm-up.
+    old = older_base(runs, tmp_path, "python_gc")
     assert versus.collector_line(_pairs(runs["base"]),
                                  _pairs(runs["same"])) is None
-    proc = compare("--run", runs["same"], "--against", old)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[0] == (
+    assert first_line_against(runs, old) == (
         "note: the runs' Python garbage collector differed (base: not "
         "settled before the warm-up; this run: collected and frozen before "
         "the warm-up); a full collection among a short cell's steps costs "
