@@ -104,8 +104,9 @@ def test_settle_freezes_what_is_alive_and_says_so():
 
 def test_a_backend_that_collected_is_not_walked_again(monkeypatch, tmp_path,
                                                       make_cell):
-    # PyTorch's and JAX's release_memory collect themselves (their report
-    # says so): after the thaw that one walk is all a later cell pays.
+    # JAX's release_memory collects itself, as PyTorch's does on a GPU
+    # (their report says so): after the thaw that one walk is all a later
+    # cell pays.
     from harness.frameworks import backends
     backend = Watched(Script([0.1] * 12))
     walks = []
