@@ -9,7 +9,8 @@ import weakref
 
 import pytest
 
-from workercells import restore_thread_variables  # noqa: F401 (autouse)
+from workercells import (  # noqa: F401 (autouse fixtures)
+    commands, restore_thread_variables, write_spec)
 from harness import collector, frameworks, worker
 from tests.fake_backend import Backend, Script
 
@@ -51,13 +52,8 @@ class Watched(Backend):
 def serve(monkeypatch, tmp_path, backend, cells):
     monkeypatch.setattr(frameworks, "load",
                         lambda name, part="backend": backend)
-    paths = []
-    for name, cell in cells:
-        path = tmp_path / "{}.spec.json".format(name)
-        path.write_text(json.dumps({"cell": cell, "container": None}))
-        paths.append(str(path))
-    assert worker.serve(io.StringIO("".join(p + "\n" for p in paths)),
-                        io.StringIO()) == 0
+    paths = [write_spec(tmp_path, name, cell) for name, cell in cells]
+    assert worker.serve(commands(paths), io.StringIO()) == 0
     return [json.loads((tmp_path / "{}.json".format(n)).read_text())
             for n, _ in cells]
 

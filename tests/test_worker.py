@@ -14,7 +14,8 @@ import time
 import pytest
 
 import processes
-from workercells import restore_thread_variables  # noqa: F401 (autouse)
+from workercells import (  # noqa: F401 (autouse fixtures)
+    commands, restore_thread_variables, write_spec)
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
 from harness.frameworks import backends
@@ -23,12 +24,6 @@ from tests import fake_nvml
 from tests.fake_backend import Backend, Script
 
 WAIT_S = 300
-
-
-def write_spec(folder, name, cell):
-    path = folder / "{}.spec.json".format(name)
-    path.write_text(json.dumps({"cell": cell, "container": None}))
-    return str(path)
 
 
 def load_valid(path):
@@ -49,8 +44,7 @@ def serve(monkeypatch, tmp_path):
         monkeypatch.setattr(frameworks, "load",
                             lambda name, part="backend": backend)
         protocol = io.StringIO()
-        status = worker.serve(io.StringIO("".join(p + "\n" for p in lines)),
-                              protocol)
+        status = worker.serve(commands(lines), protocol)
         return status, events(protocol)
     return _serve
 

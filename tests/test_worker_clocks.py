@@ -17,6 +17,7 @@ import pytest
 
 import fake_nvml
 import processes
+import workercells
 from workercells import restore_thread_variables  # noqa: F401 (autouse)
 import standins
 import waits
@@ -35,10 +36,8 @@ GROUP_STATE = "a.worker.clock-state.json"
 
 
 def write_spec(folder, name, cell):
-    path = folder / "{}.spec.json".format(name)
-    path.write_text(json.dumps({"cell": cell, "container": None,
-                                "clock_state": name + ".clock-state.json"}))
-    return str(path)
+    return workercells.write_spec(folder, name, cell,
+                                  clock_state=name + ".clock-state.json")
 
 
 @pytest.fixture
@@ -55,8 +54,8 @@ def serve(monkeypatch):
                             lambda name, part="backend": backend)
         monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
         fake_nvml.configure(devices, **options)
-        commands = commands or io.StringIO("".join(p + "\n" for p in lines))
-        return worker.serve(commands, io.StringIO())
+        return worker.serve(commands or workercells.commands(lines),
+                            io.StringIO())
     return _serve
 
 
