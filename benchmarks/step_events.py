@@ -19,14 +19,11 @@ steps to its pool threads again, as before the backend ran them inline.
 """
 import argparse
 import gc
-import os
 import resource
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from harness import allocator, collector, frameworks, networks, threads  # noqa: E402
+from harness import allocator, collector, frameworks, networks, threads
 
 
 def parse_cell(text):
