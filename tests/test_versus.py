@@ -229,7 +229,7 @@ def test_compare_says_when_pythons_collector_differed(runs, tmp_path):
         "note: the runs' Python garbage collector differed (base: not "
         "settled before the warm-up; this run: collected and frozen before "
         "the warm-up); a full collection among a short cell's steps costs "
-        "10-60 ms on the CPU, not the framework's")
+        "11-76 ms on the CPU, not the framework's")
 
 
 # --- refused before any table ---------------------------------------------

@@ -280,5 +280,5 @@ def collector_line(base_pairs, new_pairs):
     results from before have no environment.python_gc), else None."""
     return _states_line(base_pairs, new_pairs, _collector_state,
                         "Python garbage collector", "a full collection "
-                        "among a short cell's steps costs 10-60 ms on the "
+                        "among a short cell's steps costs 11-76 ms on the "
                         "CPU, not the framework's")
