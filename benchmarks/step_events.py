@@ -58,9 +58,9 @@ def main(argv=None):
         phase == "start" and info["generation"] == 2) else None)
     for place, (name, batch) in enumerate(args.cells):
         if place:
-            collector.thaw()
+            collector.thaw_and_collect()
             backend.release_memory("cpu")
-            collector.collect_and_freeze()
+            collector.freeze()
             allocator.give_back()
         session = backend.prepare(networks.get(name), batch, "cpu", 0)
         if not args.unsettled:

@@ -3,7 +3,7 @@ whatever ran before it in its process.
 
 A full collection walks every object the collector tracks: after the
 framework's import and a model build, 75,000 (MXNet) to 285,000 (PyTorch)
-objects, 11-60 ms on a 2-core CPU. CPython runs one once the objects
+objects, 11-76 ms on a 2-core CPU. CPython runs one once the objects
 that survived younger collections since the last full one exceed a
 quarter of those it kept then, so a fresh process, whose import has just
 created them all, runs one within its first few dozen steps (JAX
@@ -20,38 +20,35 @@ everything alive once the model is built (`settle`): the collections
 during warm-up and timed steps walk only what those steps made, in a
 process of its own and at any place in a worker alike; and a long
 training run reaches the same state, as the collector's full walks
-there grow rare. A worker thaws it all (`thaw`) before it frees the
-cell's memory, so that what the cell left in reference cycles is
-collected, then freezes what survives (`collect_and_freeze`), which
-keeps the next cell's settle to its own model's objects.
+there grow rare. Between two cells a worker thaws it all and collects
+(`thaw_and_collect`), so that what the cell left in reference cycles is
+freed before the framework is asked to give memory back (a tensor or an
+array in a cycle keeps its memory until then), and freezes what survives
+once the framework has (`freeze`), which keeps the next cell's settle to
+its own model's objects. The worker owns that collection: the backends'
+release_memory do not collect.
 """
 import gc
 import time
 
 
-def _freeze():
-    # Python 3.7+, both.
-    freeze, count = (getattr(gc, name, None)
+def freeze():
+    """What is alive now frozen out of every later collection. Returns
+    how many objects are frozen (None before 3.7: gc.freeze and its count
+    are 3.7+)."""
+    frozen, count = (getattr(gc, name, None)
                      for name in ("freeze", "get_freeze_count"))
-    if freeze is None:
+    if frozen is None:
         return None
-    freeze()
+    frozen()
     return count()
-
-
-def collect_and_freeze(collected=False):
-    """A full collection (unless one just ran: `collected`), then what
-    survives frozen out of every later collection. Returns how many
-    objects are frozen (None before 3.7)."""
-    if not collected:
-        gc.collect()
-    return _freeze()
 
 
 def settle(clock=time.perf_counter):
     """At a cell's warm-up: the result's environment.python_gc block."""
     start = clock()
-    frozen = collect_and_freeze()
+    gc.collect()
+    frozen = freeze()
     return {"enabled": gc.isenabled(),
             "thresholds": list(gc.get_threshold()),
             "frozen_objects": frozen,
@@ -64,3 +61,9 @@ def thaw():
     unfreeze = getattr(gc, "unfreeze", None)
     if unfreeze is not None:
         unfreeze()
+
+
+def thaw_and_collect():
+    """Between two cells: the cycles the cells before left, freed."""
+    thaw()
+    gc.collect()

@@ -51,9 +51,6 @@ SPEC_SUFFIX = ".spec.json"
 RESULT_SUFFIX = ".json"
 MODE = "group"
 EXIT_STATUS = {"Terminated": 143, "KeyboardInterrupt": 130}
-# A backend's release_memory that made this call (its memory report says)
-# has collected everything the thaw let go: no second walk.
-COLLECTED = "gc.collect()"
 
 
 def result_path(spec_path):
@@ -216,13 +213,12 @@ class Worker(object):
         device = self.fixed["cell.device"]
         if self.cells_before:
             # The cells before froze what they held (harness.collector):
-            # thawed, so that what they left in cycles is collected.
-            collector.thaw()
+            # thawed and collected, so that what they left in cycles is
+            # freed before the framework gives its memory back.
+            collector.thaw_and_collect()
             held["framework"], held["note"] = release_framework(
                 self.fixed["cell.framework"], device)
-            collector.collect_and_freeze(
-                collected=COLLECTED in (held["framework"] or {}).get(
-                    "released", ()))
+            collector.freeze()
             # What the cells before freed goes back to the kernel, so this
             # cell faults its memory in as a fresh process would.
             held["heap_trimmed"] = allocator.give_back()

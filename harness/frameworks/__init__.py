@@ -59,9 +59,9 @@ training, for throughput cells. It provides:
                             set for the cell's precision
   release_memory(device)    between two cells of a group worker
                             (harness.worker): frees what the framework lets
-                            go (its caches, its global state; Python's
-                            garbage first where what it frees or reads
-                            depends on it) and returns backends.
+                            go (its caches, its global state; the worker
+                            has collected Python's garbage before, so it
+                            need not) and returns backends.
                             memory_report(released, held, note): the calls
                             made, what the framework says it still holds (a
                             JSON object, None where it cannot say) and what
