@@ -57,7 +57,8 @@ def bench(framework, mode, round_, args):
                "--runtime", args.runtime, "--threads", str(args.threads),
                "--isolation", mode, "--repeat", str(args.repeat),
                "--out", str(out)] + [
-                   a for n in args.network or () for a in ("--network", n)]
+                   a for n in args.network or () for a in ("--network", n)] + (
+                   ["--warmup", str(args.warmup)] if args.warmup else [])
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, (out / "latest").resolve()
@@ -208,6 +209,10 @@ def main():
                         "cell, so a difference between the modes is the "
                         "worker's own, not its earlier cells')")
     parser.add_argument("--runtime", default="native")
+    parser.add_argument("--warmup", type=int,
+                        help="warm-up iterations per cell instead of the "
+                        "suite's (does the difference between the modes "
+                        "go with a longer warm-up?)")
     parser.add_argument("--out", default=str(ROOT / "results" /
                                              "isolation-bench"))
     args = parser.parse_args()
