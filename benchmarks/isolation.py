@@ -7,7 +7,10 @@ Prints, per round and framework, each mode's wall time (of the whole
 `invoke bench`) and measured fraction; then per framework over all rounds:
 
 - the measured fraction (warm-up and timed iterations over the framework's
-  sweep, as `invoke report`'s "where the time went" computes it);
+  sweep, as `invoke report`'s "where the time went" computes it), where
+  the rest went over all rounds, and the fraction the model builds alone
+  would leave (iterations over iterations and builds: the ceiling no
+  saving on processes can pass);
 - the fixed cost per ok cell (its wall time less its iterations), in group
   mode only for the cells after the first of their worker, and that cost
   beyond the cell's own model build;
@@ -102,12 +105,17 @@ class Tally:
         self.beyond = {m: [] for m in MODES}
         self.walls = {m: [] for m in MODES}
         self.pairs = {m: [] for m in MODES}
+        self.spent = {m: {} for m in MODES}  # stretch -> s, all rounds
+        self.own_s = {m: 0.0 for m in MODES}
 
     def add(self, mode, wall, run_dir):
         record, pairs = store.load_run(run_dir)
         sweep = phases.sweeps(pairs, record.get("resumed_at") or ())[0]
         self.walls[mode].append(wall)
         self.fraction[mode].append(sweep.fraction)
+        for name, seconds in sweep.spent.items():
+            self.spent[mode][name] = self.spent[mode].get(name, 0.0) + seconds
+        self.own_s[mode] += sweep.own_s
         fixed, beyond = fixed_costs(pairs, mode)
         self.fixed[mode] += fixed
         self.beyond[mode] += beyond
@@ -167,6 +175,21 @@ def median(values):
     return statistics.median(values) if values else float("nan")
 
 
+def rest_line(spent, own_s):
+    """Where the unmeasured part of a mode's sweeps went, as shares of
+    their wall time, and the fraction its model builds alone would leave:
+    the most any saving on processes could reach."""
+    measured = sum(spent.get(n, 0.0) for n in phases.MEASURED)
+    built = spent.get("model build", 0.0)
+    rest = sorted(((s, n) for n, s in spent.items()
+                   if n not in phases.MEASURED and s >= 0.005 * own_s),
+                  reverse=True)
+    return ("       rest: " + ", ".join(
+        f"{n} {s / own_s:.0%}" for s, n in rest)
+        + f"; with only the model builds unmeasured: "
+        f"{measured / (measured + built):.2f}")
+
+
 def report(framework, tally):
     print(f"\n== {framework}")
     for mode in MODES:
@@ -177,6 +200,8 @@ def report(framework, tally):
               + (", after the first of a worker" if mode == "group" else "")
               + f"), beyond its model build "
               f"{median(tally.beyond[mode]):.2f} s")
+        if tally.own_s[mode] > 0:
+            print(rest_line(tally.spent[mode], tally.own_s[mode]))
     walls = [g / c for c, g in zip(tally.walls["cell"], tally.walls["group"])]
     print("wall ratio group/cell: " + ", ".join(f"{w:.2f}" for w in walls)
           + f" (median {median(walls):.2f})")
