@@ -58,8 +58,10 @@ def main(argv=None):
         phase == "start" and info["generation"] == 2) else None)
     for place, (name, batch) in enumerate(args.cells):
         if place:
-            collector.thaw_and_collect()
-            backend.release_memory("cpu")
+            collector.thaw()
+            collect = collector.Collection()
+            backend.release_memory("cpu", collect)
+            collect()
             collector.freeze()
             allocator.give_back()
         session = backend.prepare(networks.get(name), batch, "cpu", 0)

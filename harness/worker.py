@@ -143,18 +143,20 @@ def gpu_held(module=None):
         session.close()
 
 
-def release_framework(framework, device):
+def release_framework(framework, device, collect):
     """The one place the worker asks a backend to give memory back between
-    cells: its release_memory(device) (the backend contract, harness.
-    frameworks), which frees what the framework lets go and returns a
-    memory report (the calls made, what the framework still holds, what it
-    keeps regardless). Returns (that, a note where it failed)."""
+    cells: its release_memory(device, collect) (the backend contract,
+    harness.frameworks), which frees what the framework lets go, making
+    the worker's one garbage collection (`collect`) where it needs it, and
+    returns a memory report (the calls made, what the framework still
+    holds, what it keeps regardless). Returns (that, a note where it
+    failed)."""
     try:
         backend = frameworks.load(framework)
     except HarnessError:
         return None, None
     try:
-        return backend.release_memory(device), None
+        return backend.release_memory(device, collect), None
     except Exception as exc:
         traceback.print_exc()
         return None, "release_memory failed: {}".format(
@@ -213,11 +215,13 @@ class Worker(object):
         device = self.fixed["cell.device"]
         if self.cells_before:
             # The cells before froze what they held (harness.collector):
-            # thawed and collected, so that what they left in cycles is
-            # freed before the framework gives its memory back.
-            collector.thaw_and_collect()
+            # thawed, and collected once, where the backend makes the
+            # collection or else after it released the framework's state.
+            collector.thaw()
+            collect = collector.Collection()
             held["framework"], held["note"] = release_framework(
-                self.fixed["cell.framework"], device)
+                self.fixed["cell.framework"], device, collect)
+            collect()
             collector.freeze()
             # What the cells before freed goes back to the kernel, so this
             # cell faults its memory in as a fresh process would.

@@ -49,7 +49,7 @@ class Backend:
     def math_mode(self, device):
         return None
 
-    def release_memory(self, device):
+    def release_memory(self, device, collect):
         return backends.memory_report([], None, "the fake framework holds "
                                       "nothing")
 

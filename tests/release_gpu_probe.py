@@ -1,4 +1,4 @@
-"""Run in a framework's CPU venv: its backend's release_memory("gpu") with
+"""Run in a framework's CPU venv: its backend's release_memory("gpu", collect) with
 the framework's GPU calls replaced by fakes that record their calls (no
 GPU here; tests/test_release_memory.py), and the report printed as JSON
 with the fakes' calls.
@@ -57,7 +57,9 @@ def fake_mxnet():
 
 def main(framework):
     globals()["fake_" + framework]()
-    report = frameworks.load(framework).release_memory("gpu")
+    # The worker's collection, recorded: where it comes among the calls.
+    report = frameworks.load(framework).release_memory(
+        "gpu", lambda: CALLS.append("collect"))
     print(json.dumps({"report": report, "calls": CALLS}))
 
 

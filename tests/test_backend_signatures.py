@@ -28,7 +28,7 @@ BACKEND_FUNCTIONS = {
     "build_model": "network, batch_size, device, seed",
     "batch_arrays": "network, batch_size, device, seed, batch=None",
     "count_parameters": "model",
-    "release_memory": "device",
+    "release_memory": "device, collect",
 }
 BACKEND_CONSTANTS = {"NAME": None, "DEVICES": None,
                      "CAPABILITIES": "capabilities"}

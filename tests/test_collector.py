@@ -98,28 +98,63 @@ def test_settle_freezes_what_is_alive_and_says_so():
     assert gc.get_freeze_count() == 0
 
 
-def test_the_worker_collects_once_before_the_backend_frees(
-        monkeypatch, tmp_path, make_cell):
-    # The worker owns the collection between two cells: by the time the
-    # backend's release_memory runs, the cell before's cycle is freed (a
-    # GPU tensor in it would keep its block through empty_cache), and
-    # that one walk is all a later cell pays beyond its settle.
-    from harness.frameworks import backends
-    backend = Watched(Script([0.1] * 12))
-    walks, freed_at_release = [], []
+def counted_walks(monkeypatch):
+    walks = []
     real_collect = gc.collect
 
     def counted(*args):
         walks.append(args)
         return real_collect(*args)
     monkeypatch.setattr(gc, "collect", counted)
+    return walks
 
-    def release_memory(device):
-        freed_at_release.append(backend.cycles[0]() is None)
-        return backends.memory_report([], None, "nothing to free")
+
+def test_the_backend_makes_the_workers_one_collection_where_it_needs_it(
+        monkeypatch, tmp_path, make_cell):
+    # PyTorch's on a GPU, before empty_cache: a tensor the cell before
+    # left in a cycle keeps its block until it is collected.
+    from harness.frameworks import backends
+    backend = Watched(Script([0.1] * 12))
+    walks = counted_walks(monkeypatch)
+    freed_before_cache = []
+
+    def release_memory(device, collect):
+        collect()
+        freed_before_cache.append(backend.cycles[0]() is None)
+        collect()  # a second call walks nothing
+        return backends.memory_report(["empty_cache()"], None, "emptied")
     backend.release_memory = release_memory
     serve(monkeypatch, tmp_path, backend,
           [("a", make_cell()), ("b", make_cell(network="fcn5"))])
-    assert freed_at_release == [True]
-    # a's settle, the worker's own between the cells, b's settle.
+    assert freed_before_cache == [True]
+    # a's settle, the one between the cells, b's settle.
+    assert len(walks) == 3
+
+
+class Session:
+    """A framework's global state: it keeps the models built so far alive
+    until the backend drops it (Keras's clear_session)."""
+    models = []
+
+
+def test_what_the_backend_lets_go_is_collected_after_it(
+        monkeypatch, tmp_path, make_cell):
+    # A backend that does not collect: the worker collects after it, so
+    # what it let go is freed, not frozen until the worker ends.
+    from harness.frameworks import backends
+    backend = Watched(Script([0.1] * 12))
+    walks = counted_walks(monkeypatch)
+    model = Cycle()
+    Session.models.append(model)
+    held = weakref.ref(model)
+    del model
+
+    def release_memory(device, collect):
+        del Session.models[:]
+        return backends.memory_report(["clear_session()"], None, "cleared")
+    backend.release_memory = release_memory
+    serve(monkeypatch, tmp_path, backend,
+          [("a", make_cell()), ("b", make_cell(network="fcn5"))])
+    assert held() is None
+    assert backend.cycles[0]() is None
     assert len(walks) == 3

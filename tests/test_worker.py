@@ -77,7 +77,8 @@ def test_the_backends_release_memory_is_called_between_cells(
     calls = []
     report = backends.memory_report(["cache emptied"], {"cached_bytes": 0},
                                     "keeps its context")
-    backend.release_memory = lambda device: calls.append(device) or report
+    backend.release_memory = (lambda device, collect: calls.append(device)
+                              or report)
     paths = [write_spec(tmp_path, n, make_cell()) for n in "ab"]
     serve(backend, paths)
     assert calls == ["cpu"]
@@ -89,7 +90,7 @@ def test_a_failing_release_memory_is_noted_and_the_cell_runs(
         serve, make_cell, tmp_path):
     backend = Backend(Script([0.1] * 12))
 
-    def broken(device):
+    def broken(device, collect):
         raise RuntimeError("allocator gone")
     backend.release_memory = broken
     serve(backend, [write_spec(tmp_path, n, make_cell()) for n in "ab"])

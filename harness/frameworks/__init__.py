@@ -57,11 +57,15 @@ training, for throughput cells. It provides:
                             where the backend cannot tell; asked after
                             prepare, so it reports the switches that prepare
                             set for the cell's precision
-  release_memory(device)    between two cells of a group worker
+  release_memory(device, collect)
+                            between two cells of a group worker
                             (harness.worker): frees what the framework lets
-                            go (its caches, its global state; the worker
-                            has collected Python's garbage before, so it
-                            need not) and returns backends.
+                            go (its caches, its global state), calling
+                            collect() (the worker's one full garbage
+                            collection; never gc.collect itself) where what
+                            it frees next or reads depends on the cycles
+                            the cells left being freed (the worker collects
+                            after it where it does not), and returns backends.
                             memory_report(released, held, note): the calls
                             made, what the framework says it still holds (a
                             JSON object, None where it cannot say) and what

@@ -38,10 +38,11 @@ def _device_stats(jax):
     return held
 
 
-def release_memory(device):
+def release_memory(device, collect):
     jax = _jax()
-    # The worker has collected (harness.collector): an array the cells
-    # before left in a reference cycle is not counted live.
+    # An array the cells before left in a reference cycle stays live until
+    # the worker's collection.
+    collect()
     released = []
     held = _live(jax)
     if device != "gpu":

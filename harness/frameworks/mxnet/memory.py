@@ -20,10 +20,12 @@ def _gpu_held(mx):
              "device_total_bytes": int(total)}]
 
 
-def release_memory(device):
+def release_memory(device, collect):
     mx = _mx()
-    # Arrays dropped by the cell before are freed only once the engine's
-    # pending operations on them have run.
+    # Arrays the cells before left in reference cycles are dropped by the
+    # worker's collection, and freed only once the engine's pending
+    # operations on them have run.
+    collect()
     mx.nd.waitall()
     released = ["mx.nd.waitall()"]
     if device != "gpu":

@@ -29,14 +29,15 @@ def _gpu_held(torch):
             for index in range(torch.cuda.device_count())]
 
 
-def release_memory(device):
+def release_memory(device, collect):
     import torch
     released = []
     _reset_compiled(released)
     if device != "gpu":
         return backends.memory_report(released, None, CPU_NOTE)
-    # The worker has collected (harness.collector): a tensor the cells
-    # before left in a reference cycle has given its block back by now.
+    # A tensor the cells before left in a reference cycle keeps its block
+    # until the worker's collection.
+    collect()
     torch.cuda.empty_cache()
     released.append("torch.cuda.empty_cache()")
     return backends.memory_report(released, {"gpus": _gpu_held(torch)},

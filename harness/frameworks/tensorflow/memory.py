@@ -1,5 +1,7 @@
 """What TensorFlow lets a group worker free between two cells, and what it
 still holds after (the backend's release_memory)."""
+import inspect
+
 from .. import backends
 from .load import _tf
 
@@ -22,12 +24,29 @@ def _gpu_held(tf, memory_info):
     return held
 
 
-def release_memory(device):
+def _clear_session(tf):
+    """Keras's global state (layer names, the graph of TensorFlow 1.x),
+    which keeps every model built so far alive, dropped; the call made."""
+    clear = tf.keras.backend.clear_session
+    try:
+        takes = inspect.signature(clear).parameters
+    except (TypeError, ValueError):
+        takes = {}
+    if "free_memory" in takes:
+        # Keras 3 would also walk every object the collector tracks: the
+        # worker's one collection comes next.
+        clear(free_memory=False)
+        return "tf.keras.backend.clear_session(free_memory=False)"
+    clear()
+    return "tf.keras.backend.clear_session()"
+
+
+def release_memory(device, collect):
     tf = _tf()
-    # Keras's global state (layer names, the graph of TensorFlow 1.x) keeps
-    # every model built so far alive; Keras 3 also collects the garbage.
-    tf.keras.backend.clear_session()
-    released = ["tf.keras.backend.clear_session()"]
+    released = [_clear_session(tf)]
+    # What clear_session let go, in reference cycles (Keras's layers and
+    # models), and what the cells before left.
+    collect()
     if device != "gpu":
         return backends.memory_report(released, None, CPU_NOTE)
     memory_info = getattr(tf.config.experimental, "get_memory_info", None)
