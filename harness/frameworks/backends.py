@@ -95,10 +95,10 @@ def with_library_versions(info, device, gpu_versions):
 
 
 def memory_report(released, held, note):
-    """What a backend's release_memory(device) returns: the calls it made to
-    free memory (in order), what the framework says it still holds (a JSON
-    object, or None where it cannot say) and what that leaves unsaid (what
-    the framework keeps whatever it is asked)."""
+    """What a backend's release_memory(device, collect) returns: the calls
+    it made to free memory (in order), what the framework says it still
+    holds (a JSON object, or None where it cannot say) and what that leaves
+    unsaid (what the framework keeps whatever it is asked)."""
     return {"released": list(released), "held": held, "note": note}
 
 
