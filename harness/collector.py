@@ -39,11 +39,11 @@ def freeze():
     """What is alive now frozen out of every later collection. Returns
     how many objects are frozen (None before 3.7: gc.freeze and its count
     are 3.7+)."""
-    frozen, count = (getattr(gc, name, None)
-                     for name in ("freeze", "get_freeze_count"))
-    if frozen is None:
+    gc_freeze, count = (getattr(gc, name, None)
+                        for name in ("freeze", "get_freeze_count"))
+    if gc_freeze is None:
         return None
-    frozen()
+    gc_freeze()
     return count()
 
 
