@@ -172,6 +172,11 @@ COMPILE_PROBE = """
     import json
     import jax.monitoring
     from harness import data, networks as nets
+    from harness.frameworks import backends
+    # The fp16 session's compilations are counted on any CPU: one without
+    # float16 arithmetic (most) would refuse it, so pretend it has some
+    # (emulated, the same code: tests/test_precision_jax.py FP16_PROBE).
+    backends.cpu_flags = lambda: {"avx512_fp16"}
     from harness.frameworks.jax import backend
     backend.configure(1, "cpu", 0)
     compiled = []
