@@ -58,11 +58,8 @@ def main(argv=None):
         phase == "start" and info["generation"] == 2) else None)
     for place, (name, batch) in enumerate(args.cells):
         if place:
-            collector.thaw()
-            collect = collector.Collection()
-            backend.release_memory("cpu", collect)
-            collect()
-            collector.freeze()
+            collector.between_cells(
+                lambda collect: backend.release_memory("cpu", collect))
             allocator.give_back()
         session = backend.prepare(networks.get(name), batch, "cpu", 0)
         if not args.unsettled:

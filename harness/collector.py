@@ -77,3 +77,17 @@ class Collection(object):
         if not self.made:
             gc.collect()
             self.made = True
+
+
+def between_cells(release):
+    """A worker's collector between two cells: thawed, `release(collect)`
+    (the backend's release_memory, handed the one collection), the
+    collection where release did not make it, what survives frozen.
+    Returns what release returned."""
+    thaw()
+    collect = Collection()
+    try:
+        return release(collect)
+    finally:
+        collect()
+        freeze()

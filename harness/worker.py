@@ -217,12 +217,9 @@ class Worker(object):
             # The cells before froze what they held (harness.collector):
             # thawed, and collected once, where the backend makes the
             # collection or else after it released the framework's state.
-            collector.thaw()
-            collect = collector.Collection()
-            held["framework"], held["note"] = release_framework(
-                self.fixed["cell.framework"], device, collect)
-            collect()
-            collector.freeze()
+            held["framework"], held["note"] = collector.between_cells(
+                lambda collect: release_framework(
+                    self.fixed["cell.framework"], device, collect))
             # What the cells before freed goes back to the kernel, so this
             # cell faults its memory in as a fresh process would.
             held["heap_trimmed"] = allocator.give_back()

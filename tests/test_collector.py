@@ -12,6 +12,7 @@ import pytest
 from workercells import (  # noqa: F401 (autouse fixtures)
     commands, restore_thread_variables, write_spec)
 from harness import collector, frameworks, worker
+from harness.frameworks import backends
 from tests.fake_backend import Backend, Script
 
 pytestmark = pytest.mark.skipif(not hasattr(gc, "freeze"),
@@ -113,7 +114,6 @@ def test_the_backend_makes_the_workers_one_collection_where_it_needs_it(
         monkeypatch, tmp_path, make_cell):
     # PyTorch's on a GPU, before empty_cache: a tensor the cell before
     # left in a cycle keeps its block until it is collected.
-    from harness.frameworks import backends
     backend = Watched(Script([0.1] * 12))
     walks = counted_walks(monkeypatch)
     freed_before_cache = []
@@ -141,7 +141,6 @@ def test_what_the_backend_lets_go_is_collected_after_it(
         monkeypatch, tmp_path, make_cell):
     # A backend that does not collect: the worker collects after it, so
     # what it let go is freed, not frozen until the worker ends.
-    from harness.frameworks import backends
     backend = Watched(Script([0.1] * 12))
     walks = counted_walks(monkeypatch)
     model = Cycle()
