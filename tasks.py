@@ -243,10 +243,19 @@ def history(c, db="results/history.db", suite=None, framework=None,
 
 
 @task(help={"k": "only tests matching this pytest expression",
-            "x": "stop at the first failure"})
-def test(c, k="", x=False):
-    """Run the test suite (pytest)."""
+            "x": "stop at the first failure",
+            "jobs": "test processes (default 2, at most the usable CPUs; "
+                    "1: one process)"})
+@user_errors
+def test(c, k="", x=False, jobs=None):
+    """Run the test suite (pytest; test files spread over `jobs` processes,
+    tests/conftest.py says which must share one)."""
+    from dlrepro import hostinfo, parse
+    jobs = min(parse.count(2 if jobs is None else jobs, "--jobs"),
+               hostinfo.usable_cpus())
     args = [sys.executable, "-m", "pytest", "tests"]
+    if jobs > 1:
+        args += ["-n", str(jobs), "--dist", "loadfile"]
     if k:
         args += ["-k", shlex.quote(k)]
     if x:

@@ -1,9 +1,12 @@
 """Shared fixtures. Framework tests run in the framework's own venv
 (.venvs/<framework>-cpu), created on demand from the same lock file the
 CPU image uses, so the host environment never imports a framework."""
+import functools
 import gc
 import json
+import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +20,47 @@ sys.path.insert(0, str(ROOT))
 # pytest's asserts only when it is first imported as one).
 pytest_plugins = ["dockerenv", "_frameworks", "disks", "memcgroup",
                   "runtimeenv", "slurmenv", "slurmnodes"]
+
+
+# `invoke test` runs the tests in two processes (pytest-xdist): on this
+# project's 2-core machines most tests wait on one core for a framework, a
+# container or a Slurm job. Each test file stays in one process, so its
+# module fixtures are made once. Files that drive what the machine has only
+# one of share a process and run one after another: the Slurm clusters (a
+# node set down, a job past its time limit, one node's CPUs), found by the
+# helpers they import or the fixtures they name, and the Docker engine's
+# list of images (a build leaves no dangling image).
+MACHINE_WIDE_FILES = {"test_images", "test_docker_runtime_cli"}
+_DRIVES_SLURM = re.compile(r"^(?:import|from) (?:slurmenv|slurmnodes)\b"
+                           r"|\bslurm_(?:cluster|nodes)\b", re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def group_of(path):
+    """The group of a test file (its path under the repository): "machine"
+    where it drives machine-wide state, else the file's own name."""
+    name = Path(path).stem
+    if name in MACHINE_WIDE_FILES or _DRIVES_SLURM.search(
+            (ROOT / path).read_text()):
+        return "machine"
+    return name
+
+
+# xdist's own --dist loadgroup reads marks that it writes into a test's id
+# by a field pytest 9 no longer has, so its groups are silently ignored;
+# the scheduler below is xdist's by-file one with the grouping above
+# (tryfirst: before xdist's own choice of scheduler).
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByFileMachineWideTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return group_of(nodeid.split("::", 1)[0])
+
+    if config.getvalue("dist") not in ("load", "loadfile", "loadgroup"):
+        return None
+    return ByFileMachineWideTogether(config, log)
 
 
 @pytest.fixture(scope="session")
