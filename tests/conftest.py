@@ -26,13 +26,16 @@ pytest_plugins = ["dockerenv", "_frameworks", "disks", "memcgroup",
 # project's 2-core machines most tests wait on one core for a framework, a
 # container or a Slurm job. Each test file stays in one process, so its
 # module fixtures are made once. Files that drive what the machine has only
-# one of share a process and run one after another: the Slurm clusters (a
-# node set down, a job past its time limit, one node's CPUs), found by the
-# helpers they import or the fixtures they name, and the Docker engine's
+# one of share a process and run one after another, found by the helpers
+# they import or the fixtures they name: the Slurm clusters (a node set
+# down, a job past its time limit, one node's CPUs), the container
+# runtimes' stores (Charliecloud's one conversion of the test image, made
+# by whichever module comes first; Podman's copy), and the Docker engine's
 # list of images (a build leaves no dangling image).
 MACHINE_WIDE_FILES = {"test_images", "test_docker_runtime_cli"}
-_DRIVES_SLURM = re.compile(r"^(?:import|from) (?:slurmenv|slurmnodes)\b"
-                           r"|\bslurm_(?:cluster|nodes)\b", re.M)
+_MACHINE_WIDE = re.compile(
+    r"^(?:import|from) (?:slurmenv|slurmnodes|runtimeenv)\b"
+    r"|\bslurm_(?:cluster|nodes)\b", re.M)
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,7 +43,7 @@ def group_of(path):
     """The group of a test file (its path under the repository): "machine"
     where it drives machine-wide state, else the file's own name."""
     name = Path(path).stem
-    if name in MACHINE_WIDE_FILES or _DRIVES_SLURM.search(
+    if name in MACHINE_WIDE_FILES or _MACHINE_WIDE.search(
             (ROOT / path).read_text()):
         return "machine"
     return name

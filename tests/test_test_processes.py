@@ -16,7 +16,8 @@ SLURM_FILES = ["tests/test_slurm_results.py", "tests/test_slurm_limits.py",
 def test_files_that_drive_the_machine_are_one_group():
     for path in SLURM_FILES + ["tests/test_engines.py",  # imports slurmenv
                                "tests/test_slurm_multinode.py",  # nodes
-                               "tests/test_images.py"]:
+                               "tests/test_images.py",
+                               "tests/test_charliecloud_runtime.py"]:
         assert conftest.group_of(path) == "machine", path
     # Its own group: it names Slurm but starts no job.
     assert conftest.group_of("tests/test_slurm_options.py") == \

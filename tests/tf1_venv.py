@@ -36,6 +36,13 @@ def python():
     target = VENV / "bin" / "python"
     if stamp.exists() and target.exists():
         return target
+    with envs.made_alone(VENV):  # two test processes may both want it
+        if not (stamp.exists() and target.exists()):
+            _make(base, stamp, target)
+    return target
+
+
+def _make(base, stamp, target):
     shutil.rmtree(VENV, ignore_errors=True)
     subprocess.run([base, "-m", "venv", str(VENV)], check=True,
                    capture_output=True)
@@ -46,4 +53,3 @@ def python():
     assert proc.returncode == 0, "installing {} failed: {}".format(
         LOCK.name, proc.stderr[-2000:])
     stamp.touch()
-    return target

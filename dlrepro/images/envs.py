@@ -1,6 +1,8 @@
 """Native per-framework virtual environments, made from the same lock files
 that the framework's CPU image installs (one environment per framework:
 their pins conflict, e.g. MXNet needs numpy<1.24)."""
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -71,6 +73,27 @@ def ensure(framework, profile, entry, log=print, root=VENVS_DIR):
     python = target / "bin" / "python"
     if stamp.exists() and python.exists():
         return python
+    with made_alone(target):
+        if stamp.exists() and python.exists():  # made while we waited
+            return python
+        return _create(target, lock, stamp, python, entry, log)
+
+
+@contextlib.contextmanager
+def made_alone(target):
+    """Held while `target` (a folder) is made: two commands that both find
+    it missing (two `invoke bench`, the test processes of `invoke test`)
+    would otherwise make it at once, each removing what the other made."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".making"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _create(target, lock, stamp, python, entry, log):
     log(f"creating {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} "
         f"from {lock.relative_to(ROOT)}")
     shutil.rmtree(target, ignore_errors=True)
