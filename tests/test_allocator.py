@@ -67,10 +67,17 @@ libc.free(block)
 def test_freed_heap_stays_until_a_worker_gives_it_back(root):
     # 96 MiB freed at the heap's top: glibc's own trimming (at 64 MiB once
     # adapted, 128 KiB fresh) would give it back at the last free; held,
-    # the process keeps it until give_back returns it to the kernel.
+    # the process keeps it until give_back returns it to the kernel. The
+    # list that holds them is sized first: grown as they were made, its
+    # array (over 512 bytes: from malloc) could land among them, wherever
+    # the interpreter's start had left no hole below (it had none when
+    # harness/ was imported from .pyc files), and stay live above the
+    # freed ones, so that there was no top of the heap to give back.
     body = """
 held = allocator.hold() if sys.argv[-1] == "hold" else None
-blocks = [libc.malloc(%d) for _ in range(96)]
+blocks = [None] * 96  # its array made before the blocks, not among them
+for index in range(96):
+    blocks[index] = libc.malloc(%d)
 for block in reversed(blocks):
     libc.free(block)
 print(libc.mallinfo2().arena)
