@@ -68,7 +68,14 @@ def ensure(framework, profile, entry, log=print, root=VENVS_DIR):
     if not lock.exists():
         raise UserError(f"no lock file {lock}; run `invoke pin "
                         f"--framework {framework} --profile {profile}`")
-    target = venv_dir(framework, profile, root)
+    return from_lock(lock, venv_dir(framework, profile, root),
+                     entry["python"], log)
+
+
+def from_lock(lock, target, version, log=print):
+    """The environment `target`, made with Python `version` from the
+    hash-pinned `lock`, or made again when the lock has changed (a stamp
+    holds its hash); returns its python."""
     stamp = target / f".lock-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}"
     python = target / "bin" / "python"
     if stamp.exists() and python.exists():
@@ -76,7 +83,16 @@ def ensure(framework, profile, entry, log=print, root=VENVS_DIR):
     with made_alone(target):
         if stamp.exists() and python.exists():  # made while we waited
             return python
-        return _create(target, lock, stamp, python, entry, log)
+        log(f"creating {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} "
+            f"from {lock.relative_to(ROOT)}")
+        shutil.rmtree(target, ignore_errors=True)
+        _run([python_for(version), "-m", "venv", str(target)],
+             f"creating {target}")
+        _run([str(python), "-m", "pip", "install", "--quiet",
+              "--disable-pip-version-check", "--no-deps", "--require-hashes",
+              "-r", str(lock)], f"installing {lock.name}")
+        stamp.touch()
+    return python
 
 
 @contextlib.contextmanager
@@ -91,19 +107,6 @@ def made_alone(target):
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _create(target, lock, stamp, python, entry, log):
-    log(f"creating {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} "
-        f"from {lock.relative_to(ROOT)}")
-    shutil.rmtree(target, ignore_errors=True)
-    _run([python_for(entry["python"]), "-m", "venv", str(target)],
-         f"creating {target}")
-    _run([str(python), "-m", "pip", "install", "--quiet",
-          "--disable-pip-version-check", "--no-deps", "--require-hashes",
-          "-r", str(lock)], f"installing {lock.name}")
-    stamp.touch()
-    return python
 
 
 def _run(command, what):
