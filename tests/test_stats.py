@@ -68,6 +68,29 @@ def test_t_quantile_rejects_zero_degrees_of_freedom():
         stats.t_quantile_975(0)
 
 
+# Critical values of Student's t as printed in NIST/SEMATECH's e-Handbook
+# of Statistical Methods, 1.3.6.7.2 (upper tail 0.05, 0.01, 0.005, 0.001:
+# central 0.90, 0.98, 0.99, 0.998), to their three decimals.
+@pytest.mark.parametrize("central,df,expected", [
+    (0.90, 3, 2.353), (0.98, 7, 2.998), (0.99, 1, 63.657),
+    (0.99, 5, 4.032), (0.99, 10, 3.169), (0.99, 30, 2.750),
+    (0.998, 30, 3.385), (0.998, 100, 3.174),
+])
+def test_t_quantiles_at_other_levels(central, df, expected):
+    assert stats.t_quantile(df, central) == pytest.approx(expected, abs=6e-4)
+
+
+def test_the_95_quantile_is_the_general_one_at_095():
+    assert stats.t_quantile_975(12) == stats.t_quantile(12, 0.95)
+    assert stats.t_quantile(12, 0.99) > stats.t_quantile(12, 0.95)
+
+
+@pytest.mark.parametrize("central", [0.0, 1.0, 1.5])
+def test_t_quantile_rejects_a_central_probability_outside_0_1(central):
+    with pytest.raises(ValueError):
+        stats.t_quantile(10, central)
+
+
 def test_outliers_by_modified_z_score():
     times = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0, 3.0]
     # median 1.0, MAD 0.01: 3.0 has z = 0.6745 * 2.0 / 0.01 = 134.9

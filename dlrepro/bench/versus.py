@@ -20,7 +20,7 @@ with the reason, not compared.
 import math
 from typing import NamedTuple
 
-from harness.stats import t_quantile_975
+from harness.stats import t_quantile
 
 from dlrepro.bench import aggregate
 from dlrepro.errors import UserError
@@ -132,11 +132,14 @@ def _log_se(stats):
     return sd / math.sqrt(len(units)) / stats.mean_s, len(units) - 1
 
 
-def ratio_ci(base, new):
+def ratio_ci(base, new, central=0.95):
+    """new/base of the mean times and its `central` interval (Welch on the
+    logs, the smaller degrees of freedom)."""
     se_a, df_a = _log_se(base)
     se_b, df_b = _log_se(new)
     ratio = new.mean_s / base.mean_s
-    half = t_quantile_975(min(df_a, df_b)) * math.sqrt(se_a ** 2 + se_b ** 2)
+    half = (t_quantile(min(df_a, df_b), central)
+            * math.sqrt(se_a ** 2 + se_b ** 2))
     return ratio, (ratio * math.exp(-half), ratio * math.exp(half))
 
 
