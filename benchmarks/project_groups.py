@@ -88,8 +88,12 @@ def results_in(source):
     """The ok results a run folder or a gpu_check summary.json holds."""
     path = Path(source)
     if path.is_file():
-        cells = json.loads(path.read_text()).get("cells") or ()
-        return [c["result"] for c in cells if c.get("result")]
+        try:
+            cells = json.loads(path.read_text())["cells"]
+            return [c["result"] for c in cells if c.get("result")]
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            raise UserError(f"{source} is not a run folder or a "
+                            f"benchmarks/gpu_check.py summary.json")
     _record, pairs = store.load_run(path)
     return [result for entry, result in pairs
             if entry.get("status") == "ok" and result]
@@ -103,7 +107,8 @@ def iteration_points(sources):
         for result in results_in(source):
             cell, timing = result.get("cell") or {}, result.get("timing") or {}
             mean, warmups = timing.get("mean_s"), timing.get("warmup_s")
-            if not mean or not warmups:
+            if not (mean and warmups and cell.get("network")
+                    and cell.get("batch_size")):
                 continue
             at = points.setdefault(cell["network"], {})
             excess = max(0.0, warmups[0] - mean)

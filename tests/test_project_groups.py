@@ -99,3 +99,15 @@ def test_the_h200_suite_projection_on_the_command_line(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: no measured iterations of alexnet, fcn5, resnet50: add a "
         "--times source that measured them"]
+
+
+def test_a_source_that_is_no_summary_is_one_line(tmp_path):
+    (tmp_path / "notes.json").write_text("[1, 2]")
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(SYNTHETIC), "--suite",
+         "paper-synthetic-gpu", "--times", str(tmp_path / "notes.json")],
+        capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'notes.json'} is not a run folder or a "
+        "benchmarks/gpu_check.py summary.json"]
