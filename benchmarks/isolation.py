@@ -197,7 +197,7 @@ def rest_line(spent, own_s):
         f"{measured / (measured + built):.2f}")
 
 
-def family_lines(tally):
+def family_lines(tally, rows):
     """How the framework's 95% intervals read as a family. Each misses 1
     one time in 20 where the modes do not differ at all, so of n cells
     0.05 n are expected to, and all n contain 1 with probability 0.95**n
@@ -205,8 +205,7 @@ def family_lines(tally):
     1 - 0.05/n, all contain their true ratios with probability at least
     0.95: one that excludes 1 is a difference the family shows, and one
     inside [1 - EQUIVALENT, 1 + EQUIVALENT] bounds the difference within
-    that margin."""
-    rows = tally.ratios()
+    that margin. `rows`: tally.ratios(), the 95% intervals."""
     n = len(rows)
     if not n:
         return []
@@ -247,7 +246,8 @@ def report(framework, tally):
     print("wall ratio group/cell: " + ", ".join(f"{w:.2f}" for w in walls)
           + f" (median {median(walls):.2f})")
     by_cell, by_place = tally.places()
-    for cell, ratio, (low, high), basis in tally.ratios():
+    rows = tally.ratios()
+    for cell, ratio, (low, high), basis in rows:
         inside = "contains 1" if low <= 1 <= high else "EXCLUDES 1"
         halves = by_cell.get(aggregate.cell_key(cell), {})
         print(f"  {cell['network']:<12} batch {cell['batch_size']:>4}: "
@@ -255,7 +255,7 @@ def report(framework, tally):
               f"[{low:.3f}, {high:.3f}] {inside} ({basis}); early "
               f"{geomean(halves.get('early')):.3f}, late "
               f"{geomean(halves.get('late')):.3f}")
-    for line in family_lines(tally):
+    for line in family_lines(tally, rows):
         print(line)
     print("by place in the worker (geometric mean of group/cell over its "
           "cells): " + ", ".join(

@@ -65,14 +65,18 @@ def measured_s(result):
         timing.get("per_iteration_s") or ())
 
 
+def ok_pairs(run_dir):
+    """[(entry, result)] of a run folder's jobs that ended ok."""
+    _record, pairs = store.load_run(run_dir)
+    return [(entry, result) for entry, result in pairs
+            if entry.get("status") == "ok" and result]
+
+
 def cells_of(run_dir):
     """[(window, measured s, model build s or None)] of the run's ok
     jobs, in time order."""
-    _record, pairs = store.load_run(run_dir)
     found = []
-    for entry, result in pairs:
-        if entry.get("status") != "ok" or not result:
-            continue
+    for entry, result in ok_pairs(run_dir):
         window = phases.window_of(entry, result)
         spent = phases.job_spent(entry, result)
         build = spent.get("model build") if spent else None
@@ -94,9 +98,7 @@ def results_in(source):
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             raise UserError(f"{source} is not a run folder or a "
                             f"benchmarks/gpu_check.py summary.json")
-    _record, pairs = store.load_run(path)
-    return [result for entry, result in pairs
-            if entry.get("status") == "ok" and result]
+    return [result for _entry, result in ok_pairs(path)]
 
 
 def iteration_points(sources):
@@ -182,6 +184,9 @@ def main():
 
 
 def report(args):
+    if args.suite:
+        suite = suites.load(args.suite)
+        points = iteration_points(args.times)
     cells = cells_of(Path(args.run_dir))
     if not cells:
         sys.exit(f"no ok job with a window in {args.run_dir}")
@@ -207,18 +212,15 @@ def report(args):
     for label, later in costs:
         print(f"  groups ({label}): fraction "
               f"{fraction(measured, first_fixed, later, gaps):.2f}")
+        mean_c = statistics.mean(later) if later else 0.0
         if args.cells:
             mean_m = statistics.mean(measured)
-            mean_c = statistics.mean(later) if later else 0.0
             whole = fraction([mean_m] * args.cells, first_fixed,
                              [mean_c] * (args.cells - 1), 0.0)
             print(f"    a sweep of {args.cells} such cells: {whole:.2f} "
                   f"(one process per cell: "
                   f"{mean_m / statistics.mean(walls):.2f})")
         if args.suite:
-            suite = suites.load(args.suite)
-            points = iteration_points(args.times)
-            mean_c = statistics.mean(later) if later else 0.0
             guess, least, total, first = project_suite(
                 suite, points, first_fixed, mean_c)
             print(f"    the suite {suite['name']} ({len(suite_cells(suite))}"
