@@ -4,6 +4,7 @@ OOM kill a cell's is: test_faults, test_podman_runtime). Needs root and a
 memory controller a child cgroup may have (cgroup v1, or v2 with memory
 delegated); skips otherwise, and fails in CI."""
 import os
+import re
 import signal
 import time
 
@@ -21,6 +22,14 @@ HOG = ("import time\n"
        "for _ in range(128):\n"
        "    held.append(b'x' * (16 << 20))\n"
        "    time.sleep(0.01)\n")
+
+
+def names_victim(detail, pid):
+    """Whether an OOM verdict's detail names the hog `pid` among the kernel's
+    victims. Other tests on a shared machine may have their own hogs killed
+    during the same job, and then the detail names all of them."""
+    return re.search(rf"its victims? (?:was|were) (?:pid [^;]*?, )?"
+                     rf"pid {pid} \(python", detail) is not None
 
 
 class MemoryCgroup:

@@ -3,6 +3,8 @@
 from dlrepro.run import oomkills
 from dlrepro.run.runtimes import podman
 
+import memcgroup
+
 # As this machine's kernel (6.18) writes them to /dev/kmsg.
 OOM_KILL = ("6,1901,289333565,-;oom-kill:constraint=CONSTRAINT_MEMCG,"
             "nodemask=(null),cpuset=/,mems_allowed=0,oom_memcg=/a/b,"
@@ -31,6 +33,17 @@ def test_the_verdict_is_oom_only_when_the_victim_is_ours():
     assert oom is False
     assert detail == ("the OOM killer ran, but its victim was pid 31085 "
                       "(python3, cgroup /a/b/c), not the harness (pid 7)")
+    # another test's hog killed during the same job, on a shared machine
+    found[31090] = ("python3", "/a/b/d")
+    oom, detail = pid_is(found, lambda p, _m: p == 7, "the harness (pid 7)",
+                         ran, "")
+    assert oom is False
+    assert detail == ("the OOM killer ran, but its victims were pid 31085 "
+                      "(python3, cgroup /a/b/c), pid 31090 (python3, cgroup "
+                      "/a/b/d), not the harness (pid 7)")
+    assert memcgroup.names_victim(detail, 31090)
+    assert memcgroup.names_victim(detail, 31085)
+    assert not memcgroup.names_victim(detail, 3108)
     for unknown in (None, {}):
         oom, detail = pid_is(unknown, lambda p, _m: True, "it", ran,
                              "/dev/kmsg cannot be read")

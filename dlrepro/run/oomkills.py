@@ -171,6 +171,14 @@ def kernel_pids_are_ours():
         return False
 
 
+def _victims(found):
+    """'its victim was X' or, when the kernel killed more than one process
+    during the job (other work on a shared machine), 'its victims were
+    X, Y'."""
+    return ("its victims were " if len(found) > 1 else "its victim was ") + \
+        _named(found)
+
+
 def _named(found):
     return ", ".join(f"pid {pid} ({command}"
                      f"{', cgroup ' + memcg if memcg else ''})"
@@ -191,7 +199,7 @@ def victim_verdict(found, is_ours, ours, ran, why):
     if mine:
         return True, f"{ran}; its victim, as the kernel log says, was " \
                      f"{ours}: {_named(mine)}"
-    return False, f"{ran}, but its victim was {_named(found)}, not {ours}"
+    return False, f"{ran}, but {_victims(found)}, not {ours}"
 
 
 # --- one job ----------------------------------------------------------------
