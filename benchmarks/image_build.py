@@ -33,7 +33,7 @@ from dlrepro import matrix  # noqa: E402
 from dlrepro.bench import plan as bench_plan  # noqa: E402
 from dlrepro.images import build as images  # noqa: E402
 from dlrepro.images import wheelhouse  # noqa: E402
-from dlrepro.run import pipeline  # noqa: E402
+from dlrepro.run import life  # noqa: E402
 from dlrepro.run.runtimes import get  # noqa: E402
 from dlrepro.run.runtimes.docker import cpuset  # noqa: E402
 from harness import resultfile  # noqa: E402
@@ -98,8 +98,8 @@ def run_cell(runtime, cell, run_dir, cell_id):
     it."""
     cell = dict(cell, runtime=runtime.name)
     job = bench_plan.job_for(cell, 3600)._replace(id=cell_id)
-    spec = pipeline.spec_file(job, runtime.describe(job.placement.target),
-                              matrix.load())
+    spec = life.spec_file(job, runtime.describe(job.placement.target),
+                          matrix.load())
     (run_dir / f"{cell_id}.spec.json").write_text(json.dumps(spec))
     launch = runtime.launch(job, run_dir)
     argv = launch.argv

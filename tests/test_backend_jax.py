@@ -45,7 +45,7 @@ def test_a_deviceless_allocation_failure_is_oom_only_in_a_gpu_cell(
 
 
 # The jax/cuda profile's kernels (dockerfiles/matrix.toml) through the gate,
-# as the host passes them (dlrepro.run.pipeline.STACK_KEYS).
+# as the host passes them (dlrepro.run.life.STACK_KEYS).
 GATE = [
     # (GPU, capability, driver, verdict, runs as)
     ("h200", "9.0", "580.95.05", compat.NATIVE, "sm_90"),
@@ -66,7 +66,7 @@ GATE = [
 def test_the_gate_knows_jaxlibs_architectures(capability, driver, verdict,
                                               runs_as):
     from dlrepro import matrix
-    from dlrepro.run.pipeline import STACK_KEYS
+    from dlrepro.run.life import STACK_KEYS
     entry = matrix.entry(matrix.load(), "jax", "cuda")
     stack = dict((key, entry[key]) for key in STACK_KEYS)
     result = compat.check(capability, driver, stack)

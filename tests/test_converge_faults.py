@@ -17,6 +17,7 @@ from convergeenv import GPU_MATRIX, _harness, _native, _plan
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
 from dlrepro.run.engines.local import LocalEngine
+from dlrepro.run.process import Processes
 from harness.frameworks import dataparallel as common
 
 
@@ -38,7 +39,7 @@ def test_missing_gpus_are_unsupported(root, tmp_path, framework_python,
     assert (result["cell"]["gpus"], result["cell"]["batch_size"]) == (2, 4)
 
 
-class TimeoutInTraining(LocalEngine):
+class TimeoutInTraining(Processes):
     """The job's timeout strikes once its workers have written curves with
     two or more iterations in them: inside training, however long a
     loaded machine takes to start them (a timeout of 20 s from the start
@@ -75,7 +76,7 @@ def test_timeout_stops_the_workers(tmp_path, framework_python, schema):
                           runtime="native", timeout=600)
     run_dir, _record, pairs, _summary = conv.execute(
         jobs, tmp_path, _native(framework_python("pytorch")), "test",
-        executor=TimeoutInTraining())
+        executor=LocalEngine(TimeoutInTraining()))
     results = {entry["id"]: result for entry, result in pairs}
     record = json.loads((run_dir / "run.json").read_text())
     assert record["jobs"][0]["status"] == "timeout"

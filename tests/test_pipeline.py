@@ -11,7 +11,7 @@ import pytest
 from dlrepro import matrix
 from dlrepro.bench import plan
 from dlrepro.run import pipeline, runfolder, store as results
-from dlrepro.run.engines import local
+from dlrepro.run import process
 from dlrepro.run.runtimes import Launch, Runtime
 
 MODES = {"fcn5": "ok", "fcn8": "slow", "alexnet": "stubborn",
@@ -51,7 +51,7 @@ SUITE = {"name": "t", "description": "", "path": "t.toml", "groups": [
 
 @pytest.fixture
 def sweep_run(tmp_path, monkeypatch):
-    monkeypatch.setattr(local, "GRACE_S", 2)
+    monkeypatch.setattr(process, "GRACE_S", 2)
     m = matrix.load()
 
     def _run(networks, resume=False, threads=None):

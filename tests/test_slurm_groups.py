@@ -16,7 +16,7 @@ import pytest
 
 from dlrepro.bench import phases
 from dlrepro.run import store
-from dlrepro.run.engines import local
+from dlrepro.run import process
 from harness.blocks import utc_stamp
 from harness.timing import FIRST_TIMED
 from slurmenv import fake, invoke, latest, record, result, start
@@ -81,7 +81,7 @@ def test_a_group_is_one_array_task_in_one_worker_its_limit_the_sum(
     task = cells[0][3]
     assert {c[3] for c in cells} == {task}          # one array task
     # each cell: 60 s + the grace after SIGTERM + 10 minutes to prepare
-    cell = 60 + local.GRACE_S + 600
+    cell = 60 + process.GRACE_S + 600
     assert f"--time={math.ceil(3 * cell / 60)}" in array["sbatch"]
     assert time_limit(task) == math.ceil(3 * cell / 60)
     assert statuses(out) == dict.fromkeys(NETWORKS, "ok")
@@ -105,6 +105,31 @@ def test_a_cell_past_its_timeout_ends_timeout_and_the_group_goes_on(
     # the rest of the group, in a fresh worker of the same task
     assert last[:2] == ("ok", 1) and last[2] != first[2]
     assert first[3] == slow[3] == last[3]
+
+
+def test_a_cell_out_of_memory_in_its_worker_is_measured_again_alone(
+        tmp_path):
+    """As locally (tests/test_groups_oom.py): the scripted fcn8 runs out of
+    memory only when it is not its worker's first cell, so alone it fits.
+    The node entry once had no way to run a job alone (its Context's
+    launch was None): the cell raised, and the rest of its group never
+    ran."""
+    out = tmp_path / "r"
+    done = grouped(out, extra=["--timeout", "60"],
+                   modes="fcn8=oom-in-group")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert statuses(out) == dict.fromkeys(NETWORKS, "ok"), \
+        done.stdout + done.stderr
+    first, alone, last = (placed(out, n) for n in NETWORKS)
+    attempt = result(out, "fcn8")["isolation"]["retried_alone_after"]
+    assert (attempt["status"], attempt["position"]) == ("oom", 2)
+    assert attempt["worker_pid"] == first[2]
+    assert result(out, "fcn8")["isolation"]["mode"] == "cell"
+    assert len(result(out, "fcn8")["timing"]["per_iteration_s"]) == 3
+    # the rest of the group, in a fresh worker of the same task, each
+    # result saying where it ran
+    assert last[:2] == ("ok", 1) and last[2] != first[2]
+    assert first[3] == alone[3] == last[3]
 
 
 def timed_cells(out):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import waits
-from dlrepro.run import cluster as node_cluster
+from dlrepro.run import paths
 from dlrepro.run.runtimes import docker as docker_runtime
 
 from runtimeenv import (FRAMEWORK, INVOKE, binary_or_skip, cli_env,
@@ -211,7 +211,7 @@ def test_side_nodes_containers_are_apart_between_runs(tmp_path):
     container as a leftover."""
     job = f"{FRAMEWORK}-fcn-r-w2-n2.node1"
     names = {docker_runtime.container_name(
-        tmp_path / run / node_cluster.SIDE_DIR, job) for run in ("r1", "r2")}
+        tmp_path / run / paths.SIDE_DIR, job) for run in ("r1", "r2")}
     assert len(names) == 2
     assert docker_runtime.container_name(tmp_path / "r1", job[:-6]) not in \
         names

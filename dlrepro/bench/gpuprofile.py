@@ -22,7 +22,7 @@ from harness import compat
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run.pipeline import STACK_KEYS
+from dlrepro.run.life import STACK_KEYS
 
 
 class Choice(NamedTuple):

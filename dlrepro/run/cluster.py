@@ -25,8 +25,7 @@ from harness.errors import HarnessError
 
 from dlrepro.errors import UserError
 from dlrepro.run import store, writer
-
-SIDE_DIR = "nodes"
+from dlrepro.run.paths import JobPaths
 # Base ports: PORT_BASE + (job id mod PORT_SLOTS) * PORT_SPAN; a framework
 # may use port .. port + PORT_SPAN - 1.
 PORT_BASE = 29500
@@ -57,7 +56,7 @@ NETWORKS = {
 
 
 def side_path(run_dir, job_id, rank):
-    return Path(run_dir) / SIDE_DIR / f"{job_id}.node{rank}.json"
+    return JobPaths(run_dir, job_id).side(rank)
 
 
 def port_of(job_id):

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 
 from dlrepro.run import store
+from dlrepro.run.paths import JobPaths
 from dlrepro.run.writer import set_aside, synthesized
 
 HARNESS_ERROR = "harness: error:"
@@ -30,8 +31,8 @@ def last_words(log_path):
 def collect(job, run_dir, exit, launch, container):
     """(the job's final result, whether it differs from run_dir/<id>.json:
     the caller must write it)."""
-    path = Path(run_dir) / f"{job.id}.json"
-    log = Path(run_dir) / f"{job.id}.log"
+    path = JobPaths(run_dir, job.id).result
+    log = JobPaths(run_dir, job.id).log
     result, rewrite = None, True
     if path.exists():
         result, problem = store.read_result(path)

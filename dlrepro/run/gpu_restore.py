@@ -23,9 +23,10 @@ from harness import clocks, resultfile
 from harness.nvml import Nvml
 
 from dlrepro.run import store
+from dlrepro.run.paths import CLOCK_STATE_GLOB
 from dlrepro.errors import UserError
 
-STATE_GLOB = "*.clock-state.json"
+STATE_GLOB = CLOCK_STATE_GLOB
 
 
 def load_state(path):

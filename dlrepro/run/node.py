@@ -41,11 +41,12 @@ from pathlib import Path
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import cluster as cluster_mod
-from dlrepro.run import pipeline, runtimes, store, writer
-from dlrepro.run.engines.base import Context
+from dlrepro.run import runtimes, store, writer
 from dlrepro.run.engines.grouped import Grouped
-from dlrepro.run.engines.local import LocalEngine
 from dlrepro.run.job import Job, Placement
+from dlrepro.run.life import JobLife
+from dlrepro.run.paths import SIDE_DIR, JobPaths
+from dlrepro.run.process import Processes
 
 
 class Stopped(Exception):
@@ -145,12 +146,13 @@ class Part:
         self.node = node
         self.several = job.nodes > 1
         if self.several and node.rank > 0:
-            self.job = job._replace(id=f"{job.id}.node{node.rank}")
-            self.folder = run_dir / cluster_mod.SIDE_DIR
+            self.job = job._replace(
+                id=JobPaths.side_job_id(job.id, node.rank))
+            self.folder = run_dir / SIDE_DIR
             self.folder.mkdir(exist_ok=True)
         else:
             self.job, self.folder = job, run_dir
-        self.path = self.folder / f"{self.job.id}.json"
+        self.path = JobPaths(self.folder, self.job.id).result
         self.cluster = None
         self.launched = False
 
@@ -228,8 +230,11 @@ def run_group(jobs, node, run_dir, submission):
             for job in jobs:
                 write(job, now(), writer.synthesized(job, *ending))
             return 0
-        grouped = Grouped(LocalEngine(), _group_context(
-            jobs, runtime, run_dir, matrix))
+        # The task finds the spec files its submitter wrote; each cell's
+        # result is collected but not written: where it ran is added first.
+        processes = Processes()
+        grouped = Grouped(processes, JobLife(runtime, run_dir, matrix,
+                                             processes, write=False))
         try:
             for job in jobs:
                 _run_cell(grouped, job, node, write)
@@ -273,23 +278,6 @@ def _group_runtime(job, node, submission):
     return runtime, matrix, None
 
 
-def _group_context(jobs, runtime, run_dir, matrix):
-    """What the group runner needs of a run: its folder, runtime, each
-    job's spec file, and each job's result collected but not written
-    (this entry adds where it ran, then writes it)."""
-    return Context(
-        jobs=jobs, runtime=runtime, run_dir=run_dir, record={}, done={},
-        cannot_run=lambda job: None, isolation="group",
-        # The pipeline's own step: the task finds the spec file its
-        # submitter wrote, and removes no result but the job's own.
-        prepare=lambda job: pipeline._prepare_files(job, runtime, run_dir,
-                                                    matrix),
-        launch=None,
-        finish=lambda job, exit, launch, container, spec:
-        pipeline.finish_job(job, run_dir, exit, launch, container, spec,
-                            write=False))
-
-
 def _write_cell(run_dir, job, started, result, block, gpu_freq):
     """A group's cell's result with where it ran, written once (after the
     harness's own); a cell stopped before it wrote anything valid is left
@@ -321,8 +309,8 @@ def _run(part, submission):
         return writer.synthesized(job, "unsupported", "Unsupported", reason)
     part.launched = True
     extra = {"cluster": part.cluster} if part.several else None
-    return pipeline.launch_job(job, runtime, LocalEngine(), part.folder,
-                               matrix, extra=extra, write=False)
+    return JobLife(runtime, part.folder, matrix, Processes(),
+                   write=False).run(job, extra)
 
 
 def _announce(cluster, rank):

@@ -8,23 +8,18 @@ file whatever happened, and run.json is rewritten atomically after every
 job. Resume trusts the result files on disk, so nothing already measured
 is measured again even when run.json lags behind (a kill, a full disk).
 """
-import json
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from harness import resultfile
 from harness.blocks import utc_now
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import collect, gpu_restore, groups, runfolder, store, \
-    writer
+from dlrepro.run import groups, runfolder, store
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
-
-STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
-              "ptx", "min_driver")
+from dlrepro.run.life import JobLife
 
 
 class Run(NamedTuple):
@@ -183,19 +178,11 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
     else:  # a group run resumed under --isolation cell
         record.pop("workers", None)
     try:
-        reasons, failures = _prepare(jobs, runtime, events, done)
+        life = JobLife(runtime, run_dir, matrix, engine.processes,
+                       cannot=_prepare(jobs, runtime, events, done))
         status = engine.execute(Context(
-            jobs=jobs, runtime=runtime, run_dir=Path(run_dir), record=record,
-            done=done, events=events,
-            cannot_run=lambda job: writer.unrunnable(
-                run_dir, job, reasons.get(job.placement.target),
-                failures.get(job.placement.target)),
-            prepare=lambda job: _prepare_files(job, runtime, run_dir, matrix),
-            launch=lambda job, engine: launch_job(job, runtime, engine,
-                                                  run_dir, matrix),
-            finish=lambda job, exit, launch, container, spec: finish_job(
-                job, run_dir, exit, launch, container, spec),
-            isolation=record["isolation"]))
+            jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
+            life=life, events=events, isolation=record["isolation"]))
     except KeyboardInterrupt:
         _close(run_dir, record, "interrupted")
         raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
@@ -216,91 +203,19 @@ def _kept(run_dir, record):
 
 def _prepare(jobs, runtime, events, done):
     """Make each framework's environment or image ready, one at a time, so
-    one that cannot be made fails its own jobs only."""
+    one that cannot be made fails its own jobs only. {target: (reason it
+    is unsupported, setup failure)} of those that cannot run."""
     targets = sorted({j.placement.target for j in jobs
                       if not j.skip_reason and j.id not in done})
-    reasons, failures = {}, {}
+    cannot = {}
     for target in targets:
         try:
-            reasons.update(runtime.prepare([target], log=events.log))
+            reason = runtime.prepare([target], log=events.log).get(target)
         except UserError as exc:
-            failures[target] = str(exc)
+            cannot[target] = (None, str(exc))
             events.log(f"{target[0]}/{target[1]}: {exc}")
-    return reasons, failures
+            continue
+        if reason:
+            cannot[target] = (reason, None)
+    return cannot
 
-
-def spec_file(job, container, matrix):
-    """What the harness is told: the job's spec plus facts it cannot know
-    itself."""
-    entry = matrix_mod.entry(matrix, *job.placement.target)
-    extra = {"profile_choice": job.profile_choice} if job.profile_choice \
-        else {}
-    return {
-        **extra,
-        job.spec_key: job.spec,
-        "container": container,
-        # Relative to the result file, so it lands on the host side of a
-        # container's mount: the GPU clock state to restore after a crash.
-        "clock_state": f"{job.id}.clock-state.json",
-        "stack": {key: entry[key] for key in STACK_KEYS},
-    }
-
-
-def _prepare_files(job, runtime, run_dir, matrix, extra=None):
-    """Before a job starts: its old result gone (a retried job must never
-    be judged by it), its spec file written (with `extra`'s keys: a
-    multi-node job's "cluster"). (container, spec)."""
-    run_dir = Path(run_dir)
-    result_path = run_dir / f"{job.id}.json"
-    if result_path.exists():
-        result_path.unlink()
-    container = runtime.describe(job.placement.target)
-    spec = dict(spec_file(job, container, matrix), **(extra or {}))
-    path = run_dir / f"{job.id}.spec.json"
-    if not _holds(path, spec):
-        resultfile.write_atomic(str(path), spec)
-    return container, spec
-
-
-def _holds(path, spec):
-    """Whether the spec file says `spec` already: a Slurm task finds the
-    one its submitter wrote, and does not write it a second time."""
-    try:
-        return json.loads(path.read_text()) == json.loads(
-            resultfile.dumps(spec))
-    except (OSError, ValueError):
-        return False
-
-
-def launch_job(job, runtime, engine, run_dir, matrix, extra=None,
-               write=True):
-    """Run one job here to its final result: in a local run, or in a Slurm
-    task (or one node's part of it: `extra` adds its "cluster" to the spec
-    file). The host writes the result at most once after the harness did;
-    with `write` False not at all: the caller adds to it and writes it."""
-    run_dir = Path(run_dir)
-    container, spec = _prepare_files(job, runtime, run_dir, matrix, extra)
-    launch = runtime.launch(job, run_dir)
-    try:
-        exit = engine.run(launch, run_dir / f"{job.id}.log", job.timeout_s)
-        return finish_job(job, run_dir, exit, launch, container, spec, write)
-    finally:
-        runtime.cleanup(job, run_dir)
-
-
-def finish_job(job, run_dir, exit, launch, container, spec, write=True):
-    """A job's final result once its process ended (`exit`, an Exit), or
-    once a group's worker said its cell was done: collected, its GPU clocks
-    restored, written when the host changed it (and `write`)."""
-    run_dir = Path(run_dir)
-    result_path = writer.result_path(run_dir, job.id)
-    result, changed = collect.collect(job, run_dir, exit, launch, container)
-    # A harness killed mid-job cannot restore the GPU clocks it changed:
-    # the host does, from the state file it left on this side.
-    message = gpu_restore.after_cell(result_path, spec["clock_state"])
-    if message:
-        result["warnings"].append(message)
-        changed = True
-    if changed and write:
-        writer.write_result(result_path, result)
-    return result

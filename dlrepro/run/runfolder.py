@@ -16,6 +16,7 @@ from harness.blocks import utc_now
 
 from dlrepro import git_revision
 from dlrepro.errors import UserError
+from dlrepro.run.paths import RUN_RECORD, JobPaths, run_record
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
                                foreign_cell, read_result, results_root)
 
@@ -68,7 +69,7 @@ def discard_unpublished(run_dir):
     run_dir = Path(run_dir)
     try:
         for path in run_dir.iterdir():
-            if path.name in (LOCK_NAME, "run.json") or \
+            if path.name in (LOCK_NAME, RUN_RECORD) or \
                     path.name.startswith(resultfile.TEMP_PREFIX):
                 path.unlink()
         run_dir.rmdir()
@@ -150,7 +151,8 @@ def host_info():
 
 def new_entry(job):
     return {"id": job.id, "spec": job.spec, "status": "pending",
-            "file": f"{job.id}.json", "log": f"{job.id}.log",
+            "file": JobPaths.result_name(job.id),
+            "log": JobPaths.log_name(job.id),
             "started_at": None, "finished_at": None, "wall_s": None,
             "message": None}
 
@@ -177,19 +179,19 @@ def new_record(run_dir, kind, command, runtime, jobs, suite=None,
 
 
 def write_run(run_dir, record):
-    resultfile.write_atomic(str(Path(run_dir) / "run.json"), record)
+    resultfile.write_atomic(str(run_record(run_dir)), record)
 
 
 def set_aside_if_foreign(run_dir, job_id, spec):
     """Rename a valid result at `<id>.json` that is another cell's to
     `<id>.invalid.json`, kept for a person to look at, before the job runs
     again; a line saying so, or None."""
-    path = Path(run_dir) / f"{job_id}.json"
+    path = JobPaths(run_dir, job_id).result
     result, _ = read_result(path)
     problem = result and foreign_cell(result, spec, path.name)
     if not problem:
         return None
-    kept = path.with_suffix(".invalid.json")
+    kept = JobPaths.invalid_of(path)
     os.replace(path, kept)
     return f"{problem}: set aside as {kept.name}, to be measured again"
 

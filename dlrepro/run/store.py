@@ -34,6 +34,7 @@ from harness import resultfile
 
 from dlrepro.errors import UserError
 from dlrepro.run.kinds import KINDS, kind_of_spec
+from dlrepro.run.paths import JobPaths, run_record
 
 RUN_SCHEMA_VERSION = 2
 LATEST = {kind.name: kind.latest for kind in KINDS.values()}
@@ -82,18 +83,18 @@ def resolve_run(out, run="latest", kind="bench"):
     looked up under `out` only, whatever the working directory holds."""
     out = results_root(out)
     if names_a_path(run):
-        if not (Path(run) / "run.json").exists():
+        if not run_record(run).exists():
             raise UserError(f"{run} is not a run folder (it has no run.json)")
         return Path(run).resolve()
     if run == "latest":
         run = LATEST[kind]
     path = out / run
-    if not (path / "run.json").exists():
+    if not run_record(path).exists():
         if run in LATEST.values():
             raise UserError(f"no {kind} run under {out} yet; run `invoke "
                             f"{KINDS[kind].task}` first")
         hint = (f"; for the run folder {run} here, give --run ./{run}"
-                if (Path(run) / "run.json").exists() else "")
+                if run_record(run).exists() else "")
         raise UserError(f"no run {run!r} under {out}{hint}")
     return path.resolve()
 
@@ -105,7 +106,7 @@ def run_folders(out, runs=("latest",), every=False):
     if every:
         out = results_root(out)
         found = sorted(p for p in out.iterdir()
-                       if not p.is_symlink() and (p / "run.json").exists()) \
+                       if not p.is_symlink() and run_record(p).exists()) \
             if out.is_dir() else []
         if not found:
             raise UserError(f"no runs under {out}")
@@ -131,7 +132,7 @@ def held(run_dir):
 def read_run(run_dir):
     """run.json of any format version, upgraded to the current one;
     UserError naming the file when it is not a run record."""
-    path = Path(run_dir) / "run.json"
+    path = run_record(run_dir)
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -276,7 +277,7 @@ def asked_spec(run_dir, job_id):
     """What the harness was asked to run for `job_id`, from its spec file
     (None when there is none or it is unreadable)."""
     try:
-        spec = json.loads((Path(run_dir) / f"{job_id}.spec.json").read_text())
+        spec = json.loads(JobPaths(run_dir, job_id).spec.read_text())
         return spec.get("cell", spec.get("convergence"))
     except (OSError, ValueError, AttributeError, RecursionError):
         return None
@@ -311,7 +312,7 @@ def not_its_own(entry, result, spec, kind=None):
     and its `cell` must be the job's: a file copied from another cell or
     edited is not reported, or kept by --resume, as this job. `kind`:
     the job's, when the caller knows it (else as `spec` looks)."""
-    name = f"{entry['id']}.json"
+    name = JobPaths.result_name(entry["id"])
     if entry["file"] != name:
         return f"run.json names {entry['file']} as its result, not {name}"
     if result is None:

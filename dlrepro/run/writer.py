@@ -9,9 +9,11 @@ from pathlib import Path
 from harness import provenance, resultfile
 from harness.blocks import new_result, utc_now
 
+from dlrepro.run.paths import JobPaths
+
 
 def result_path(run_dir, job_id):
-    return Path(run_dir) / f"{job_id}.json"
+    return JobPaths(run_dir, job_id).result
 
 
 def write_result(path, result):
@@ -61,7 +63,7 @@ def set_aside(path):
     """Move an invalid result file out of the way (`<id>.invalid.json`),
     kept for a person to look at; returns where it went."""
     path = Path(path)
-    kept = path.with_suffix(".invalid.json")
+    kept = JobPaths.invalid_of(path)
     os.replace(path, kept)
     return kept
 

@@ -6,31 +6,23 @@ ended. An engine never imports the pipeline."""
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 from dlrepro.run import nodeenv, runfolder
 from dlrepro.run.events import Events
+from dlrepro.run.life import JobLife
+from dlrepro.run.process import Processes
 
 
 @dataclass
 class Context:
     """One run's jobs as the pipeline hands them to an engine."""
     jobs: list
-    runtime: object
     run_dir: Path
     record: dict                    # run.json, written by the engine
     done: dict                      # {job id: entry} finished before
-    # A job that cannot run (unsupported here, its setup failed) ends at
-    # once: its written result, or None when it can run.
-    cannot_run: Callable
-    # Writes a job's spec file (and removes an old result) before it runs.
-    prepare: Callable
-    # Runs one job here to its final result: launch(job, engine).
-    launch: Callable
+    # Each job's life here (run/life.py): unrunnable, prepare, run, finish.
+    life: JobLife
     events: Events = field(default_factory=Events)
-    # A job's final result from its ended process (or its worker's word):
-    # finish(job, exit, launch, container, spec).
-    finish: Optional[Callable] = None
     # run.json's `isolation` (dlrepro.run.groups.summary): "cell",
     # "group", or {framework: mode}; each job's own is `job.isolation`.
     isolation: object = "cell"
@@ -51,6 +43,9 @@ class Engine(abc.ABC):
     # left is resumed by it alone, and its folder may hold files being
     # written by those jobs.
     detached: bool = False
+    # How the jobs it runs here run as processes (the life of the run's
+    # jobs takes them from here); a batch engine's run on its nodes.
+    processes: Processes = Processes()
 
     def check(self, jobs, isolation="cell"):
         """Fail (UserError) before any run folder exists when the jobs
@@ -74,9 +69,3 @@ class Engine(abc.ABC):
         on a node, from its environment `environ`: all the node entry
         (run/node.py) and the runtimes know of the engine."""
         return nodeenv.local()
-
-    def run(self, launch, log_path, timeout_s):
-        """Run one job's process here to its end (an Exit): the node side
-        of a remote engine uses the local engine's."""
-        raise NotImplementedError(f"the {self.name} engine runs no process "
-                                  f"here")

@@ -23,17 +23,19 @@ from pathlib import Path
 from harness import clocks
 
 from dlrepro.run import gpu_restore, groups, writer
+from dlrepro.run.events import Events
+from dlrepro.run.paths import JobPaths
+from dlrepro.run.process import Exit
 
-WORKER_LOG_SUFFIX = ".worker.log"
 OOM = "oom"
 
 
 def worker_clock_state(worker):
     """The clock-state file a worker keeps for its group: named after its
     first cell, as its log is (harness.clocks.group_state_path)."""
-    first = worker.log_path.name[:-len(WORKER_LOG_SUFFIX)]
+    first = JobPaths.first_of_worker_log(worker.log_path)
     return Path(clocks.group_state_path(
-        str(worker.log_path.with_name(f"{first}.clock-state.json"))))
+        str(JobPaths(worker.log_path.parent, first).clock_state)))
 
 
 def attempt_in_group(result, worker_pid, position):
@@ -111,12 +113,15 @@ class Process:
 
 
 class Grouped:
-    """Runs a local run's jobs through workers, one group per worker;
-    `launch(job)` replaces the pipeline's launch for each job."""
+    """Runs jobs through workers, one group per worker: `launch(job)`
+    takes the place of `life.run(job)` for a job of isolation `group`.
+    `processes` (run.process.Processes) says how a worker is started and
+    stopped, `life` (run.life.JobLife) prepares and finishes each job."""
 
-    def __init__(self, engine, context):
-        self.engine = engine
-        self.context = context
+    def __init__(self, processes, life, events=None):
+        self.processes = processes
+        self.life = life
+        self.events = events or Events()
         self.worker = None
         self.key = None
         # Cells fed to the current worker, this one included.
@@ -147,15 +152,15 @@ class Grouped:
 
     def _in_worker(self, job):
         """(the final result, the Exit) of `job`'s cell in the worker."""
-        run_dir = self.context.run_dir
-        container, spec = self.context.prepare(job)
-        launch = self.context.runtime.launch(job, run_dir)
+        run_dir = self.life.run_dir
+        container, spec = self.life.prepare(job)
+        launch = self.life.runtime.launch(job, run_dir)
         try:
             exit = self._run_cell(job, launch)
-            return self.context.finish(job, exit, self._told_by(launch),
-                                       container, spec), exit
+            return self.life.finish(job, exit, self._told_by(launch),
+                                    container, spec), exit
         finally:
-            self.context.runtime.cleanup(job, run_dir)
+            self.life.runtime.cleanup(job, run_dir)
 
     def _alone_after(self, job, attempt):
         """`job` measured again in a process of its own, as --isolation
@@ -166,13 +171,13 @@ class Grouped:
         first (its memory goes with it), and the group goes on in a fresh
         one. The result says so in its isolation block."""
         self.close()
-        self.context.events.log(
+        self.events.log(
             f"{job.id}: out of memory in its group's worker (pid "
             f"{attempt['worker_pid']}, cell {attempt['position']}); "
             f"measuring it again alone")
-        result = self.context.launch(job, self.engine)
+        result = self.life.run(job)
         return writer.annotated(
-            writer.result_path(self.context.run_dir, job.id), "isolation",
+            self.life.paths(job).result, "isolation",
             {"mode": "cell", "retried_alone_after": attempt}, result)
 
     def close(self):
@@ -181,7 +186,7 @@ class Grouped:
         ended."""
         worker, self.worker = self.worker, None
         if worker is not None:
-            worker.end(self.engine.grace_s())
+            worker.end(self.processes.grace_s)
             self._check_clocks(worker)
             self.ended.append(worker)
         self._clean_up_ended()
@@ -191,13 +196,13 @@ class Grouped:
         if it could not (killed, or dead before its end)."""
         message = gpu_restore.after_group(worker_clock_state(worker))
         if message:
-            self.context.events.log(message)
+            self.events.log(message)
 
     def _clean_up_ended(self):
         ended, self.ended = self.ended, []
         for worker in ended:
-            self.context.runtime.worker_cleanup(worker.first,
-                                                self.context.run_dir)
+            self.life.runtime.worker_cleanup(worker.first,
+                                             self.life.run_dir)
 
     def _told_by(self, launch):
         """The launch whose post_mortem tells how `launch`'s cell died: its
@@ -211,10 +216,10 @@ class Grouped:
     def _start(self, job, launch):
         self._clean_up_ended()
         self.last = None
-        run_dir = Path(self.context.run_dir)
-        runtime = self.context.runtime
+        run_dir = self.life.run_dir
+        runtime = self.life.runtime
         worker_launch = runtime.worker_launch(job, run_dir, launch)
-        log_path = run_dir / f"{job.id}.worker.log"
+        log_path = self.life.paths(job).worker_log
         try:
             with open(log_path, "ab") as log:
                 proc = subprocess.Popen(
@@ -222,7 +227,7 @@ class Grouped:
                     cwd=worker_launch.cwd, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                     start_new_session=True,
-                    preexec_fn=self.engine.child_setup)
+                    preexec_fn=self.processes.child_setup)
         except OSError:
             runtime.worker_cleanup(job, run_dir)
             raise
@@ -233,14 +238,13 @@ class Grouped:
         """Feed `job`'s spec to the worker (started if none runs) and wait
         for its cell to end: an Exit for collect, as if the cell had run
         in a process of its own."""
-        exit_type = self.engine.exit_type
         started = time.monotonic()
         if self.worker is None:
             try:
                 self._start(job, launch)
             except OSError as exc:
-                return exit_type(None, False, 0.0, f"{launch.argv[0]}: "
-                                 f"{exc.strerror or exc}")
+                return Exit(None, False, 0.0, f"{launch.argv[0]}: "
+                            f"{exc.strerror or exc}")
             self.position = 0
         worker = self.worker
         self.position += 1
@@ -252,13 +256,13 @@ class Grouped:
             raise
         finally:
             self._copy_log(worker, offset, job)
-        return exit_type(status, timed_out, time.monotonic() - started,
-                         pid=worker.proc.pid)
+        return Exit(status, timed_out, time.monotonic() - started,
+                    pid=worker.proc.pid)
 
     def _await_cell(self, job, launch, worker):
         """(exit status, timed out) of the cell: 0 once it is done, the
         worker's own status once it has gone."""
-        spec_path = Path(self.context.run_dir) / f"{job.id}.spec.json"
+        spec_path = self.life.paths(job).spec
         deadline = time.monotonic() + job.timeout_s
         if not worker.feed(spec_path):
             return self._gone(), False
@@ -293,15 +297,14 @@ class Grouped:
         if worker is None:
             return None
         self.ended.append(worker)
-        self.engine.stop(worker.proc, worker.launch)
+        self.processes.stop(worker.proc, worker.launch)
         self._check_clocks(worker)
         return worker.proc.returncode
 
     def _say_invalid(self, job, message):
         # What `run` prints for a spec it refuses, so that collect's
         # post-mortem quotes it.
-        log = Path(self.context.run_dir) / f"{job.id}.log"
-        with open(log, "a") as handle:
+        with open(self.life.paths(job).log, "a") as handle:
             handle.write(f"harness: error: {message}\n")
 
     def _copy_log(self, worker, offset, job):
@@ -311,8 +314,7 @@ class Grouped:
             with open(worker.log_path, "rb") as source:
                 source.seek(offset)
                 part = source.read()
-            with open(Path(self.context.run_dir) / f"{job.id}.log",
-                      "ab") as log:
+            with open(self.life.paths(job).log, "ab") as log:
                 log.write(part)
         except OSError:
             pass

@@ -9,6 +9,7 @@ import importlib
 from typing import Callable, NamedTuple, Optional
 
 from dlrepro.errors import UserError
+from dlrepro.run import paths
 from dlrepro.run.nodeenv import LOCAL
 
 RUNTIMES = {
@@ -135,8 +136,8 @@ def harness_args(job, results_dir):
     """The harness's command line after the interpreter, for a job whose
     files are in `results_dir` as the harness sees it."""
     return ["-s", "-m", "harness", job.harness_command,
-            "--spec", f"{results_dir}/{job.id}.spec.json",
-            "--out", f"{results_dir}/{job.id}.json"]
+            "--spec", paths.seen_in(results_dir, job.id)["spec"],
+            "--out", paths.seen_in(results_dir, job.id)["result"]]
 
 
 def worker_argv(argv, job, results_dir):

@@ -99,7 +99,7 @@ class SlurmEngine(Engine):
         for job in context.jobs:
             entry = by_id[job.id]
             if job.id not in context.done:
-                result = context.cannot_run(job)
+                result = context.life.unrunnable(job)
                 if result is None:
                     block = entry.get("slurm")
                     task = known.get((block["array_job_id"],
@@ -117,9 +117,9 @@ class SlurmEngine(Engine):
 
     def _submit(self, context, jobs):
         for job in jobs:
-            context.prepare(job)
+            context.life.prepare(job)
         blocks = submit.submit(self.options, self.runtime_options, jobs,
-                               context.runtime.name, context.run_dir,
+                               context.life.runtime.name, context.run_dir,
                                context.record)
         by_id = context.entries()
         for job in jobs:

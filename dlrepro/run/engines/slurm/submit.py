@@ -22,9 +22,10 @@ from harness.blocks import utc_now
 from dlrepro import ROOT
 from dlrepro.errors import UserError
 from dlrepro.run import groups
-from dlrepro.run.engines import local
+from dlrepro.run import process
 from dlrepro.run.engines.slurm import client
 from dlrepro.run.engines.slurm.options import Options
+from dlrepro.run.paths import JobPaths
 
 SLURM_DIR = "slurm"
 
@@ -102,7 +103,7 @@ def cell_limit_s(options, job):
     """Seconds Slurm gives one cell: --time-limit, else its timeout plus
     the runtime's preparation and the grace after SIGTERM."""
     given = options.time_limit and _slurm_seconds(options.time_limit)
-    return given or job.timeout_s + local.GRACE_S + 600
+    return given or job.timeout_s + process.GRACE_S + 600
 
 
 def task_limit(options, jobs):
@@ -170,7 +171,7 @@ def sbatch_args(options, array, run_dir, timeout_s):
     # The task's own timeout stops a hung job first; Slurm's limit
     # covers preparing the runtime and the grace after SIGTERM too.
     if array.tasks is None:
-        limit = o.time_limit or _minutes(timeout_s + local.GRACE_S + 600)
+        limit = o.time_limit or _minutes(timeout_s + process.GRACE_S + 600)
     else:  # the same for every task of a grouped array
         limit = task_limit(o, array.tasks[0])
     args.append(f"--time={limit}")
@@ -225,7 +226,7 @@ def submit(options, runtime_options, jobs, runtime_name, run_dir,
     for job in jobs:
         # A resubmitted multi-node job: its other nodes' results from
         # the earlier try must not be folded into this one's.
-        for stale in (Path(run_dir) / "nodes").glob(f"{job.id}.node*"):
+        for stale in JobPaths(run_dir, job.id).sides():
             stale.unlink()
     for n, array in enumerate(arrays(jobs, options), first):
         submission = folder / f"submit-{n}.json"

@@ -7,13 +7,13 @@ for a task Slurm cancelled, timed out, preempted, killed over its memory
 or lost with its node, a result whose status and reason come from Slurm,
 keeping whatever the harness measured first."""
 import time
-from pathlib import Path
 
 from harness import resultfile
 from harness.blocks import utc_now, utc_stamp
 
 from dlrepro.errors import UserError
 from dlrepro.run import collect, store, writer
+from dlrepro.run.paths import JobPaths
 from dlrepro.run.engines.slurm import client
 from dlrepro.run.events import Events
 
@@ -259,7 +259,7 @@ def finish(job, run_dir, task, block):
             message += f"; its result was invalid ({problem}), kept as " \
                        f"{kept.name}"
         elif state in ("FAILED", "COMPLETED") or task is None:
-            log = Path(run_dir) / f"{job.id}.log"
+            log = JobPaths(run_dir, job.id).log
             message += f"; it said: {collect.last_words(log)}"
         result = writer.synthesized(job, status, error_type, message)
     else:
