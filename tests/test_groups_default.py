@@ -10,8 +10,11 @@ import pytest
 
 from dlrepro.errors import UserError
 from dlrepro.run import groups, store
+from dlrepro.run.engines import ENGINES
 from groupcells import job
 from scripted import BENCH, invoke
+
+LOCAL = ENGINES["local"]
 
 NETWORKS = ("fcn5", "fcn-r")
 # PyTorch's default is cell, TensorFlow's group: one sweep with both.
@@ -82,22 +85,23 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
 def test_the_default_is_the_frameworks_where_groups_can_run(
         runtime, executor, expected):
     for framework, mode in expected.items():
-        assert groups.default_for(framework, runtime, executor) == mode
+        assert groups.default_for(framework, runtime,
+                                  ENGINES[executor]) == mode
 
 
 def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
     jobs = [job("a", framework=framework, isolation="cell")
             for framework in ("pytorch", "jax", "tensorflow")]
     assert [j.isolation for j in groups.assign(jobs, "cell", "native",
-                                               "local")] == ["cell"] * 3
+                                               LOCAL)] == ["cell"] * 3
     assert [j.isolation for j in groups.assign(jobs, "group", "native",
-                                               "local")] == ["group"] * 3
+                                               LOCAL)] == ["group"] * 3
     assert [j.isolation for j in groups.assign(jobs, None, "native",
-                                               "local")] == \
+                                               LOCAL)] == \
         ["cell", "cell", "group"]
-    assert groups.summary(groups.assign(jobs, None, "native", "local")) == \
+    assert groups.summary(groups.assign(jobs, None, "native", LOCAL)) == \
         {"pytorch": "cell", "jax": "cell", "tensorflow": "group"}
-    assert groups.summary(groups.assign(jobs, "group", "native", "local")) \
+    assert groups.summary(groups.assign(jobs, "group", "native", LOCAL)) \
         == "group"
     assert groups.summary([]) == "cell"
 

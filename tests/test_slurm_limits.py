@@ -267,4 +267,4 @@ def test_a_result_is_written_at_most_twice_and_validated_once(tmp_path):
         # Its spec file: written by the submitter, found as it is by the task.
         spec = name.replace(".json", ".spec.json")
         assert [line[2] for line in lines if line[0] == "write"
-                and line[1] == spec] == ["pipeline.py:_prepare_files"]
+                and line[1] == spec] == ["life.py:prepare"]

@@ -47,8 +47,9 @@ def bench(flags, command_line="", echo=print):
     runtime_options = {"python": flags.python} if flags.python else {}
     executor = command.executor_of(flags, suite, runtime_options)
     isolation = groups.mode_of(flags.isolation, suite)
-    groups.check(isolation, flags.runtime, flags.executor)
-    jobs = groups.assign(jobs, isolation, flags.runtime, flags.executor)
+    engine = command.engine_class(flags.executor)
+    groups.check(isolation, flags.runtime, engine)
+    jobs = groups.assign(jobs, isolation, flags.runtime, engine)
     if flags.dry_run:
         # The order the jobs will run in: a group's workers take theirs in
         # groups.order, not the plan's.

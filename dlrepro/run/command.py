@@ -8,6 +8,7 @@ from typing import Optional
 
 from dlrepro.errors import UserError
 from dlrepro.run import pipeline, progress
+from dlrepro.run.engines import ENGINES
 from dlrepro.run.engines.slurm.options import FLAGS as SLURM_FLAGS, Options
 
 
@@ -52,23 +53,20 @@ def executor_of(flags, suite, runtime_options):
         **{name: getattr(flags, name) for name in SLURM_FLAGS})
 
 
+def engine_class(executor):
+    """The Engine class --executor names (the registry, ENGINES, is the
+    one list of engines); UserError in one line for any other word."""
+    if executor not in ENGINES:
+        raise UserError(f"unknown executor {executor!r}; valid executors: "
+                        f"{', '.join(ENGINES)}")
+    return ENGINES[executor]
+
+
 def executor_for(executor, suite, runtime_options, no_wait, slurm_config,
                  **flags):
-    """The engine the flags ask for: None (local) or a SlurmEngine."""
-    if executor == "local":
-        given = [k for k, v in dict(flags, no_wait=no_wait,
-                                    slurm_config=slurm_config).items()
-                 if v not in (None, False)]
-        if given:
-            raise UserError(f"--{given[0].replace('_', '-')} needs "
-                            f"--executor slurm")
-        return None
-    if executor != "slurm":
-        raise UserError(f"unknown executor {executor!r}; valid executors: "
-                        f"local, slurm")
-    from dlrepro.run.engines import slurm
-    return slurm.SlurmEngine(slurm.options(flags, suite, slurm_config),
-                             runtime_options, wait=not no_wait)
+    """The engine the flags ask for."""
+    return engine_class(executor).from_flags(
+        suite, runtime_options, no_wait, slurm_config, **flags)
 
 
 def start(run, runtime, matrix, executor=None, events=None):

@@ -36,7 +36,6 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # or in one container per group (Runtime.worker_launch), locally or in one
 # Slurm array task per group.
 GROUP_RUNTIMES = ("native", "docker", "podman", "charliecloud")
-GROUP_ENGINES = ("local", "slurm")
 
 
 def mode_of(flag, suite):
@@ -52,17 +51,17 @@ def mode_of(flag, suite):
 
 def check(mode, runtime, executor):
     """Refuse, before any run folder exists, a group mode this host cannot
-    run yet."""
+    run yet: through `runtime` (its name) and `executor` (an Engine class,
+    dlrepro.run.engines.ENGINES)."""
     if mode != "group":
         return
     if runtime not in GROUP_RUNTIMES:
         raise UserError(f"--isolation group runs with --runtime "
                         f"{' or '.join(GROUP_RUNTIMES)} only for now, not "
                         f"{runtime}; use --isolation cell")
-    if executor not in GROUP_ENGINES:
-        raise UserError(f"--isolation group runs with --executor "
-                        f"{' or '.join(GROUP_ENGINES)} only for now, not "
-                        f"{executor}; use --isolation cell")
+    if not executor.runs_groups:
+        raise UserError(f"--isolation group does not run with --executor "
+                        f"{executor.name} yet; use --isolation cell")
 
 
 def default_for(framework, runtime, executor):
@@ -70,7 +69,7 @@ def default_for(framework, runtime, executor):
     GROUP_BY_DEFAULT's, where a group can run (its runtime and engine), else
     `cell`."""
     if (framework in GROUP_BY_DEFAULT and runtime in GROUP_RUNTIMES
-            and executor in GROUP_ENGINES):
+            and executor.runs_groups):
         return "group"
     return "cell"
 

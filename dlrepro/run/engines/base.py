@@ -7,6 +7,7 @@ import abc
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dlrepro.errors import UserError
 from dlrepro.run import nodeenv, runfolder
 from dlrepro.run.events import Events
 from dlrepro.run.life import JobLife
@@ -43,9 +44,28 @@ class Engine(abc.ABC):
     # left is resumed by it alone, and its folder may hold files being
     # written by those jobs.
     detached: bool = False
+    # It can feed a group's jobs to one worker (--isolation group).
+    runs_groups: bool = False
+    # Asked on Ctrl-C where jobs could be left running ("cancel them?" ->
+    # bool); None: never asked. The command sets it to ask on a terminal.
+    confirm = None
     # How the jobs it runs here run as processes (the life of the run's
     # jobs takes them from here); a batch engine's run on its nodes.
     processes: Processes = Processes()
+
+    @classmethod
+    def from_flags(cls, suite, runtime_options, no_wait, config, **flags):
+        """The engine the command line asks for: `flags` are the options of
+        a batch engine (today Slurm's, flaghelp.SLURM), `config` its TOML
+        file, `no_wait` to submit and leave; UserError in one line for one
+        this engine does not take."""
+        given = [k for k, v in dict(flags, no_wait=no_wait,
+                                    slurm_config=config).items()
+                 if v not in (None, False)]
+        if given:
+            raise UserError(f"--{given[0].replace('_', '-')} needs "
+                            f"--executor slurm")
+        return cls()
 
     def check(self, jobs, isolation="cell"):
         """Fail (UserError) before any run folder exists when the jobs

@@ -13,6 +13,7 @@ from dlrepro.run.process import Processes
 
 class LocalEngine(Engine):
     name = "local"
+    runs_groups = True
 
     def __init__(self, processes=None):
         # How a job's process is run and stopped (a test may time a job

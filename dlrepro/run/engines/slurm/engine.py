@@ -17,6 +17,7 @@ from dlrepro.run import groups, runfolder, writer
 from dlrepro.run.engines.base import Engine
 from dlrepro.run.engines.slurm import client, environment, submit
 from dlrepro.run.engines.slurm.options import Options
+from dlrepro.run.engines.slurm.options import options as options_from
 from dlrepro.run.engines.slurm.watch import POLL_S, Watch
 
 
@@ -24,6 +25,7 @@ class SlurmEngine(Engine):
     name = "slurm"
     node_env = staticmethod(environment.from_slurm)
     detached = True
+    runs_groups = True
 
     def __init__(self, options=None, runtime_options=None, wait=True,
                  confirm=None, poll_s=POLL_S):
@@ -38,6 +40,11 @@ class SlurmEngine(Engine):
         # After Ctrl-C: the arrays left queued or running (None: none
         # were being waited for).
         self.left_running = None
+
+    @classmethod
+    def from_flags(cls, suite, runtime_options, no_wait, config, **flags):
+        return cls(options_from(flags, suite, config), runtime_options,
+                   wait=not no_wait)
 
     def check(self, jobs=(), isolation=groups.DEFAULT):
         """Fail before a run folder exists when Slurm cannot be used or
