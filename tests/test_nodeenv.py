@@ -92,7 +92,7 @@ def test_a_rank_outside_the_host_list_is_one_line():
 def test_the_result_says_where_it_ran():
     block = node.where(from_slurm(TASK))
     assert {k: v for k, v in block.items() if k != "placement"} == {
-        "job_id": "41_0", "array_job_id": "41", "array_task_id": 0,
+        "name": "slurm", "job_id": "41_0", "array_job_id": "41", "array_task_id": 0,
         "slurm_job_id": "42", "node": "n1", "partition": "debug",
         "allocation": {k: v for k, v in sorted(TASK.items())
                        if k.startswith("SLURM")}}
@@ -142,7 +142,8 @@ def test_the_node_entry_runs_a_one_node_job_as_a_slurm_task(tmp_path):
     assert proc.returncode == 0, proc.stderr
     result = json.loads(path.read_text())
     assert result["status"] == "ok"
-    block = result["slurm"]
+    block = result["engine"]
+    assert block["name"] == "slurm" and "slurm" not in result
     assert (block["job_id"], block["array_task_id"], block["slurm_job_id"],
             block["node"], block["partition"]) == ("41_0", 0, "42", "n1",
                                                    "debug")
@@ -159,4 +160,4 @@ def test_a_setup_failure_names_the_node(tmp_path):
                                                            "SetupFailed")
     assert result["error"]["message"].startswith(
         f"on node n1: --python {tmp_path / 'nopython'}: no such interpreter")
-    assert result["slurm"]["job_id"] == "41_0"
+    assert result["engine"]["job_id"] == "41_0"

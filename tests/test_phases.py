@@ -261,15 +261,19 @@ def test_a_real_pytorch_cell_records_its_phases_in_order(tmp_path):
     assert "1 job (warm-up" in proc.stdout
 
 
-def slurm_polled(result, start, wall, seen_running=True, node_start=True):
+def slurm_polled(result, start, wall, seen_running=True, node_start=True,
+                 key="engine"):
     """A job a Slurm task ran from T0 + start for `wall` seconds, as the
     watcher's polls stamped it in run.json (2 s late each, its start
     unseen when the task's cell ended between two polls); its node side's
-    own window in the result's slurm block (`node_start`: with its start,
-    as node sides record it now)."""
-    result["slurm"] = {"wall_s": wall}
+    own window in the result's engine block (`node_start`: with its start,
+    as node sides record it now; `key`: "slurm" for results before the
+    block was engine-neutral)."""
+    result.pop("engine", None)
+    result.pop("slurm", None)
+    result[key] = {"wall_s": wall}
     if node_start:
-        result["slurm"]["started_epoch_s"] = T0 + start
+        result[key]["started_epoch_s"] = T0 + start
     entry = entry_of(result, start + 2.0, start + wall + 2.0)
     if not seen_running:
         entry["started_at"] = None
@@ -277,10 +281,11 @@ def slurm_polled(result, start, wall, seen_running=True, node_start=True):
     return entry
 
 
+@pytest.mark.parametrize("key", ["engine", "slurm"])
 def test_a_slurm_jobs_window_is_its_node_sides_not_the_watchers_polls(
-        make_cell):
+        make_cell, key):
     result = cell_result(make_cell, OK)
-    entry = slurm_polled(result, 0.2, 10.0)
+    entry = slurm_polled(result, 0.2, 10.0, key=key)
     assert phases.window_of(entry, result) == (T0 + 0.2, T0 + 10.2)
     spent = phases.job_spent(entry, result)
     assert spent["interpreter"] == pytest.approx(1.0)
@@ -288,7 +293,7 @@ def test_a_slurm_jobs_window_is_its_node_sides_not_the_watchers_polls(
     assert spent["before the process"] == pytest.approx(0.8)
     # An older result without the node's start: its wall time around its
     # phases, not after the watcher's late stamps.
-    older = slurm_polled(result, 0.2, 10.0, node_start=False)
+    older = slurm_polled(result, 0.2, 10.0, node_start=False, key=key)
     start, end = phases.window_of(older, result)
     assert start <= T0 + OK["process_start"]
     assert end >= T0 + OK["result_written"]

@@ -39,7 +39,7 @@ def placed(out, network):
     found = result(out, network)
     isolation = found.get("isolation") or {}
     return (found["status"], isolation.get("position"),
-            isolation.get("worker_pid"), (found.get("slurm") or {}).get(
+            isolation.get("worker_pid"), (found.get("engine") or {}).get(
                 "job_id"))
 
 
@@ -147,7 +147,7 @@ def finished(out, name):
         found = json.loads(Path(path).read_text()) if path else None
     except ValueError:
         return None
-    return found if found and "wall_s" in (found.get("slurm") or {}) \
+    return found if found and "wall_s" in (found.get("engine") or {}) \
         else None
 
 
@@ -258,9 +258,9 @@ def test_each_frameworks_default_in_one_submission(tmp_path):
     torch = [r for i, r in found.items() if i.startswith("pytorch-")]
     assert sorted(r["isolation"]["position"] for r in tf) == [1, 2]
     assert len({r["isolation"]["worker_pid"] for r in tf}) == 1
-    assert len({r["slurm"]["job_id"] for r in tf}) == 1
+    assert len({r["engine"]["job_id"] for r in tf}) == 1
     assert all("isolation" not in r for r in torch)
-    assert len({r["slurm"]["job_id"] for r in torch}) == 2
+    assert len({r["engine"]["job_id"] for r in torch}) == 2
     # Each job's window is its node side's: it holds the job's phases,
     # and run.json has a start even for a cell that ended between polls.
     # (The process's start is read in the kernel's clock ticks placed by

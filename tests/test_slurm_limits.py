@@ -76,7 +76,7 @@ def test_gpu_freq_is_asked_of_slurm_and_recorded(tmp_path):
     assert "--gpu-freq=high" in record(tmp_path)["slurm"]["arrays"][0][
         "sbatch"]
     # No GPU here: telemetry saw nothing, and says so.
-    assert result(tmp_path, "fcn5")["slurm"]["gpu_freq"] == {
+    assert result(tmp_path, "fcn5")["engine"]["gpu_freq"] == {
         "asked": "high", "seen": None}
 
 

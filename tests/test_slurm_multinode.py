@@ -117,7 +117,7 @@ def test_two_nodes_equal_one_node_two_workers(framework, tmp_path):
     assert _max_relative(loss_a, loss_b) <= RELATIVE_TOLERANCE, \
         (loss_a, loss_b)
     # Both nodes, their addresses and interfaces, and the network used.
-    nodes = b["slurm"]["nodes"]
+    nodes = b["engine"]["nodes"]
     assert [(n["rank"], n["host"], n["address"], n["interface"], n["status"])
             for n in nodes] == [(0, "n1", ADDRESSES[0], "eth0", "ok"),
                                 (1, "n2", ADDRESSES[1], "eth0", "ok")]
@@ -184,8 +184,8 @@ def test_a_node_killed_mid_run_ends_the_job_with_its_reason(tmp_path):
         block["completed_iterations"] - 1
     assert block["final_train_loss"] == block["per_epoch"][-1]["train_loss"]
     assert (run_dir / "pytorch-fcn-r-w2-n2.log").read_text()
-    assert result["slurm"]["nodes"][0]["status"] == "error"
-    nodes = result["slurm"]["nodes"]
+    assert result["engine"]["nodes"][0]["status"] == "error"
+    nodes = result["engine"]["nodes"]
     assert nodes[1]["status"] == "error"
     assert "pytorch-fcn-r-w2-n2: error" in output
 
@@ -219,7 +219,7 @@ def test_a_node_that_never_starts_ends_the_job_with_the_reason(tmp_path):
     assert message.startswith("node 1 (n2) failed: wrote no result"), message
     # Node 0's own reason names the rendezvous (or the peer) it waited for.
     assert "node 0 (n1)" in message
-    nodes = result["slurm"]["nodes"]
+    nodes = result["engine"]["nodes"]
     assert nodes[1]["status"] is None
     assert not node_pids("n2", "dlrepro.run.node slurm")
 
@@ -256,10 +256,10 @@ def test_a_taken_port_ends_the_job_with_the_reason(tmp_path):
     run_dir, result = _result(tmp_path, "pytorch-fcn-r-w2-n2")
     assert result["status"] == "error", out.stdout
     assert result["error"]["type"] == "PortTaken"
-    port = result["slurm"]["cluster"]["port"]
+    port = result["engine"]["cluster"]["port"]
     assert port + 3 in taken
     assert result["error"]["message"].startswith(
         f"port {port + 3} on node n1 (10.213.0.11) is taken by another "
         f"process; the job's rendezvous uses ports {port}-{port + 9}")
-    assert result["slurm"]["nodes"][0]["status"] == "error"
+    assert result["engine"]["nodes"][0]["status"] == "error"
     assert "pytorch-fcn-r-w2-n2: error" in out.stdout

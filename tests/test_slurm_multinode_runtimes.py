@@ -124,7 +124,7 @@ def test_two_nodes_equal_one_node_two_workers_in_containers(runtime, root,
     assert b["convergence"]["nodes"] == 2
     assert b["convergence"]["workers_per_node"] == 1
     # Both nodes, their addresses and interfaces.
-    nodes = b["slurm"]["nodes"]
+    nodes = b["engine"]["nodes"]
     assert [(n["rank"], n["host"], n["address"], n["interface"], n["status"])
             for n in nodes] == [(0, "n1", ADDRESSES[0], "eth0", "ok"),
                                 (1, "n2", ADDRESSES[1], "eth0", "ok")]
@@ -197,7 +197,7 @@ def test_a_node_killed_in_its_container_ends_the_job_and_leaves_none(
         result["error"]
     assert "the container exited with status 137" in \
         result["error"]["message"]
-    assert [n["status"] for n in result["slurm"]["nodes"]] == ["error",
+    assert [n["status"] for n in result["engine"]["nodes"]] == ["error",
                                                                "error"]
     assert not _podman_containers(run_dir.name)
     assert not node_pids("n1", "harness converge")

@@ -194,7 +194,7 @@ def test_node_zero_folds_the_other_nodes_into_the_jobs_result(tmp_path):
         "type": "NodeFailed", "message": "node 1 (n2) ended error: killed "
                                          "by SIGKILL; node 0 (n1): signal 15"}
     assert [(n["rank"], n["host"], n["status"], n["result"])
-            for n in result["slurm"]["nodes"]] == [
+            for n in result["engine"]["nodes"]] == [
         (0, "n1", "error", "pytorch-fcn-r-w2-n2.json"),
         (1, "n2", "error", "nodes/pytorch-fcn-r-w2-n2.node1.json")]
     result = _fold(tmp_path / "b", ("error", "Rendezvous", "1/2 joined"),

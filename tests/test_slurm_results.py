@@ -111,7 +111,7 @@ def test_converge_via_slurm(tmp_path):
     for entry in rec["jobs"]:
         assert entry["status"] == "ok", entry["message"]
         got = json.loads((run_dir / entry["file"]).read_text())
-        assert got["slurm"]["node"] and got["convergence"]
+        assert got["engine"]["node"] and got["convergence"]
     assert (run_dir / "convergence.json").exists()
 
 

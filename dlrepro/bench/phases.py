@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from harness import phases as harness_phases
 
+from dlrepro.run import nodeenv
+
 # The stretch ending at each moment, by name; "end" is the job's end.
 NAMES = {
     "process_start": "before the process",
@@ -102,7 +104,7 @@ def window_of(entry, result):
     group never seen running); else `job_window`."""
     result = result or {}
     block = result.get("phases")
-    slurm = result.get("slurm") or {}
+    slurm = nodeenv.block_of(result)
     wall = slurm.get("wall_s")
     if wall is not None and slurm.get("started_epoch_s") is not None:
         start = slurm["started_epoch_s"]

@@ -24,7 +24,7 @@ from harness import networks
 from harness.errors import HarnessError
 
 from dlrepro.errors import UserError
-from dlrepro.run import store, writer
+from dlrepro.run import nodeenv, store, writer
 from dlrepro.run.paths import JobPaths
 # Base ports: PORT_BASE + (job id mod PORT_SLOTS) * PORT_SPAN; a framework
 # may use port .. port + PORT_SPAN - 1.
@@ -127,13 +127,13 @@ def cluster_of(node, runtime_name, timeout_s):
 
 
 def node_entry(cluster, rank, result, path, run_dir):
-    """One node in the job's slurm block: where it was, how its part ended
+    """One node in the job's engine block: where it was, how its part ended
     and where its result is (relative to the run folder)."""
     error = (result or {}).get("error") or {}
-    # The harness's record of its cluster (the slurm block may not be
+    # The harness's record of its cluster (the engine block may not be
     # added yet when node 0 reads the file).
     seen = (((result or {}).get("convergence") or {}).get("cluster") or
-            ((result or {}).get("slurm") or {}).get("cluster") or {})
+            nodeenv.block_of(result).get("cluster") or {})
     return {"rank": rank, "host": cluster["hosts"][rank],
             "address": cluster["addresses"][rank],
             "interface": seen.get("interface"),
@@ -181,7 +181,7 @@ def _keeps_state_per_worker(result):
 
 def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S, result=None):
     """Node 0: the other nodes' outcomes into the job's result (`result`,
-    not yet written, else the valid file at `path`; and its slurm block's
+    not yet written, else the valid file at `path`; and its engine block's
     list of nodes), written to `path`. Returns the job's status."""
     if result is None:
         result, _problem = store.read_result(path)
@@ -223,8 +223,9 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S, result=None):
         result["status"] = "error"
         result["error"] = {"type": "ReplicasDiverged",
                            "message": disagreement}
-    block = dict(result.get("slurm") or {})
+    block = dict(nodeenv.block_of(result))
     block["nodes"] = entries
     block["cluster"] = cluster
-    writer.annotated(path, "slurm", block, result)
+    result.pop(nodeenv.OLD_BLOCK, None)
+    writer.annotated(path, nodeenv.BLOCK, block, result)
     return result["status"]

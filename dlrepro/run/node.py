@@ -41,7 +41,7 @@ from pathlib import Path
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import cluster as cluster_mod
-from dlrepro.run import runtimes, store, writer
+from dlrepro.run import nodeenv, runtimes, store, writer
 from dlrepro.run.engines.grouped import Grouped
 from dlrepro.run.job import Job, Placement
 from dlrepro.run.life import JobLife
@@ -95,6 +95,7 @@ def where(node):
     except (AttributeError, OSError):
         cpus = None
     return {
+        "name": node.engine,
         "job_id": f"{node.array_id}_{node.task}",
         "array_job_id": node.array_id,
         "array_task_id": node.task,
@@ -130,7 +131,7 @@ def annotated(path, block, gpu_freq, started, result=None):
     if result is None:
         result, _problem = store.read_result(path)
     if result is not None:
-        result["slurm"] = dict(
+        result[nodeenv.BLOCK] = dict(
             block, started_epoch_s=round(started[0], 3),
             wall_s=round(time.monotonic() - started[1], 3),
             gpu_freq={"asked": gpu_freq, "seen": seen_clocks(result)})

@@ -53,3 +53,18 @@ def local():
 
 
 LOCAL = local()
+
+
+# The result's block of where its job ran, written by the node entry (or by
+# the engine's watcher for a job whose node side wrote none): the engine's
+# name and its ids, the node, the allocation, the job's window on the node.
+# Results before it was engine-neutral kept it under "slurm".
+BLOCK = "engine"
+OLD_BLOCK = "slurm"
+
+
+def block_of(result):
+    """A result's engine block ({} where it has none), under either key."""
+    result = result or {}
+    return result.get(BLOCK) or result.get(OLD_BLOCK) or {}
+

@@ -12,7 +12,7 @@ from harness import resultfile
 from harness.blocks import utc_now, utc_stamp
 
 from dlrepro.errors import UserError
-from dlrepro.run import collect, store, writer
+from dlrepro.run import collect, nodeenv, store, writer
 from dlrepro.run.paths import JobPaths
 from dlrepro.run.engines.slurm import client
 from dlrepro.run.events import Events
@@ -130,7 +130,7 @@ class Watch:
     def _ended_in_task(self, job):
         """Whether a job whose task still runs has its final result: a
         group's cell done while the task goes on to the next (its node
-        side wrote it, with its slurm block, the moment it ended). Only a
+        side wrote it, with its engine block, the moment it ended). Only a
         result no Slurm state could change ends it early (an `oom` one
         waits: Slurm's OUT_OF_MEMORY adds why to its message)."""
         path = writer.result_path(self.context.run_dir, job.id)
@@ -141,7 +141,7 @@ class Watch:
         except (OSError, ValueError, RecursionError):
             return False
         return isinstance(result, dict) and \
-            "wall_s" in (result.get("slurm") or {}) and \
+            "wall_s" in nodeenv.block_of(result) and \
             result.get("status") in store.DONE_STATUSES and \
             result.get("status") != "oom"
 
@@ -182,7 +182,7 @@ def _label(task):
 def _started(result):
     """When the job's node side started it, stamped as run.json stamps,
     or None."""
-    at = (result.get("slurm") or {}).get("started_epoch_s")
+    at = nodeenv.block_of(result).get("started_epoch_s")
     return None if at is None else utc_stamp(at)
 
 
@@ -190,25 +190,25 @@ def _finished(result):
     """When the job ended on its node (its start there and its wall time),
     stamped as run.json stamps, or None: the watcher sees the end only at
     its next poll, up to POLL_S later."""
-    block = result.get("slurm") or {}
+    block = nodeenv.block_of(result)
     at, wall = block.get("started_epoch_s"), block.get("wall_s")
     return None if at is None or wall is None else utc_stamp(at + wall)
 
 
 def _wall(result):
     """Seconds the job took in its task, as the task measured them."""
-    return (result.get("slurm") or {}).get("wall_s")
+    return nodeenv.block_of(result).get("wall_s")
 
 
 def task_result(path):
     """(result, problem) of a task's result file. One its node side wrote
-    (its slurm block has the task's wall_s) was validated there before it
+    (its engine block has the task's wall_s) was validated there before it
     was written, and is not validated again."""
     try:
         result = resultfile.load(str(path))
     except (OSError, ValueError, RecursionError):
         result = None
-    if isinstance(result, dict) and "wall_s" in (result.get("slurm") or {}):
+    if isinstance(result, dict) and "wall_s" in nodeenv.block_of(result):
         return result, None
     return store.read_result(path)
 
@@ -244,7 +244,7 @@ def finish(job, run_dir, task, block):
         # went over its memory (--mem, or the partition's default).
         result["error"]["message"] += f"; Slurm: the task went over its " \
                                       f"memory limit ({said})"
-        result.setdefault("slurm", dict(block))
+        result.setdefault(nodeenv.BLOCK, dict(block, name="slurm"))
         return writer.write_result(path, result)
     if result is not None and result["status"] in store.DONE_STATUSES:
         return result
@@ -265,5 +265,5 @@ def finish(job, run_dir, task, block):
     else:
         result["status"] = status
         result["error"] = {"type": error_type, "message": message}
-    result.setdefault("slurm", dict(block))
+    result.setdefault(nodeenv.BLOCK, dict(block, name="slurm"))
     return writer.write_result(path, result)
