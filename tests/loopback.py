@@ -8,8 +8,10 @@ import socket
 from pathlib import Path
 
 from harness import spec as hspec
-# Each MXNet worker's first steps, key by key, to trace_path(PREFIX, rank).
-from harness.frameworks.mxnet.parallel import TRACE_ENV, trace_path  # noqa: F401
+# Each MXNet worker's first steps, key by key, to trace_path(PREFIX, rank)
+# (TRACE_ENV names PREFIX).
+from harness.frameworks.mxnet.parallel import (  # noqa: F401
+    TRACE_ENV, trace_path)
 
 
 def free_port(span=hspec.CLUSTER_PORTS):
