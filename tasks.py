@@ -25,7 +25,7 @@ def user_errors(fn):
     """Turn dlrepro's UserError into invoke's Exit (message, status 2), and
     Ctrl-C into a line saying what was kept and how to resume (status 130,
     as shells report SIGINT), and a run with no usable result into a line
-    and status 1 (README.md, "Exit status")."""
+    and status 1 (docs/running.md, "Exit status")."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from dlrepro.run.pipeline import Interrupted

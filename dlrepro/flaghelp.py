@@ -32,7 +32,7 @@ BENCH = {
                  "in one harness worker); default: the suite's "
                  "`isolation`, else each framework's: group for "
                  "tensorflow and caffe, cell otherwise "
-                 "(README, Grouped execution)",
+                 "(docs/isolation.md)",
     "framework": "framework to run (repeatable, or comma-separated)",
     "all": "run every framework in dockerfiles/matrix.toml",
     "profile": "matrix profile (default: cpu for CPU cells; for GPU cells the "

@@ -15,9 +15,9 @@ import pytest
 
 import processes
 import waits
+from loopback import cluster as cluster_object, free_port
 from multinodeenv import (BATCH, MULTI_NODE, RENDEZVOUS_S, TRAIN, conv_spec,
                           finish, mnist, start_node)
-from benchmarks.multinode_repeat import cluster as cluster_object, free_port
 from harness.frameworks import dataparallel
 
 

@@ -10,8 +10,8 @@ import subprocess
 import jsonschema
 import pytest
 
+from loopback import cluster as cluster_object, free_port
 from multinodeenv import MULTI_NODE, conv_spec, finish, mnist, start_node
-from benchmarks.multinode_repeat import cluster as cluster_object, free_port
 from harness import frameworks
 from harness import spec as hspec
 from harness.errors import HarnessError

@@ -13,10 +13,10 @@ import jsonschema
 import pytest
 
 import processes
+from loopback import (TRACE_ENV, cluster as cluster_object, first_steps,
+                      free_port, trace_lines)
 from multinodeenv import (BATCH, MULTI_NODE, RENDEZVOUS_S, TRAIN, conv_spec,
                           finish, mnist, start_node)
-from benchmarks.multinode_repeat import (TRACE_ENV, cluster as cluster_object,
-                                         first_steps, free_port, trace_lines)
 from harness import networks
 
 

@@ -1,4 +1,4 @@
-"""What benchmarks/mxnet_first_update.py and mxnet_kvstore_stress.py share:
+"""What mxnet_first_update.py and mxnet_kvstore_stress.py share:
 two MXNet "nodes" on one machine, started as harness/frameworks/mxnet/
 parallel.py starts them (a ps-lite scheduler and server, one worker per
 node on 127.0.0.1), each worker running the calling script's own worker

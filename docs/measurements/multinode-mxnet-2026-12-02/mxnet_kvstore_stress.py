@@ -1,7 +1,8 @@
 """MXNet's two-node training, stripped to its invariant and run many times:
 after every step, do both workers hold bit-identical weights?
 
-    .venvs/mxnet-cpu/bin/python benchmarks/mxnet_kvstore_stress.py \
+    .venvs/mxnet-cpu/bin/python \
+        docs/measurements/multinode-mxnet-2026-12-02/mxnet_kvstore_stress.py \
         [--launches 20] [--steps 200] [--load 2] [--network fcn-r]
 
 Each launch starts what harness/frameworks/mxnet/parallel.py starts on two
@@ -14,7 +15,7 @@ digests must be identical at every step; the first step where they differ
 is printed. `--load K` runs K busy-looping processes beside each launch.
 
 `--pull-priority P --busy N` try to force one suspected race (issue 23,
-item 15; docs/multinode.md): Gluon's Trainer initialises each key inside
+item 15; README.md beside this script): Gluon's Trainer initialises each key inside
 its first step, a pull into the weights beside that step's gradient
 pushpull, and the server holds gradient sums once a round of them is in.
 With the pull at priority P and N matrix products queued first on ps-lite
@@ -31,10 +32,12 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This folder is docs/measurements/<topic>/ of the repository.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 
-from benchmarks import mxnet_two_nodes as two_nodes  # noqa: E402
+import mxnet_two_nodes as two_nodes  # noqa: E402  (beside this script)
 
 
 def delay_broadcast_pulls(kvstore, priority):

@@ -11,7 +11,8 @@ cells after the first, from its cell-start to its cell-done line) and of its
 model build (the phases model_built - framework_imported), and the measured
 fraction (warm-up and timed iterations over the sweep's wall time).
 
-    .venv/bin/python benchmarks/worker_vs_cell.py [--rounds 2] [--threads 2]
+    .venv/bin/python docs/measurements/isolation-2026-12-02/worker_vs_cell.py \
+        [--rounds 2] [--threads 2]
         [--python .venvs/pytorch-cpu/bin/python] [--out results/worker-vs-cell]
 """
 import argparse
@@ -22,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# This folder is docs/measurements/<topic>/ of the repository.
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from harness.resultfile import write_atomic  # noqa: E402

@@ -1,8 +1,9 @@
 """MXNet's two-node first updates, many times over: which array goes wrong
 when a two-node run's first update saturates the model (issue 23, item 15;
-docs/multinode.md, "MXNet across two nodes")?
+README.md beside this script)?
 
-    .venvs/mxnet-cpu/bin/python benchmarks/mxnet_first_update.py \
+    .venvs/mxnet-cpu/bin/python \
+        docs/measurements/multinode-mxnet-2026-12-02/mxnet_first_update.py \
         [--launches 40] [--steps 3] [--load 2] [--keep DIR]
 
 Each launch starts what harness/frameworks/mxnet/parallel.py starts on two
@@ -23,14 +24,15 @@ plus node1's. `--gluon-init` runs the code before
 _broadcast_before_training (Gluon's Trainer initialises the keys inside
 its first step), which every divergence seen so far may have had.
 
-    .venvs/mxnet-cpu/bin/python benchmarks/mxnet_first_update.py \
+    .venvs/mxnet-cpu/bin/python \
+        docs/measurements/multinode-mxnet-2026-12-02/mxnet_first_update.py \
         --what-if DIR/launch1-rank0.npz DIR/launch1-rank1.npz
 
 prints the second iteration's loss after first updates made of the wrong
 arrays a kvstore mix-up could give (a node's gradient missing or counted
 twice, the weights added, no 1/64, weights replaced by gradients): which
-of them can give the 1478.0 of docs/multinode.md; with `--closest-to
-1478.0`, also the choices of weights replaced by gradients, key by key,
+of them can give the 1478.0 of README.md beside this script; with
+`--closest-to 1478.0`, also the choices of weights replaced by gradients, key by key,
 that come nearest (1024 second losses: minutes).
 """
 import argparse
@@ -38,10 +40,12 @@ import os
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# This folder is docs/measurements/<topic>/ of the repository.
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 
-from benchmarks import mxnet_two_nodes as two_nodes  # noqa: E402
+import mxnet_two_nodes as two_nodes  # noqa: E402  (beside this script)
 
 
 def snapshot(trainer, params, tag, arrays):

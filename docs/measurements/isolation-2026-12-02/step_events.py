@@ -8,9 +8,11 @@ Runs inside a framework's environment, with the repository on PYTHONPATH,
 once per process; compare a network alone with the same network after
 others:
 
-    PYTHONPATH=. .venvs/jax-cpu/bin/python benchmarks/step_events.py \\
+    PYTHONPATH=. .venvs/jax-cpu/bin/python \\
+        docs/measurements/isolation-2026-12-02/step_events.py \\
         --framework jax alexnet-r:16
-    PYTHONPATH=. .venvs/jax-cpu/bin/python benchmarks/step_events.py \\
+    PYTHONPATH=. .venvs/jax-cpu/bin/python \\
+        docs/measurements/isolation-2026-12-02/step_events.py \\
         --framework jax lstm:8 alexnet-r:16
 
 --unsettled leaves Python's collector as it was before harness.collector

@@ -1,9 +1,11 @@
 """Two-node training run many times, each against one node with two workers:
-how often do the curves disagree?  (docs/multinode.md, "MXNet across two
-nodes": the divergence this was written to reproduce.)
+how often do the curves disagree?  (README.md beside this script,
+"MXNet across two nodes": the divergence this was written to reproduce.)
 
-    .venv/bin/python benchmarks/multinode_repeat.py --framework mxnet \
-        --runs 20 [--epochs 2] [--load 2] [--seed 5] [--out FILE] [--slurm]
+    .venv/bin/python \
+        docs/measurements/multinode-mxnet-2026-12-02/multinode_repeat.py \
+        --framework mxnet --runs 20 [--epochs 2] [--load 2] [--seed 5]
+        [--out FILE] [--slurm]
 
 Harness level, as tests/test_multinode_harness_*.py run it: two node
 processes of `python -m harness converge` on 127.0.0.1 / lo, each with its
@@ -22,21 +24,21 @@ prints them, and `--out` keeps every run's.
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+# This folder is docs/measurements/<topic>/ of the repository; the
+# loopback cluster is the tests' own (tests/loopback.py).
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from dlrepro.converge import plan as conv_plan  # noqa: E402
-from harness import spec as hspec  # noqa: E402
-# Each MXNet worker's first steps, key by key, to trace_path(PREFIX, rank).
-from harness.frameworks.mxnet.parallel import (  # noqa: E402,F401
-    TRACE_ENV, trace_path)
+from loopback import (TRACE_ENV, cluster, first_steps,  # noqa: E402
+                      free_port, trace_lines)
 
 TOLERANCE = 1e-3
 
@@ -48,40 +50,6 @@ def spec(framework, workers, nodes, epochs, seed):
                           test_samples=256, runtime="native",
                           timeout=900)[0].spec
     return dict(conv, nodes=nodes)
-
-
-def free_port(span=hspec.CLUSTER_PORTS):
-    """A base port whose `span` ports are free now (the frameworks may use
-    port..port+span-1); tests/test_multinode_harness_*.py's too."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + span < 65536 and all(_free(base + i) for i in range(span)):
-            return base
-    raise RuntimeError("no free port range")
-
-
-def _free(port):
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def cluster(nodes, rank, port, timeout_s=None):
-    """The cluster object the Slurm executor writes per node, on this
-    machine's loopback (tests/test_multinode_harness_*.py's too)."""
-    described = {"nodes": nodes, "node_rank": rank,
-               "hosts": ["node{}".format(r) for r in range(nodes)],
-               "addresses": ["127.0.0.1"] * nodes,
-               "coordinator": "127.0.0.1", "port": port, "interface": "lo",
-               "network": "loopback of the test machine (one host)"}
-    if timeout_s is not None:
-        described["timeout_s"] = timeout_s
-    return described
 
 
 def start(python, conv, cluster_object, out, trace=None):
@@ -99,40 +67,6 @@ def start(python, conv, cluster_object, out, trace=None):
             env=env, stdout=log, stderr=subprocess.STDOUT)
     finally:
         log.close()
-
-
-def first_steps(prefix, nodes=2):
-    """The MXNet workers' traces of their first steps, per node (empty
-    where there is none)."""
-    traced = []
-    for rank in range(nodes):
-        path = Path(trace_path(prefix, rank))
-        traced.append([json.loads(line) for line in
-                       path.read_text().splitlines()] if path.exists()
-                      else [])
-    return traced
-
-
-def trace_lines(traced):
-    """Per step and key: both nodes' own gradient sums, the pulled sums
-    (which must equal their total), the largest pulled magnitude and
-    each node's weights' largest magnitude after the step."""
-    lines = []
-    for steps in zip(*traced):
-        for keys in zip(*(step["keys"] for step in steps)):
-            own = [k["own_gradient"]["sum"] for k in keys]
-            lines.append(
-                "  step {} key {} {}: own sums {} (total {:.6g}), pulled "
-                "sums {}, pulled max {}, weights max {}".format(
-                    steps[0]["step"], keys[0]["key"], keys[0]["name"],
-                    " ".join("{:.6g}".format(v) for v in own), sum(own),
-                    " ".join("{:.6g}".format(k["pulled_sum"]["sum"])
-                             for k in keys),
-                    " ".join("{:.3g}".format(k["pulled_sum"]["max_abs"])
-                             for k in keys),
-                    " ".join("{:.3g}".format(k["weights_after"]["max_abs"])
-                             for k in keys)))
-    return lines
 
 
 def result(out, process, limit=900):
