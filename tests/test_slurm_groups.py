@@ -274,7 +274,7 @@ def test_each_frameworks_default_in_one_submission(tmp_path):
         assert entry["started_at"] is not None, entry["id"]
         # Its start and end as the node side saw them, not the watcher's
         # polls.
-        node = mine["slurm"]
+        node = mine["engine"]
         assert (entry["started_at"], entry["finished_at"]) == (
             utc_stamp(node["started_epoch_s"]),
             utc_stamp(node["started_epoch_s"] + node["wall_s"])), entry["id"]

@@ -52,7 +52,7 @@ def test_pytorch_cells_via_slurm_match_a_local_run(tmp_path):
         here, there = (result(tmp_path / "local", network),
                        result(tmp_path / "slurm", network))
         assert here["status"] == "ok", here["error"]
-        slurm = there.pop("slurm")
+        slurm = there.pop("engine")
         assert comparable(here) == comparable(there)
         assert slurm["node"] == socket.gethostname().split(".")[0]
         assert slurm["allocation"]["SLURM_JOB_ID"] == slurm["slurm_job_id"]
@@ -85,7 +85,7 @@ def test_docker_cells_via_slurm_match_a_local_run(cpu_images, tmp_path):
     here, there = (result(tmp_path / "local", "fcn-r"),
                    result(tmp_path / "slurm", "fcn-r"))
     assert here["status"] == "ok", here["error"]
-    assert there.pop("slurm")["node"]
+    assert there.pop("engine")["node"]
     assert comparable(here) == comparable(there)
     assert there["environment"]["container"]["image"] == \
         cpu_images["pytorch"]
