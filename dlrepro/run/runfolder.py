@@ -44,6 +44,53 @@ def ensure_writable(out):
     return out
 
 
+# What a run folder holds beyond "<job id>": the longest name written
+# beside a job's id ("<id>.node<rank>.clock-state.json", the rank given
+# four digits), and the deepest folder under the run folder (nodes/).
+_SUFFIX_ROOM = len(".node9999.clock-state.json")
+_SUBFOLDER = "nodes"
+
+
+def _limits(path):
+    """(NAME_MAX, PATH_MAX) of the filesystem `path` (or the nearest folder
+    above it that exists) is on."""
+    probe = Path(os.path.abspath(path))
+    while not os.path.isdir(probe) and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return (os.pathconf(probe, "PC_NAME_MAX"),
+                os.pathconf(probe, "PC_PATH_MAX"))
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def check_room(out, name, job_ids):
+    """Refuse, before anything runs, a results root under which the files
+    of a run named `name` with `job_ids` would pass the filesystem's limit
+    on a name or a path: mid-run, the first file past it would fail
+    (ENAMETOOLONG) with cells already measured."""
+    root = Path(os.path.abspath(os.path.expanduser(results_root(out))))
+    name_max, path_max = _limits(root)
+    longest_id = max((len(os.fsencode(i)) for i in job_ids), default=0)
+    run_folder = len(os.fsencode(new_run_id(name)))
+    for part in root.parts[1:]:
+        if len(os.fsencode(part)) > name_max:
+            raise UserError(f"--out names a folder of {len(part)} "
+                            f"characters ({part[:24]}...): over this "
+                            f"filesystem's limit of {name_max} for a name")
+    if max(run_folder, longest_id + _SUFFIX_ROOM) > name_max:
+        raise UserError(f"a job id of {longest_id} bytes makes file names "
+                        f"over this filesystem's limit of {name_max}")
+    deepest = (len(os.fsencode(str(root))) + 1 + run_folder + 1
+               + len(_SUBFOLDER) + 1 + longest_id + _SUFFIX_ROOM)
+    if deepest >= path_max:
+        raise UserError(
+            f"--out is too long ({len(str(root))} characters): the run's "
+            f"files under it would have paths of up to {deepest} bytes, "
+            f"over this filesystem's limit of {path_max - 1}; give a "
+            f"--out of at most {len(str(root)) - (deepest - path_max) - 1}")
+
+
 def create_run(out, name):
     out = ensure_writable(out)
     run_dir = out / new_run_id(name)
