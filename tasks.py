@@ -417,15 +417,19 @@ def check_image(c, framework=None, profile="", no_build=False):
 
     Builds a missing image first (several GB and minutes each): run it
     outside the per-commit CI. Exits 1 when an image and the matrix
-    disagree."""
+    disagree, or when an image was not checked (missing, not built)."""
     from dlrepro.images import commands
-    reports, lines = commands.check_images(framework, profile,
-                                           build_missing=not no_build)
+    reports, lines, unchecked = commands.check_images(
+        framework, profile, build_missing=not no_build)
     _print_lines(lines)
     from dlrepro.images import gpucheck
     if any(gpucheck.differences(r) for r in reports):
         raise Exit("an image disagrees with dockerfiles/matrix.toml (above)",
                    code=1)
+    if unchecked:
+        raise Exit(f"{len(unchecked)} of {len(unchecked) + len(reports)} "
+                   f"image(s) not checked ({', '.join(unchecked)}): see "
+                   "above", code=1)
 
 
 @task(iterable=["framework"], help=_TARGETS_HELP)
