@@ -5,9 +5,11 @@
 import errno
 import fcntl
 import os
+import re
 import secrets
 import socket
 import stat
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from dlrepro import git_revision
 from dlrepro.errors import UserError
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
                                foreign_cell, read_result, results_root)
+from dlrepro.run.store import held as store_held
 
 # errno values that mean "the disk is full" rather than a bug, and those
 # that mean the results cannot be written at all.
@@ -93,9 +96,44 @@ def check_room(out, name, job_ids):
 
 def create_run(out, name):
     out = ensure_writable(out)
+    remove_abandoned(out)
     run_dir = out / new_run_id(name)
     run_dir.mkdir()
     return run_dir
+
+
+# A run folder's name (new_run_id).
+_RUN_ID = re.compile(r"\d{8}T\d{6}Z-.+-[0-9a-f]{4}")
+# A run folder without run.json is one being started (an instant between
+# its mkdir and its run.json) or one a kill in that instant abandoned; past
+# this age it is the latter.
+ABANDONED_AFTER_S = 60
+
+
+def remove_abandoned(out):
+    """Remove the run folders under `out` that a kill between their mkdir
+    and their run.json left behind: named as runs are, no run.json, held by
+    no process, older than ABANDONED_AFTER_S, holding nothing but its
+    `.lock` and the temp files of an atomic write cut short. Anything else
+    is left."""
+    now = time.time()
+    for folder in Path(out).iterdir():
+        try:
+            if (folder.is_symlink() or not folder.is_dir()
+                    or not _RUN_ID.fullmatch(folder.name)
+                    or (folder / "run.json").exists()
+                    or now - folder.stat().st_mtime < ABANDONED_AFTER_S
+                    or store_held(folder)):
+                continue
+            leftovers = list(folder.iterdir())
+            if any(p.name != LOCK_NAME and not p.name.startswith(
+                    resultfile.TEMP_PREFIX) for p in leftovers):
+                continue
+            for path in leftovers:
+                path.unlink()
+            folder.rmdir()
+        except OSError:
+            continue  # another process's, or gone: not ours to insist on
 
 
 def remove_stale_temps(run_dir):
