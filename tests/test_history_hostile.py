@@ -74,14 +74,19 @@ def test_history_writes_nothing_into_a_database_not_its_own(one_run,
     assert sqlite_tables(flat) == ["cells"]
 
 
+# The columns schema versions 2 and 3 added to `cells`.
+AFTER_VERSION_1 = {"phase_times", "isolation"}
+
+
 def version_1_database(out, path):
     """A results database as dlrepro's schema version 1 wrote it."""
     assert invoke("export", "--out", str(out), "--db",
                   str(path)).returncode == 0
     with closing(sqlite3.connect(path)) as connection, connection:
-        for column in schema.tables()["cells"].c.keys():
-            if column not in schema.tables(1)["cells"].c:
-                connection.execute(f"ALTER TABLE cells DROP COLUMN {column}")
+        have = {row[1] for row in connection.execute(
+            "PRAGMA table_info(cells)")}
+        for column in AFTER_VERSION_1 & have:
+            connection.execute(f"ALTER TABLE cells DROP COLUMN {column}")
         connection.execute("UPDATE dlrepro_schema SET version = 1")
 
 
@@ -124,6 +129,23 @@ def test_an_older_database_on_read_only_media_is_read_not_migrated(
     assert done.stdout.splitlines() == [
         f"database: schema migrated from version 1 to {schema.VERSION}",
         "database: 0 cells new, 1 updated, 0 unchanged"]
+
+
+def test_history_reads_an_older_postgresql_database_as_it_is(
+        one_run, postgres):  # noqa: F811
+    assert invoke("export", "--out", str(one_run), "--db",
+                  postgres).returncode == 0
+    with _engine(postgres).begin() as connection:
+        for column in AFTER_VERSION_1:
+            connection.execute(text(f"ALTER TABLE cells DROP COLUMN IF "
+                                    f"EXISTS {column}"))
+        connection.execute(text("UPDATE dlrepro_schema SET version = 1"))
+    done = invoke("history", "--db", postgres)
+    assert done.returncode == 0, done.stderr
+    assert "1 cell histories, 0 with a step" in done.stdout
+    with _engine(postgres).connect() as connection:
+        assert connection.execute(text(
+            "SELECT version FROM dlrepro_schema")).scalar() == 1
 
 
 @pytest.mark.parametrize("target, message", [
