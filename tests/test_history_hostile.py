@@ -68,9 +68,10 @@ def test_history_writes_nothing_into_a_database_not_its_own(one_run,
         assert digest(path) == before and sqlite_tables(path) == tables
     # Nor does export mix its rows into the flat file's table.
     done = invoke("export", "--out", str(one_run), "--db", str(flat))
-    assert done.returncode == 2 and done.stderr.startswith(
-        f"error: not a dlrepro results database: it has table(s) cells but "
-        "no dlrepro_schema")
+    assert done.returncode == 2 and done.stderr == (
+        f"error: sqlite:///{flat} is not a dlrepro results database: it has "
+        "table(s) cells but no dlrepro_schema (another program's, or a flat "
+        "`--sqlite` export); give --db a new database\n")
     assert sqlite_tables(flat) == ["cells"]
 
 

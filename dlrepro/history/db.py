@@ -233,8 +233,9 @@ def _refuse_foreign(connection):
     taken = [name for name in ("cells", "runs")
              if inspect(connection).has_table(name)]
     if taken:
+        where = connection.engine.url.render_as_string(hide_password=True)
         raise UserError(
-            f"not a dlrepro results database: it has table(s) "
+            f"{where} is not a dlrepro results database: it has table(s) "
             f"{', '.join(taken)} but no dlrepro_schema (another program's, "
             "or a flat `--sqlite` export); give --db a new database")
 
