@@ -199,6 +199,9 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
     from dlrepro.run import store
     if not csv and not sqlite and not db:
         raise UserError("give --csv FILE, --sqlite FILE, --db URL or several")
+    if db:
+        from dlrepro.history import db as history_db
+        history_db.check_machine(machine)
     runs = store.runs(out, run or ["latest"], all)
     rows = [row for r in runs for row in export_mod.rows(r.record, r.pairs)]
     if csv:
@@ -208,36 +211,47 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
     if csv or sqlite:
         print(f"{len(rows)} cells exported")
     if db:
-        from dlrepro.history import db as history_db
-        engine = history_db.connect(db)
+        engine, migrated = history_db.connect(db)
+        if migrated:
+            print(migrated)
         counts = history_db.export(engine, [(r.record, r.pairs)
                                             for r in runs], machine,
                                    target=db)
         print(f"database: {counts['new']} cells new, {counts['updated']} "
               f"updated, {counts['unchanged']} unchanged"
               + (f"; {counts['other_runs']} convergence run(s) left out"
-                 if counts["other_runs"] else ""))
+                 if counts["other_runs"] else "")
+              + (f"; {counts['not_begun']} run(s) with no result yet left "
+                 "for a later export" if counts["not_begun"] else ""))
 
 
-@task(iterable=["suite", "framework", "network", "machine"],
+@task(iterable=["suite", "framework", "network", "machine", "isolation"],
       help={"db": "the results database (URL or SQLite path; default "
-                  "results/history.db)",
+                  "results/history.db); only read",
             "suite": "only runs of this suite (repeatable)",
             "framework": "only this framework (repeatable)",
             "network": "only this network (repeatable)",
             "machine": "only this machine (repeatable)",
+            "isolation": "only cells whose processes ran under this mode: "
+                         "cell, group, or cell+group (repeatable)",
             "reference": "set the 2016 reference beside as machines "
                          "(single-GPU cells; default on)",
             "html": "also write the page (cross-machine and over-time "
                     "figures) to this path"})
 @user_errors
 def history(c, db="results/history.db", suite=None, framework=None,
-            network=None, machine=None, reference=True, html=None):
+            network=None, machine=None, isolation=None, reference=True,
+            html=None):
     """The results database: the same cells across machines, and each
     cell's history with the steps found in it."""
     from dlrepro.history import report as history_report
+    for mode in isolation or []:
+        if mode not in ("cell", "group", "cell+group"):
+            raise UserError(f"unknown --isolation {mode!r}; valid: cell, "
+                            "group, cell+group")
     filters = {"suite": suite or [], "framework": framework or [],
-               "network": network or [], "machine": machine or []}
+               "network": network or [], "machine": machine or [],
+               "isolation": isolation or []}
     for line in history_report.run(db, filters, reference, html):
         print(line)
 
@@ -403,15 +417,19 @@ def check_image(c, framework=None, profile="", no_build=False):
 
     Builds a missing image first (several GB and minutes each): run it
     outside the per-commit CI. Exits 1 when an image and the matrix
-    disagree."""
+    disagree, or when an image was not checked (missing, not built)."""
     from dlrepro.images import commands
-    reports, lines = commands.check_images(framework, profile,
-                                           build_missing=not no_build)
+    reports, lines, unchecked = commands.check_images(
+        framework, profile, build_missing=not no_build)
     _print_lines(lines)
     from dlrepro.images import gpucheck
     if any(gpucheck.differences(r) for r in reports):
         raise Exit("an image disagrees with dockerfiles/matrix.toml (above)",
                    code=1)
+    if unchecked:
+        raise Exit(f"{len(unchecked)} of {len(unchecked) + len(reports)} "
+                   f"image(s) not checked ({', '.join(unchecked)}): see "
+                   "above", code=1)
 
 
 @task(iterable=["framework"], help=_TARGETS_HELP)

@@ -175,6 +175,13 @@ def check(capability, driver, stack):
     device = _arch_name(capability)
     result["device"] = device
     have, need = parse_version(driver), parse_version(min_driver)
+    if have is None and isinstance(driver, str) and driver.strip():
+        # NVML answered with something else than a version: nothing it
+        # says about this driver can be compared with the stack's needs.
+        result["reason"] = ("the driver reports version {!r}, which is not "
+                            "a version; the stack was not checked".format(
+                                driver))
+        return result
     if need is not None and have is not None and have < need:
         result["verdict"] = DRIVER_TOO_OLD
         result["reason"] = ("driver {} is older than the {} this stack needs "

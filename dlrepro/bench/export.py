@@ -1,6 +1,9 @@
 """Runs as rows: one row per cell with its identity fields and statistics,
 written as CSV or into a SQLite database (merged by run and cell, so the
-runs of several machines can be gathered into one file and queried)."""
+runs of several machines can be gathered into one file and queried).
+
+`isolation` is no part of a cell's identity but can change its time: the
+mode its processes ran under (isolation_of), a column of its own."""
 import csv
 import sqlite3
 from contextlib import closing
@@ -10,8 +13,9 @@ from harness.spec import CELL_FIELDS
 from dlrepro import outfile
 from dlrepro.bench import aggregate, report
 from dlrepro.errors import UserError
+from dlrepro.run import groups
 
-STAT_FIELDS = ("status", "processes", "mean_s", "ci95_low_s", "ci95_high_s",
+STAT_FIELDS = ("status", "isolation", "processes", "mean_s", "ci95_low_s", "ci95_high_s",
                "ci_basis", "between_sd_s", "within_sd_s", "samples_per_s",
                "framework_version", "python_version", "host", "cpu_model",
                "gpu", "image", "image_digest", "message")
@@ -39,8 +43,17 @@ def cell_row(record, spec, members):
     return first, cell, {
         "run_id": record["run_id"], "cell_id": members[0][0]["id"],
         "status": report.status_of(members),
+        "isolation": isolation_of(record, members),
         "message": next((e["message"] for e, _r in members
                          if e.get("message")), None)}
+
+
+def isolation_of(record, members):
+    """The mode of the processes a cell's figures come from (its ok ones,
+    else all): `cell`, `group`, or `cell+group` when they differ."""
+    ok = [(e, r) for e, r in members if r is not None and e["status"] == "ok"]
+    return groups.modes_label(groups.process_mode(record, e, r)
+                              for e, r in ok or members)
 
 
 def _stats(ok):
@@ -96,6 +109,7 @@ def write_sqlite(path, all_rows):
             with closing(sqlite3.connect(tmp)) as db, db:
                 db.execute(f"CREATE TABLE IF NOT EXISTS cells ({columns}, "
                            f"PRIMARY KEY (run_id, cell_id))")
+                _add_new_columns(db)
                 db.executemany(
                     f"INSERT OR REPLACE INTO cells ({columns}) VALUES "
                     f"({', '.join('?' for _ in FIELDS)})",
@@ -103,3 +117,12 @@ def write_sqlite(path, all_rows):
                      for row in all_rows])
         except sqlite3.Error as exc:
             raise UserError(f"cannot write {path}: {exc}")
+
+
+def _add_new_columns(db):
+    """The columns a file written by an older dlrepro lacks (isolation),
+    added; its rows keep null there."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(cells)")}
+    for name in FIELDS:
+        if name not in have:
+            db.execute(f'ALTER TABLE cells ADD COLUMN "{name}"')

@@ -8,8 +8,16 @@ is written only when new or different), and machines exporting into one
 database merge, since a machine's rows never share its key with another's.
 The machine is the host name the run recorded with its CPU count and model
 (machine_name) unless the exporter names it.
+
+Only `export` writes: it creates the tables or migrates an older schema
+(connect). A reader (open_to_read) never does: it opens SQLite read-only
+and PostgreSQL in read-only transactions, and reads an older schema as it
+is. Either gives up after LOCK_WAIT_S on a database another session holds
+locked.
 """
 import json
+import sqlite3
+import urllib.parse
 from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect, select, text
@@ -30,6 +38,12 @@ from dlrepro.run.kinds import KINDS
 # Any fixed number: the advisory lock that serialises migrations on
 # PostgreSQL (every dlrepro exporter asks for the same one).
 _MIGRATION_LOCK = 1608072490
+BACKENDS = ("sqlite", "postgresql")
+# How long a statement waits for a lock another session holds (SQLite's
+# busy timeout, PostgreSQL's lock_timeout) before the command gives up.
+LOCK_WAIT_S = 60
+# PostgreSQL's code for a lock_timeout that ran out (lock_not_available).
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def url_of(target):
@@ -55,28 +69,88 @@ def _sqlite_serialised(engine):
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def connect(target):
-    """An Engine for `target` with its schema at schema.VERSION."""
+def _url(target):
+    """The checked SQLAlchemy URL of `target`: SQLite (a file) or
+    PostgreSQL, nothing else."""
     try:
         url = make_url(url_of(target))
     except ArgumentError as exc:
         raise UserError(f"not a database URL: {target} ({exc})")
-    if url.get_backend_name() == "sqlite" and url.database:
+    backend = url.get_backend_name()
+    if backend not in BACKENDS:
+        raise UserError(f"cannot use database {safe_url(target)}: the "
+                        f"results database runs on SQLite or PostgreSQL, "
+                        f"not {backend}")
+    if backend == "sqlite":
+        if _in_memory(url):
+            raise UserError(f"cannot use database {target}: an in-memory "
+                            "SQLite database vanishes when the command "
+                            "ends; name a file (sqlite:///PATH or a path)")
         folder = Path(url.database).parent
         if not folder.is_dir():
             raise UserError(f"cannot open {url.database}: no folder {folder}")
+    return url
+
+
+def _in_memory(url):
+    database = url.database or ""
+    return (database in ("", ":memory:") or database.startswith(
+        "file::memory:") or url.query.get("mode") == "memory")
+
+
+def _engine(target, url, **kwargs):
     try:
-        engine = create_engine(
-            url, connect_args={"timeout": 60}
-            if url.get_backend_name() == "sqlite" else {})
-    except (NoSuchModuleError, ArgumentError) as exc:
-        raise UserError(f"cannot use database {target}: {exc}")
-    if engine.dialect.name == "sqlite":
+        return create_engine(url, **kwargs)
+    except (NoSuchModuleError, ArgumentError, ImportError) as exc:
+        raise UserError(f"cannot use database {safe_url(target)}: {exc}")
+
+
+def _postgres_args(read_only=False):
+    options = f"-c lock_timeout={LOCK_WAIT_S * 1000}"
+    if read_only:
+        options += " -c default_transaction_read_only=on"
+    return {"options": options}
+
+
+def connect(target):
+    """An Engine for `target` to write into, with its schema brought to
+    schema.VERSION, and a line saying what that changed (None: nothing)."""
+    url = _url(target)
+    sqlite_db = url.get_backend_name() == "sqlite"
+    engine = _engine(target, url, connect_args={"timeout": LOCK_WAIT_S}
+                     if sqlite_db else _postgres_args())
+    if sqlite_db:
         _sqlite_serialised(engine)
     with _errors(target):
         with engine.begin() as connection:
-            migrate(connection)
-    return engine
+            before = migrate(connection)
+    return engine, _migrated_line(before)
+
+
+def _migrated_line(before):
+    """What connect changed, said: an older schema migrated (a new
+    database made is what the user asked for)."""
+    if before in (0, schema.VERSION):
+        return None
+    return (f"database: schema migrated from version {before} to "
+            f"{schema.VERSION}")
+
+
+def open_to_read(target):
+    """An Engine that only reads `target`: an existing SQLite file opened
+    read-only, PostgreSQL in read-only transactions. Nothing is created or
+    migrated (read_cells reads an older schema as it is)."""
+    url = _url(target)
+    if url.get_backend_name() != "sqlite":
+        return _engine(target, url,
+                       connect_args=_postgres_args(read_only=True))
+    path = Path(url.database)
+    if not path.is_file():
+        raise UserError(f"no results database at {path}: make one with "
+                        "`invoke export --db`")
+    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+    return _engine(target, "sqlite://", creator=lambda: sqlite3.connect(
+        uri, uri=True, timeout=LOCK_WAIT_S))
 
 
 class _errors:
@@ -91,9 +165,22 @@ class _errors:
     def __exit__(self, kind, exc, _tb):
         if isinstance(exc, SQLAlchemyError):
             detail = str(getattr(exc, "orig", None) or exc).strip()
+            if _locked(exc):
+                detail = (f"another session held it locked for "
+                          f"{LOCK_WAIT_S} s; gave up, nothing written "
+                          "(run again when it is free)")
             raise UserError(f"database {safe_url(self.target)}: "
                             f"{detail.splitlines()[0]}") from exc
         return False
+
+
+def _locked(exc):
+    """Whether `exc` is a lock wait that ran out (SQLite's busy timeout,
+    PostgreSQL's lock_timeout)."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(orig, sqlite3.OperationalError):
+        return "database is locked" in str(orig)
+    return getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE
 
 
 def safe_url(target):
@@ -111,20 +198,55 @@ def schema_version(connection):
                                    "dlrepro_schema")).scalar() or 0
 
 
-def migrate(connection):
-    """Bring the schema to schema.VERSION; refuse a newer one."""
-    if connection.dialect.name == "postgresql":
-        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"),
-                           {"k": _MIGRATION_LOCK})
+def checked_version(connection):
+    """The schema version of a dlrepro results database; refuses a newer
+    one."""
     version = schema_version(connection)
     if version > schema.VERSION:
         raise UserError(f"the database has schema version {version}; this "
                         f"dlrepro knows up to {schema.VERSION}: update it")
+    return version
+
+
+def migrate(connection):
+    """Bring the schema to schema.VERSION; refuse a newer one and a
+    database whose tables of our names are another program's. Returns the
+    version it had."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"),
+                           {"k": _MIGRATION_LOCK})
+    version = checked_version(connection)
+    if version == 0:
+        _refuse_foreign(connection)
     for step in schema.MIGRATIONS[version:]:
         step(connection)
     if version < schema.VERSION:
         connection.execute(text("UPDATE dlrepro_schema SET version = :v"),
                            {"v": schema.VERSION})
+    return version
+
+
+def _refuse_foreign(connection):
+    """A database without dlrepro_schema whose `cells` or `runs` are
+    another program's (a --sqlite export's flat table, say): writing our
+    rows there would mix the two."""
+    taken = [name for name in ("cells", "runs")
+             if inspect(connection).has_table(name)]
+    if taken:
+        where = connection.engine.url.render_as_string(hide_password=True)
+        raise UserError(
+            f"{where} is not a dlrepro results database: it has table(s) "
+            f"{', '.join(taken)} but no dlrepro_schema (another program's, "
+            "or a flat `--sqlite` export); give --db a new database")
+
+
+def _not_ours(connection):
+    """The reason a database without dlrepro_schema is not read."""
+    flat = inspect(connection).has_table("cells")
+    return ("not a dlrepro results database (no table dlrepro_schema"
+            + ("; a flat `--sqlite` export is read by other tools, not by "
+               "`invoke history`" if flat else "")
+            + "): make one with `invoke export --db`")
 
 
 # --- run folders -> rows ----------------------------------------------------
@@ -264,17 +386,44 @@ def put(connection, table, row, ignore=()):
     return "updated"
 
 
+def check_machine(name):
+    """--machine as a name that prints on one line and fits its column."""
+    if name is None:
+        return None
+    if not name.strip() or not name.isprintable():
+        raise UserError(f"--machine must be printable text on one line "
+                        f"(no control characters), got {name!r}")
+    limit = schema.tables()["runs"].c.machine.type.length
+    if len(name) > limit:
+        raise UserError(f"--machine is at most {limit} characters, got "
+                        f"{len(name)}")
+    return name
+
+
+def _not_begun(pairs):
+    """A run with no result yet while its jobs still run: the machine it
+    ran on cannot be named yet (machine_name reads the first result)."""
+    return _first_result(pairs) is None and any(
+        e["status"] in ("pending", "running") for e, _r in pairs)
+
+
 def export(engine, runs, machine=None, target=""):
     """Write [(record, pairs)] of bench runs; returns {'new': n,
-    'updated': n, 'unchanged': n} over their cells and 'other_runs', the
-    runs left out (convergence runs have no cells)."""
+    'updated': n, 'unchanged': n} over their cells, 'other_runs', the
+    runs left out (convergence runs have no cells), and 'not_begun', the
+    runs left for later (no result yet: _not_begun)."""
+    machine = check_machine(machine)
     tables = schema.tables()
     now = utc_now()
-    counts = {"new": 0, "updated": 0, "unchanged": 0, "other_runs": 0}
+    counts = {"new": 0, "updated": 0, "unchanged": 0, "other_runs": 0,
+              "not_begun": 0}
     with _errors(target), engine.begin() as connection:
         for record, pairs in runs:
             if store.kind_of(record) is not KINDS["bench"]:
                 counts["other_runs"] += 1
+                continue
+            if machine is None and _not_begun(pairs):
+                counts["not_begun"] += 1
                 continue
             label = machine or machine_name(record, pairs)
             put(connection, tables["runs"],
@@ -286,16 +435,24 @@ def export(engine, runs, machine=None, target=""):
 
 def read_cells(engine, target=""):
     """Every cell row joined with its run's machine facts, as dicts,
-    ordered by machine, cell and date."""
-    cells, runs = schema.tables()["cells"], schema.tables()["runs"]
-    extra = [runs.c[k].label(f"run_{k}") for k in (
-        "hostname", "cpu_model", "gpu", "driver", "suite", "started_at",
-        "dlrepro_commit", "runtime")]
-    same_run = ((runs.c.machine == cells.c.machine)
-                & (runs.c.run_id == cells.c.run_id))
-    query = select(cells, *extra).join(runs, same_run)
+    ordered by machine, cell and date. A database of an older schema is
+    read as it is: the columns it lacks are None."""
     with _errors(target), engine.connect() as connection:
+        version = checked_version(connection)
+        if version == 0:
+            raise UserError(f"database {safe_url(target)}: "
+                            f"{_not_ours(connection)}")
+        tables = schema.tables(version)
+        cells, runs = tables["cells"], tables["runs"]
+        extra = [runs.c[k].label(f"run_{k}") for k in (
+            "hostname", "cpu_model", "gpu", "driver", "suite", "started_at",
+            "dlrepro_commit", "runtime")]
+        same_run = ((runs.c.machine == cells.c.machine)
+                    & (runs.c.run_id == cells.c.run_id))
+        query = select(cells, *extra).join(runs, same_run)
         rows = [dict(r) for r in connection.execute(query).mappings()]
+    missing = dict.fromkeys(schema.tables()["cells"].c.keys())
+    rows = [missing | row for row in rows]
     return sorted(rows, key=lambda r: (r["machine"], r["cell_key"],
                                        r["run_started_at"] or "",
                                        r["run_id"]))

@@ -13,21 +13,26 @@ import json
 
 from dlrepro.bench import compare
 
-FILTERS = ("suite", "framework", "network", "machine")
-# The facts of a machine that can make the same cell run differently.
+FILTERS = ("suite", "framework", "network", "machine", "isolation")
+# The facts of a machine (and of how its cells ran: one process each or
+# a group's worker) that can make the same cell run differently.
 FACTS = (("cpu", "run_cpu_model"), ("gpu", "run_gpu"),
          ("driver", "run_driver"), ("framework", "framework_version"),
          ("python", "python_version"), ("cuda", "cuda"), ("cudnn", "cudnn"),
-         ("image", "image_digest"), ("harness", "harness_digest"))
+         ("image", "image_digest"), ("harness", "harness_digest"),
+         ("isolation", "isolation"))
 REFERENCE_NOTE = ("2016: raw runs posted by the paper's authors, data "
                   "pipeline included; CNTK's LSTM counted tokens")
 
 
-def select(rows, suite=(), framework=(), network=(), machine=()):
+def select(rows, suite=(), framework=(), network=(), machine=(),
+           isolation=()):
     """The rows that pass every filter given (each a list of accepted
-    values; empty accepts all)."""
+    values; empty accepts all). A row exported before the isolation
+    column (None) passes no isolation filter."""
     wanted = {"run_suite": suite, "framework": framework,
-              "network": network, "machine": machine}
+              "network": network, "machine": machine,
+              "isolation": isolation}
     return [r for r in rows
             if all(not values or r.get(key) in values
                    for key, values in wanted.items())]

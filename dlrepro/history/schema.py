@@ -9,14 +9,16 @@ older dlrepro keeps reading what it knows.
 
 Version 1: runs and cells. Version 2: cells.phase_times, a nullable JSON
 place for per-phase times (data, forward, backward, update), which results
-do not carry yet; it stays null until they do.
+do not carry yet; it stays null until they do. Version 3: cells.isolation,
+the mode the cell's processes ran under (cell, group, or "cell+group" when
+they differ; null in rows exported before it).
 """
 from sqlalchemy import (JSON, Column, Float, Integer, MetaData, String,
-                        Table, Text)
+                        Table, Text, text)
 
 from harness.spec import CELL_FIELDS
 
-VERSION = 2
+VERSION = 3
 
 # The identity fields' column types; every other cell field is text.
 _INTEGER_FIELDS = {"batch_size", "global_batch_size", "gpus", "threads",
@@ -66,13 +68,16 @@ def _tables(version):
         Column("message", Text)]
     if version >= 2:
         columns.append(Column("phase_times", JSON, nullable=True))
+    if version >= 3:
+        columns.append(Column("isolation", String(32), nullable=True))
     Table("cells", metadata, *columns)
     return metadata
 
 
-def tables():
-    """The current tables: {name: Table}."""
-    return _tables(VERSION).tables
+def tables(version=VERSION):
+    """The tables as they are at `version` (default: current): {name:
+    Table}."""
+    return _tables(version).tables
 
 
 def _create_v1(connection):
@@ -82,14 +87,17 @@ def _create_v1(connection):
                        {"version": 1})
 
 
-def _add_phase_times(connection):
-    from sqlalchemy import text
-    kind = _tables(2).tables["cells"].c.phase_times.type.compile(
-        dialect=connection.dialect)
-    connection.execute(text(f"ALTER TABLE cells ADD COLUMN phase_times "
-                            f"{kind}"))
+def _add_column(version, name):
+    """The step that adds cells.`name` as it is at `version`."""
+    def step(connection):
+        kind = _tables(version).tables["cells"].c[name].type.compile(
+            dialect=connection.dialect)
+        connection.execute(text(f"ALTER TABLE cells ADD COLUMN {name} "
+                                f"{kind}"))
+    return step
 
 
 # MIGRATIONS[n]: version n -> n + 1 (0: an empty database).
-MIGRATIONS = [_create_v1, _add_phase_times]
+MIGRATIONS = [_create_v1, _add_column(2, "phase_times"),
+              _add_column(3, "isolation")]
 assert len(MIGRATIONS) == VERSION

@@ -40,7 +40,21 @@ def step_line(history, step):
             f"{step.before_s * 1e3:.3f} to {step.after_s * 1e3:.3f} ms at run "
             f"{row['run_id']} ({(row['run_started_at'] or '?')[:10]}, "
             f"{row['framework']} {row['framework_version'] or '?'}), ratio "
-            f"{step.ratio:.3f} ({ci})")
+            f"{step.ratio:.3f} ({ci})" + _mode_change(history, step))
+
+
+def _mode_change(history, step):
+    """The isolation mode changing at the step, named: a default that
+    moved a framework into a group's worker is a step of the process, not
+    of the framework."""
+    before = history.rows[step.index - 1].get("isolation") \
+        if step.index else None
+    after = history.rows[step.index].get("isolation")
+    if before == after or not (before or after):
+        return ""
+    return (f"; isolation changed there, {before or '?'} -> "
+            f"{after or '?'}: the step may be the process's, not the "
+            "framework's")
 
 
 def format_histories(found):

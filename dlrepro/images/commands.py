@@ -94,8 +94,9 @@ def pin(framework, profile, every, host):
 def check_images(framework, profile, build_missing=True, log=print):
     """Check GPU images (dlrepro.images.gpucheck): each GPU profile of
     `framework` (or of every framework), built first when missing. Writes
-    build/image-checks/<framework>-<profile>.json; returns the reports and
-    the lines to print."""
+    build/image-checks/<framework>-<profile>.json; returns the reports,
+    the lines to print and the targets not checked (missing with
+    `build_missing` False, or not built)."""
     from dlrepro.images import gpucheck
     m = matrix_mod.load()
     pairs = gpucheck.gpu_targets(m, framework)
@@ -105,13 +106,14 @@ def check_images(framework, profile, build_missing=True, log=print):
             raise UserError(f"{framework or 'no framework'} has no GPU "
                             f"profile {profile!r}")
     client = images.engine()
-    reports, lines = [], []
+    reports, lines, unchecked = [], [], []
     for fw, prof in pairs:
         try:
             tag = images.ensure(fw, prof, m, client=client,
                                 build_missing=build_missing, log=log)
         except UserError as exc:
             lines.append(f"{fw}/{prof}: not checked: {exc}")
+            unchecked.append(f"{fw}/{prof}")
             continue
         image = client.images.get(tag)
         report = gpucheck.check(fw, prof, tag, m[fw][prof], image.labels or {})
@@ -122,7 +124,7 @@ def check_images(framework, profile, build_missing=True, log=print):
             ROOT / "build" / "image-checks" / f"{fw}-{prof}.json", report)
         reports.append(report)
         lines += gpucheck.summary_lines(report)
-    return reports, lines
+    return reports, lines, unchecked
 
 
 def _now():

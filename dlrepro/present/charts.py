@@ -6,6 +6,7 @@ figure: a list of dicts, empty when the run has no data for it) and a
 dlrepro.bench.aggregate.CellStats: the mean of a cell's process means with
 its 95% confidence interval (between processes with `--repeat` >= 2).
 """
+from dlrepro.bench.aggregate import cell_key
 from dlrepro.present import style
 
 
@@ -27,7 +28,7 @@ def _row(stats):
             "ms": stats.mean_s * 1e3, "ci_low_ms": low * 1e3,
             "ci_high_ms": high * 1e3, "ci_basis": stats.ci_basis,
             "samples_per_s": stats.samples_per_s,
-            "per_gpu_batch": cell["batch_size"]}
+            "per_gpu_batch": cell["batch_size"], "key": cell_key(cell)}
 
 
 def _ordered(values):

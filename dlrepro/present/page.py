@@ -18,7 +18,7 @@ from dlrepro import outfile
 from dlrepro.bench import aggregate, compare, report
 from dlrepro.converge import summary as converge_summary
 from dlrepro.present import charts, curves, provenance, style
-from dlrepro.run import store
+from dlrepro.run import groups, store
 from dlrepro.run.kinds import KINDS
 
 
@@ -29,6 +29,7 @@ class Runs(NamedTuple):
     bench_pairs: list
     stats: list           # aggregate.CellStats of the bench cells
     converge_results: list
+    modes: dict           # aggregate.cell_key -> isolation of its processes
 
 
 def gather(runs):
@@ -39,7 +40,38 @@ def gather(runs):
     converge = [r for _d, record, pairs in runs
                 if store.kind_of(record) is KINDS["converge"]
                 for _e, r in pairs if r is not None]
-    return Runs(runs, bench, aggregate.run_stats(bench), converge)
+    return Runs(runs, bench, aggregate.run_stats(bench), converge,
+                _modes(runs))
+
+
+def _modes(runs):
+    """{cell key: `cell`, `group` or `cell+group`}: the isolation of the
+    ok processes each bench cell's figures pool, across the runs."""
+    found = {}
+    for _d, record, pairs in runs:
+        if store.kind_of(record) is not KINDS["bench"]:
+            continue
+        for entry, result in pairs:
+            if result is not None and entry["status"] == "ok":
+                found.setdefault(aggregate.cell_key(result["cell"]),
+                                 set()).add(groups.process_mode(
+                                     record, entry, result))
+    return {key: groups.modes_label(modes) for key, modes in found.items()}
+
+
+def _mixed_note(runs):
+    """A warning naming the cells whose figures pool processes of both
+    modes, or ""."""
+    mixed = sorted({f"{s.cell['framework']} {s.cell['network']}"
+                    for s in runs.stats
+                    if runs.modes.get(aggregate.cell_key(s.cell)) ==
+                    "cell+group"})
+    if not mixed:
+        return ""
+    return ('<p class="warn">Isolation: ' + html.escape(
+        f"{', '.join(mixed)} pool processes that ran one cell each with "
+        "processes of a group's worker (column isolation cell+group); "
+        "their interval spans both modes.") + "</p>")
 
 
 def _ms(value):
@@ -55,10 +87,15 @@ def _ci(row):
     return f"{_ms(row['ci_low_ms'])} - {_ms(row['ci_high_ms'])}"
 
 
+def _mode(value):
+    return value or "-"
+
+
+ISOLATION = ("isolation", "isolation", _mode)
 TIME_COLUMNS = [("network", "network", str), ("framework", "framework", str),
                 ("setting", "setting", str), ("processes", "procs", str),
                 ("ms", "ms/batch", _ms), (None, "95% CI (ms)", _ci),
-                ("samples_per_s", "samples/s", _num(".1f"))]
+                ("samples_per_s", "samples/s", _num(".1f")), ISOLATION]
 
 
 class Section(NamedTuple):
@@ -84,7 +121,8 @@ SECTIONS = [
             "Time per mini-batch against the number of threads; speed-up "
             "is relative to the fewest threads measured.",
             TIME_COLUMNS[:3] + [("threads", "threads", str)]
-            + TIME_COLUMNS[4:6] + [("speedup", "speed-up", _num(".2f"))],
+            + TIME_COLUMNS[4:6] + [("speedup", "speed-up", _num(".2f")),
+                                   ISOLATION],
             "no CPU cell in this run was measured at two or more thread "
             "counts", lambda runs: charts.scaling_rows(runs.stats),
             lambda runs, rows: charts.scaling_figure(rows)),
@@ -103,7 +141,7 @@ SECTIONS = [
              ("ms", "ms/batch", _ms),
              ("samples_per_s", "samples/s", _num(".1f")),
              ("speedup", "speed-up", _num(".2f")),
-             ("efficiency", "efficiency", _num(".2f"))],
+             ("efficiency", "efficiency", _num(".2f")), ISOLATION],
             "no GPU cell in this run was measured on one GPU and on more",
             lambda runs: charts.multi_gpu_rows(runs.stats),
             lambda runs, rows: charts.multi_gpu_figure(rows)),
@@ -166,7 +204,8 @@ def _img(figure, name, alt):
 
 def section(spec, runs):
     """The HTML of one figure section and whether it has a figure."""
-    rows = spec.rows(runs)
+    rows = [dict(r, isolation=runs.modes.get(r["key"])) if "key" in r
+            else r for r in spec.rows(runs)]
     head = (f'<section id="{spec.id}"><h2>{html.escape(spec.title)}</h2>')
     if not rows:
         return head + (f'<p class="empty">{html.escape(spec.empty)}</p>'
@@ -288,6 +327,7 @@ def build(runs_list, now=None):
          'results" below.</p>' if warnings else ""),
         ('<p class="meta">Several bench runs: a cell measured in more than '
          "one run pools the processes of all of them.</p>" if pooled else ""),
+        _mixed_note(runs),
         *sections, all_cells(runs),
         '<section id="provenance"><h2>What produced these results</h2>',
         *(run_provenance(d, r, p) for d, r, p in runs_list), "</section>",

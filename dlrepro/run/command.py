@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, make_dataclass
 from typing import Optional
 
 from dlrepro.errors import UserError
-from dlrepro.run import pipeline, progress
+from dlrepro.run import pipeline, progress, runfolder
 from dlrepro.run.engines import ENGINES
 from dlrepro.run.engines.slurm.options import FLAGS as SLURM_FLAGS, Options
 
@@ -71,7 +71,9 @@ def executor_for(executor, suite, runtime_options, no_wait, slurm_config,
 
 def start(run, runtime, matrix, executor=None, events=None):
     """pipeline.start with the live display (or the caller's `events`);
-    the run folder."""
+    the run folder. A results root too deep for the run's files is
+    refused first (runfolder.check_room)."""
+    runfolder.check_room(run.out, run.name, [job.id for job in run.jobs])
     if events is not None:
         return pipeline.start(run, runtime, matrix, events, executor)
     with progress.events() as live:

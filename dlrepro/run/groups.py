@@ -218,3 +218,26 @@ def _mode_in(recorded_mode, framework):
     if isinstance(recorded_mode, dict):
         return recorded_mode[framework]
     return recorded_mode
+
+
+def process_mode(record, entry, result):
+    """The mode one job's process ran under: its result's isolation block
+    (a worker's cell, or one measured again alone after oom), else its
+    run.json entry's own `isolation`, else the run's for its framework;
+    None when none of them names a valid mode."""
+    block = (result or {}).get("isolation")
+    candidates = [block.get("mode") if isinstance(block, dict) else None,
+                  entry.get("isolation")]
+    run_mode = recorded(record)
+    framework = (entry.get("spec") or {}).get("framework") \
+        if isinstance(entry.get("spec"), dict) else None
+    candidates.append(run_mode.get(framework) if isinstance(run_mode, dict)
+                      else run_mode)
+    return next((m for m in candidates if m in MODES), None)
+
+
+def modes_label(modes):
+    """One label for the modes of a cell's processes: `cell`, `group`,
+    `cell+group` where they differ, None where none is known."""
+    known = sorted({m for m in modes if m})
+    return "+".join(known) or None

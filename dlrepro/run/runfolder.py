@@ -5,9 +5,11 @@
 import errno
 import fcntl
 import os
+import re
 import secrets
 import socket
 import stat
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from dlrepro.errors import UserError
 from dlrepro.run.paths import RUN_RECORD, JobPaths, run_record
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
                                foreign_cell, read_result, results_root)
+from dlrepro.run.store import held as store_held
 
 # errno values that mean "the disk is full" rather than a bug, and those
 # that mean the results cannot be written at all.
@@ -45,11 +48,93 @@ def ensure_writable(out):
     return out
 
 
+# What a run folder holds beyond "<job id>": the longest name written
+# beside a job's id ("<id>.node<rank>.clock-state.json", the rank given
+# four digits), and the deepest folder under the run folder (nodes/).
+_SUFFIX_ROOM = len(".node9999.clock-state.json")
+_SUBFOLDER = "nodes"
+
+
+def _limits(path):
+    """(NAME_MAX, PATH_MAX) of the filesystem `path` (or the nearest folder
+    above it that exists) is on."""
+    probe = Path(os.path.abspath(path))
+    while not os.path.isdir(probe) and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return (os.pathconf(probe, "PC_NAME_MAX"),
+                os.pathconf(probe, "PC_PATH_MAX"))
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def check_room(out, name, job_ids):
+    """Refuse, before anything runs, a results root under which the files
+    of a run named `name` with `job_ids` would pass the filesystem's limit
+    on a name or a path: mid-run, the first file past it would fail
+    (ENAMETOOLONG) with cells already measured."""
+    root = Path(os.path.abspath(os.path.expanduser(results_root(out))))
+    name_max, path_max = _limits(root)
+    longest_id = max((len(os.fsencode(i)) for i in job_ids), default=0)
+    run_folder = len(os.fsencode(new_run_id(name)))
+    for part in root.parts[1:]:
+        if len(os.fsencode(part)) > name_max:
+            raise UserError(f"--out names a folder of {len(part)} "
+                            f"characters ({part[:24]}...): over this "
+                            f"filesystem's limit of {name_max} for a name")
+    if max(run_folder, longest_id + _SUFFIX_ROOM) > name_max:
+        raise UserError(f"a job id of {longest_id} bytes makes file names "
+                        f"over this filesystem's limit of {name_max}")
+    deepest = (len(os.fsencode(str(root))) + 1 + run_folder + 1
+               + len(_SUBFOLDER) + 1 + longest_id + _SUFFIX_ROOM)
+    if deepest >= path_max:
+        raise UserError(
+            f"--out is too long ({len(str(root))} characters): the run's "
+            f"files under it would have paths of up to {deepest} bytes, "
+            f"over this filesystem's limit of {path_max - 1}; give a "
+            f"--out of at most {len(str(root)) - (deepest - path_max) - 1}")
+
+
 def create_run(out, name):
     out = ensure_writable(out)
+    remove_abandoned(out)
     run_dir = out / new_run_id(name)
     run_dir.mkdir()
     return run_dir
+
+
+# A run folder's name (new_run_id).
+_RUN_ID = re.compile(r"\d{8}T\d{6}Z-.+-[0-9a-f]{4}")
+# A run folder without run.json is one being started (an instant between
+# its mkdir and its run.json) or one a kill in that instant abandoned; past
+# this age it is the latter.
+ABANDONED_AFTER_S = 60
+
+
+def remove_abandoned(out):
+    """Remove the run folders under `out` that a kill between their mkdir
+    and their run.json left behind: named as runs are, no run.json, held by
+    no process, older than ABANDONED_AFTER_S, holding nothing but its
+    `.lock` and the temp files of an atomic write cut short. Anything else
+    is left."""
+    now = time.time()
+    for folder in Path(out).iterdir():
+        try:
+            if (folder.is_symlink() or not folder.is_dir()
+                    or not _RUN_ID.fullmatch(folder.name)
+                    or (folder / "run.json").exists()
+                    or now - folder.stat().st_mtime < ABANDONED_AFTER_S
+                    or store_held(folder)):
+                continue
+            leftovers = list(folder.iterdir())
+            if any(p.name != LOCK_NAME and not p.name.startswith(
+                    resultfile.TEMP_PREFIX) for p in leftovers):
+                continue
+            for path in leftovers:
+                path.unlink()
+            folder.rmdir()
+        except OSError:
+            continue  # another process's, or gone: not ours to insist on
 
 
 def remove_stale_temps(run_dir):
