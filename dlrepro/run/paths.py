@@ -33,6 +33,9 @@ CLOCK_STATE = ".clock-state.json"
 WORKER_LOG = ".worker.log"
 # The glob of every clock-state file of a run, cells' and workers'.
 CLOCK_STATE_GLOB = "*" + CLOCK_STATE
+# The longest name written beside a job's id: a side job's clock state,
+# "<id>.node<rank>.clock-state.json", the rank given four digits.
+LONGEST_SUFFIX = len(".node9999" + CLOCK_STATE)
 
 
 class JobPaths:

@@ -18,7 +18,8 @@ from harness.blocks import utc_now
 
 from dlrepro import git_revision
 from dlrepro.errors import UserError
-from dlrepro.run.paths import RUN_RECORD, JobPaths, run_record
+from dlrepro.run.paths import (LONGEST_SUFFIX, RUN_RECORD, SIDE_DIR,
+                                JobPaths, run_record)
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
                                foreign_cell, read_result, results_root)
 from dlrepro.run.store import held as store_held
@@ -49,10 +50,9 @@ def ensure_writable(out):
 
 
 # What a run folder holds beyond "<job id>": the longest name written
-# beside a job's id ("<id>.node<rank>.clock-state.json", the rank given
-# four digits), and the deepest folder under the run folder (nodes/).
-_SUFFIX_ROOM = len(".node9999.clock-state.json")
-_SUBFOLDER = "nodes"
+# beside a job's id, and the deepest folder under the run folder.
+_SUFFIX_ROOM = LONGEST_SUFFIX
+_SUBFOLDER = SIDE_DIR
 
 
 def _limits(path):
