@@ -90,7 +90,9 @@ def reachable(location, cert=None):
 
 def _option(line):
     """(option, value) of a lock's index or find-links line, else None."""
-    words = line.replace("=", " ", 1).split() if line.startswith("-") else []
+    words = line.split() if line.startswith("-") else []
+    if len(words) == 1 and "=" in words[0]:  # --extra-index-url=URL
+        words = words[0].split("=", 1)
     if len(words) == 2 and words[0] in LOCK_OPTIONS:
         return words[0], words[1]
     return None
