@@ -160,3 +160,40 @@ def test_a_tampered_lock_is_refused_in_one_line(tmp_path):
     assert setup.returncode == 2
     assert len(setup.stderr.splitlines()) == 1, setup.stderr
     assert setup.stderr.startswith("setup.sh: installing probe.txt failed")
+
+
+# Makes two environments with envs.side_by_side (what ensure_all, `invoke
+# env` and `invoke bench --runtime native` do), each from its own lock.
+BOTH = """
+import sys
+from pathlib import Path
+from dlrepro.images import envs
+first, second = (Path(arg) for arg in sys.argv[1:3])
+made = envs.side_by_side([
+    lambda: envs.from_lock(first, first.with_suffix(""), sys.argv[3]),
+    lambda: envs.from_lock(second, second.with_suffix(""), sys.argv[3])])
+print(*made)
+"""
+
+
+def test_environments_are_made_side_by_side(tmp_path):
+    sha256 = _wheel(tmp_path / "wheels")
+    first, second = tmp_path / "first.txt", tmp_path / "second.txt"
+    for lock in (first, second):
+        lock.write_text(f"dlrepro-probe==1.0 \\\n    --hash=sha256:{sha256}\n")
+    # Another command is making the first: the second is made meanwhile,
+    # not after it.
+    log = tmp_path / "log"
+    holder = _start(tmp_path / "first", log, "holder")
+    waits.wait_for(lambda: log.exists() and "holder in" in log.read_text(),
+                   60)
+    both = processes.start([sys.executable, "-c", BOTH, str(first),
+                            str(second), VERSION], cwd=ROOT,
+                           env=_pip_env(tmp_path))
+    waits.wait_for(lambda: list((tmp_path / "second").glob(".lock-*")), 300,
+                   what="the second environment made")
+    assert not (tmp_path / "first").exists()
+    assert both.poll() is None  # still waiting to make the first
+    (tmp_path / "go").touch()
+    assert holder.wait(60) == 0 and both.wait(300) == 0
+    assert list((tmp_path / "first").glob(".lock-*"))

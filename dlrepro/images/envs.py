@@ -5,6 +5,7 @@ their pins conflict, e.g. MXNet needs numpy<1.24), with uv
 import concurrent.futures
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -96,15 +97,22 @@ def from_lock(lock, target, version, log=print):
 
 def ensure_all(targets, matrix, log=print, root=VENVS_DIR):
     """ensure() for each (framework, profile) in `targets`, side by side:
-    each is a download and an unpack of its own (a lock and a file lock per
-    environment). Returns {target: python}; the first failure is raised
-    once every maker has ended."""
+    each is a download and an unpack of its own. Returns {target: python}."""
     targets = list(dict.fromkeys(targets))
-    with concurrent.futures.ThreadPoolExecutor(max(1, len(targets))) as pool:
-        futures = {target: pool.submit(
-            ensure, *target, matrix_mod.entry(matrix, *target), log, root)
-            for target in targets}
-    return {target: future.result() for target, future in futures.items()}
+    return dict(zip(targets, side_by_side(
+        [functools.partial(ensure, *target, matrix_mod.entry(matrix, *target),
+                           log, root) for target in targets])))
+
+
+def side_by_side(makers):
+    """Call each of `makers` in a thread of its own (each environment has its
+    own file lock, made_alone); their results in order. The first failure
+    is raised once every maker has ended, so none is cut off half-made."""
+    if not makers:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(len(makers)) as pool:
+        futures = [pool.submit(maker) for maker in makers]
+    return [future.result() for future in futures]
 
 
 @contextlib.contextmanager
