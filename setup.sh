@@ -13,9 +13,20 @@ stamp=.venv/.installed-$(sha256sum requirements/host.txt | cut -c1-16)
 if [ ! -e "$stamp" ]; then
     rm -rf .venv
     "$python" -m venv .venv
-    # grep drops the noise of pip configurations with missing local indexes.
+    # uv first, installed by pip from the lock's own uv entry (its hash
+    # checked); then uv installs the whole lock, as it makes the framework
+    # environments (dlrepro/images/uvinstall.py). grep drops the noise of
+    # pip configurations with missing local indexes.
+    awk '/^uv==/ { entry = 1 } entry { print } entry && !/\\$/ { exit }' \
+        requirements/host.txt > .venv/uv-lock.txt
+    if [ ! -s .venv/uv-lock.txt ]; then
+        echo "setup.sh: requirements/host.txt pins no uv (invoke pin --host)" >&2
+        exit 2
+    fi
     .venv/bin/pip install --quiet --disable-pip-version-check --no-deps \
-        --require-hashes -r requirements/host.txt 2>&1 \
+        --require-hashes -r .venv/uv-lock.txt 2>&1 \
         | { grep -v 'is neither a file nor a directory' || true; }
+    .venv/bin/python -m dlrepro.images.uvinstall .venv/bin/python \
+        requirements/host.txt
     touch "$stamp"
 fi

@@ -85,21 +85,25 @@ def list_(c):
         print(f"  {name:<22} {suites.load(name)['description']}")
 
 
-@task(positional=[],
-      help={"framework": "framework whose native environment to make",
+@task(positional=[], iterable=["framework"],
+      help={"framework": "framework whose native environment to make "
+                         "(repeatable: several are made side by side)",
             "profile": "matrix profile (default: cpu)"})
 @user_errors
 def env(c, framework=None, profile="cpu"):
-    """Create or refresh a framework's native virtual environment."""
+    """Create or refresh frameworks' native virtual environments."""
     from dlrepro import matrix
     from dlrepro.images import envs
-    framework = required(framework, "--framework")
+    frameworks = framework or [required(None, "--framework")]
     m = matrix.load()
-    entry = matrix.entry(m, framework, profile)
-    reason = envs.unavailable_reason(entry, framework, profile)
-    if reason:
-        raise UserError(reason)
-    print(envs.ensure(framework, profile, entry))
+    for name in frameworks:
+        reason = envs.unavailable_reason(matrix.entry(m, name, profile),
+                                         name, profile)
+        if reason:
+            raise UserError(reason)
+    made = envs.ensure_all([(name, profile) for name in frameworks], m)
+    for python in made.values():
+        print(python)
 
 
 @task(iterable=["framework", "network", "batch_size", "threads"],

@@ -1,8 +1,11 @@
 """Native per-framework virtual environments, made from the same lock files
 that the framework's CPU image installs (one environment per framework:
-their pins conflict, e.g. MXNet needs numpy<1.24)."""
+their pins conflict, e.g. MXNet needs numpy<1.24), with uv
+(dlrepro.images.uvinstall); several at once when a command needs several."""
+import concurrent.futures
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -10,8 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dlrepro import ROOT, matrix as matrix_mod
+from dlrepro import ROOT, matrix as matrix_mod, show_path
 from dlrepro.errors import UserError
+from dlrepro.images import uvinstall
 
 VENVS_DIR = ROOT / ".venvs"
 
@@ -83,16 +87,32 @@ def from_lock(lock, target, version, log=print):
     with made_alone(target):
         if stamp.exists() and python.exists():  # made while we waited
             return python
-        log(f"creating {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target} "
-            f"from {lock.relative_to(ROOT)}")
+        log(f"creating {show_path(target)} from {show_path(lock)}")
         shutil.rmtree(target, ignore_errors=True)
-        _run([python_for(version), "-m", "venv", str(target)],
-             f"creating {target}")
-        _run([str(python), "-m", "pip", "install", "--quiet",
-              "--disable-pip-version-check", "--no-deps", "--require-hashes",
-              "-r", str(lock)], f"installing {lock.name}")
+        uvinstall.make_venv(python_for(version), target)
+        uvinstall.install(python, lock, log)
         stamp.touch()
     return python
+
+
+def ensure_all(targets, matrix, log=print, root=VENVS_DIR):
+    """ensure() for each (framework, profile) in `targets`, side by side:
+    each is a download and an unpack of its own. Returns {target: python}."""
+    targets = list(dict.fromkeys(targets))
+    return dict(zip(targets, side_by_side(
+        [functools.partial(ensure, *target, matrix_mod.entry(matrix, *target),
+                           log, root) for target in targets])))
+
+
+def side_by_side(makers):
+    """Call each of `makers` in a thread of its own (each environment has its
+    own file lock, made_alone); their results in order. The first failure
+    is raised once every maker has ended, so none is cut off half-made."""
+    if not makers:
+        return []
+    with concurrent.futures.ThreadPoolExecutor(len(makers)) as pool:
+        futures = [pool.submit(maker) for maker in makers]
+    return [future.result() for future in futures]
 
 
 @contextlib.contextmanager
@@ -108,10 +128,3 @@ def made_alone(target):
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
-
-def _run(command, what):
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
-        lines = [l for l in proc.stderr.splitlines()
-                 if "is neither a file nor a directory" not in l]
-        raise UserError(f"{what} failed: {(lines or ['(no output)'])[-1]}")

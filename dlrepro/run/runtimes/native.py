@@ -48,11 +48,12 @@ class Runtime(Base):
                 self.pythons[(framework, profile)] = self.python
                 reasons[(framework, profile)] = None
                 continue
-            reason = envs.unavailable_reason(entry, framework, profile)
-            if reason is None:
-                self.pythons[(framework, profile)] = envs.ensure(
-                    framework, profile, entry, log=log, root=self.venvs_dir)
-            reasons[(framework, profile)] = reason
+            reasons[(framework, profile)] = envs.unavailable_reason(
+                entry, framework, profile)
+        if not self.python:  # the environments to make, side by side
+            self.pythons.update(envs.ensure_all(
+                [t for t, reason in reasons.items() if reason is None],
+                self.matrix, log=log, root=self.venvs_dir))
         return reasons
 
     def describe(self, target):
