@@ -30,7 +30,9 @@ server's end only once the cell's process has ended too.
 
 Before each fork the server checks that it is still safe (fork_refusal):
 one thread (a fork copies only the calling thread; a pool's other threads
-would be missing in the child with their locks held), no device held.
+would be missing in the child with their locks held; FORK_HANDLED names
+the one framework whose own threads' fork handlers make them safe), no
+device held.
 Where it is not, the cell runs as a `run` process of its own (isolation
 `cell`), and its result's `fork_refused` says why. SIGTERM or SIGINT to
 the server during a cell reach the child, which ends its cell as `run`
@@ -62,7 +64,21 @@ PRELOAD = {
     "tensorflow": ("numpy", "tensorflow"),
     "mxnet": ("numpy", "mxnet"),
 }
+# Frameworks whose own threads, started at import or by the settling fork,
+# have fork handlers of the framework's own that stop them before a fork
+# and start them again after it, in the parent and in the child: the
+# server may hold as many threads as it held once settled, no more.
+# MXNet's engine (pthread_atfork in its initialize.cc: the engine stopped
+# in `prepare`, started again in `parent` and `child`; what its
+# multiprocessing data loaders rely on): 2 threads after `import mxnet`
+# with 2 cell threads, 5 after one fork (tests/test_forkserver.py forks
+# it and trains in the child).
+FORK_HANDLED = {
+    "mxnet": "MXNet's engine threads, which its fork handlers stop before "
+             "a fork and start again after it",
+}
 _PR_SET_PDEATHSIG = 1
+_settled = {}  # framework -> threads once settled (FORK_HANDLED only)
 
 
 def thread_count(proc="/proc"):
@@ -99,21 +115,27 @@ def device_held(framework):
 def fork_refusal(framework):
     """Why forking now would not be safe, or None."""
     count = thread_count()
-    if count is not None and count > 1:
-        return ("the server runs {} threads: a fork copies only one, and "
-                "the others' locks would stay held in the child".format(count))
+    allowed = _settled.get(framework, 1) if framework in FORK_HANDLED else 1
+    if count is not None and count > allowed:
+        return ("the server runs {} threads{}: a fork copies only one, "
+                "and the others' locks would stay held in the child".format(
+                    count, "" if allowed == 1 else
+                    " ({} of them {})".format(allowed - 1,
+                                              FORK_HANDLED[framework])))
     if nvml.sessions_open():
         return "the server holds an NVML session"
     return device_held(framework)
 
 
-def settle():
+def settle(framework=None):
     """Fork once a child that exits at once: a thread pool with fork
     handlers (OpenBLAS's, started by numpy's import when its thread
     variable asks for more than one thread, which shuts its threads down
     before a fork and starts them again only when next used) is then gone
     from the server, which never uses it; what remains has no handler and
-    refuses the fork (fork_refusal). The threads before and after."""
+    refuses the fork (fork_refusal), but for a FORK_HANDLED framework's,
+    whose count after settling is the most the server may hold. The
+    threads before and after."""
     before = thread_count()
     if before is not None and before > 1:
         sys.stdout.flush()
@@ -122,7 +144,10 @@ def settle():
         if pid == 0:
             os._exit(0)
         os.waitpid(pid, 0)
-    return {"before": before, "after": thread_count()}
+    after = thread_count()
+    if framework in FORK_HANDLED and after is not None:
+        _settled[framework] = after
+    return {"before": before, "after": after}
 
 
 def preload(framework):
@@ -178,7 +203,7 @@ class ForkServer(worker.Worker):
         threads.apply(cell["threads"])
         allocator.hold()
         self.parent["preload"] = preload(cell["framework"])
-        self.parent["preload"]["threads"] = settle()
+        self.parent["preload"]["threads"] = settle(cell["framework"])
         self.parent["preloaded_at"] = round(time.time(), 3)
 
     def isolation_block(self):

@@ -38,7 +38,7 @@ def touch(framework):
 def main(framework):
     threads.apply(2)
     loaded = forkserver.preload(framework)
-    loaded["threads"] = forkserver.settle()
+    loaded["threads"] = forkserver.settle(framework)
     found = {"threads": forkserver.thread_count(), "preload": loaded,
              "before": forkserver.fork_refusal(framework)}
     touch(framework)
