@@ -81,6 +81,12 @@ _PR_SET_PDEATHSIG = 1
 _settled = {}  # framework -> threads once settled (FORK_HANDLED only)
 
 
+def run_argv(spec_path, out):
+    """`python -m harness run` for a cell the server does not fork."""
+    return [sys.executable, "-s", "-m", "harness", "run", "--spec",
+            spec_path, "--out", out]
+
+
 def thread_count(proc="/proc"):
     """Threads of this process, or None where /proc does not say."""
     try:
@@ -256,8 +262,7 @@ class ForkServer(worker.Worker):
         """The cell as `python -m harness run`: where forking is unsafe."""
         parent = os.getpid()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "run", "--spec", spec_path,
-             "--out", out], stdin=subprocess.DEVNULL, stdout=2,
+            run_argv(spec_path, out), stdin=subprocess.DEVNULL, stdout=2,
             preexec_fn=lambda: term_when_parent_dies(parent))
         return proc.pid
 

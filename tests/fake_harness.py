@@ -140,6 +140,16 @@ def worker(modes, fork=False):
     if fork:
         from harness import forkserver
         forkserver.PRELOAD = {}
+        forkserver.run_argv = lambda spec_path, out: [
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin",
+                         "scripted-python"), "-s", "-m", "harness", "run",
+            "--spec", spec_path, "--out", out]
+        if os.environ.get("DLREPRO_FAKE_SERVER_THREAD"):
+            # a thread in the server, as a framework's pool would start one:
+            # no cell may be forked then
+            import threading
+            threading.Thread(target=threading.Event().wait,
+                             daemon=True).start()
         forkserver.ForkServer._fork = fork_checked(forkserver.ForkServer._fork)
         return forkserver.serve(sys.stdin, worker_mod.protocol_stream())
     return worker_mod.serve(sys.stdin, worker_mod.protocol_stream())

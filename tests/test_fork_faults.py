@@ -164,6 +164,24 @@ def test_a_gpu_key_never_holds_nvml_across_a_fork(tmp_path, make_cell):
     assert json.loads(state.read_text())["initialised"] == 0
 
 
+def test_a_server_unsafe_to_fork_runs_each_cell_alone_and_says_why(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("DLREPRO_FAKE_SERVER_THREAD", "1")
+    done = invoke(*FORK, "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    run_dir = (tmp_path / "latest").resolve()
+    assert statuses(run_dir) == {n: "ok" for n in NETWORKS}
+    for network in NETWORKS:
+        found = result(run_dir, network)
+        assert store.validation_errors(found) == []
+        isolation = found["isolation"]
+        assert isolation["mode"] == "cell", isolation
+        assert isolation["fork_refused"].startswith(
+            "the server runs 2 threads"), isolation
+    assert [c["refusal"] for c in fork_checks(run_dir)] == []
+    assert "not forking: the server runs 2 threads" in server_logs(run_dir)
+
+
 def test_a_timeout_stops_the_child_and_the_server_goes_on(tmp_path):
     done = invoke(*FORK, "--out", str(tmp_path), "--timeout", "15",
                   modes="fcn8=slow")
