@@ -234,11 +234,12 @@ class ForkServer(worker.Worker):
         isolation = self.isolation_block()
         refusal = worker.mismatch(self.fixed, settings)
         if refusal:
-            self.say("cell-start", spec=spec_path, pid=os.getpid())
+            # No child: the server writes the refusal itself.
+            self.say("cell-start", spec=spec_path, pid=None)
             result = worker.write_unrun(spec, cell, out, isolation, {
                 "type": "GroupMismatch", "message": refusal})
             self.say("cell-done", result=out, status=result["status"],
-                     returncode=0, pid=os.getpid())
+                     returncode=0, pid=None)
             return None
         self.cells_before.append(os.path.basename(out)[:-len(".json")])
         unsafe = fork_refusal(cell["framework"])
