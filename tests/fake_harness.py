@@ -118,8 +118,8 @@ def in_group_only(mode, isolation):
 
 def worker(modes, fork=False):
     """`python -m harness worker` (the real one; with `fork` the real fork
-    server, importing no framework, which says before each fork how many
-    NVML sessions the fake NVML's state holds: fork_check), each cell in the mode
+    server, importing no framework, which says before each fork what it
+    holds: fork_checked), each cell in the mode
     `modes` maps its network to, as `run` runs it (cell below): a mode that
     ends `run`'s process (crash, kill, hog, fill-disk, stubborn) ends the
     worker mid-cell with the same status; oom-in-group and hog-in-group

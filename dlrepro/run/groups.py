@@ -2,8 +2,9 @@
 cells that share every process-wide setting run one after another in one
 harness worker (`group`, harness/worker.py), or each in a child forked by
 one server per process-wide setting after it imported the framework
-(`fork`, harness/forkserver.py: a fresh process without the import). Where neither --isolation nor
-the suite names one, each job gets its framework's default (`assign`). The
+(`fork`, harness/forkserver.py: a fresh process without the import).
+Where neither --isolation nor the suite names one, each job gets its
+framework's default (`assign`). The
 mode is recorded in run.json and (by the worker) in each result; it is no
 part of a cell's identity, so job ids, specs and resume are the same in
 both.
@@ -23,8 +24,9 @@ MODES = ("cell", "group", "fork")
 # started per worker key (engines/grouped.py): a group worker or a fork
 # server.
 SERVED = ("group", "fork")
-# Where a fork server runs for now: natively, where the host signals a
-# cell's child by its pid (in a container or a Slurm task it has another).
+# Where a fork server runs for now: natively, locally or in a Slurm array
+# task, where the runner beside it signals a cell's child by its pid (a
+# container has a PID namespace of its own).
 FORK_RUNTIMES = ("native",)
 DEFAULT = "cell"
 # The frameworks whose cells are grouped where nothing names a mode: those
@@ -63,11 +65,11 @@ def check(mode, runtime, executor):
     run yet: through `runtime` (its name) and `executor` (an Engine class,
     dlrepro.run.engines.ENGINES)."""
     if mode == "fork":
-        if runtime not in FORK_RUNTIMES or executor.name != "local":
+        if runtime not in FORK_RUNTIMES or not executor.runs_groups:
             raise UserError(f"--isolation fork runs with --runtime native "
-                            f"and --executor local only for now, not "
-                            f"{runtime} with {executor.name}; use "
-                            f"--isolation cell or group")
+                            f"only for now, not {runtime} with "
+                            f"{executor.name}; use --isolation cell or "
+                            f"group")
         return
     if mode != "group":
         return
