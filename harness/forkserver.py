@@ -143,7 +143,10 @@ def settle(framework=None):
     whose count after settling is the most the server may hold. The
     threads before and after."""
     before = thread_count()
-    if before is not None and before > 1:
+    # A FORK_HANDLED framework's handlers may start its threads at the
+    # first fork (MXNet's engine, with one cell thread): forked once here,
+    # whatever the count, so that the allowance is what every fork finds.
+    if before is not None and (before > 1 or framework in FORK_HANDLED):
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
