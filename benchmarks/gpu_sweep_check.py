@@ -13,8 +13,8 @@ is skipped is said in the report):
    (dlrepro.bench.gpuprofile);
 2. `invoke bench --suite paper-synthetic-gpu` subsets for PyTorch and JAX
    natively (fcn5 and resnet50 at batch 64, `--repeat 3`): under each
-   isolation mode this dlrepro offers (`--isolation cell|group` when
-   `invoke bench` has it; one process per cell otherwise);
+   isolation mode this dlrepro offers (`--isolation cell|group|fork` as
+   `invoke bench` has them; one process per cell otherwise);
 3. PyTorch ResNet-50 at batch 64 under precision x compile (fp32, tf32,
    bf16 x none, default);
 4. the best of those against timm's own training benchmark (its
@@ -93,7 +93,10 @@ def isolation_modes(invoke):
     """The isolation modes `invoke bench` offers ([None]: only one)."""
     proc = subprocess.run([invoke, "bench", "--help"], cwd=ROOT,
                           capture_output=True, text=True)
-    return ["cell", "group"] if "--isolation" in proc.stdout else [None]
+    if "--isolation" not in proc.stdout:
+        return [None]
+    # fork: a dlrepro whose help says its cells may be forked.
+    return ["cell", "group"] + (["fork"] if "forked" in proc.stdout else [])
 
 
 def bench(invoke, args, extra, budget, log):

@@ -1,7 +1,8 @@
-"""`invoke bench --isolation cell` against `--isolation group`, on the real
-command line, on the smoke suite, per framework, in alternating rounds
-(round 1: cell then group; round 2: group then cell; ...), so that a
-machine's load drifts over both modes alike.
+"""`invoke bench --isolation cell` against `--isolation fork` and
+`--isolation group`, on the real command line, on the smoke suite, per
+framework, in alternating rounds (round 1: cell, fork, group; round 2:
+group, fork, cell; round 3 from fork, ...), so that a machine's load
+drifts over every mode alike.
 
 Prints, per round and framework, each mode's wall time (of the whole
 `invoke bench`) and measured fraction; then per framework over all rounds:
@@ -11,11 +12,13 @@ Prints, per round and framework, each mode's wall time (of the whole
   the rest went over all rounds, and the fraction the model builds alone
   would leave (iterations over iterations and builds: the ceiling no
   saving on processes can pass);
-- the fixed cost per ok cell (its wall time less its iterations), in group
-  mode only for the cells after the first of their worker, and that cost
-  beyond the cell's own model build;
-- the wall ratio group/cell (median over rounds);
-- per cell, the ratio of mean iteration times group/cell with its 95% CI
+- the fixed cost per ok cell (its wall time less its iterations), in fork
+  and group mode only for the cells after the first of their worker (the
+  first pays the server's or worker's start), and that cost beyond the
+  cell's own model build;
+- the wall ratio fork/cell and group/cell (median over rounds);
+- per cell, the ratio of mean iteration times fork/cell and group/cell
+  with its 95% CI
   between processes (Student's t, as `invoke compare` computes it), over
   rounds x --repeat processes a mode; then how those intervals read as a
   family: of n cells 0.05 n miss 1 by chance alone, so Bonferroni's
@@ -30,7 +33,7 @@ Prints, per round and framework, each mode's wall time (of the whole
 
     .venv/bin/python benchmarks/isolation.py [--rounds 3] [--repeat 2]
         [--threads 1] [--framework pytorch ...] [--network NAME ...]
-        [--runtime native]
+        [--mode fork ...] [--runtime native]
         [--out results/isolation-bench]
 
 CNTK and Caffe run in their images: `--runtime docker --framework cntk
@@ -51,7 +54,7 @@ from dlrepro.bench import aggregate, phases, versus  # noqa: E402
 from dlrepro.run import store  # noqa: E402
 
 INVOKE = str(ROOT / ".venv" / "bin" / "invoke")
-MODES = ("cell", "group")
+MODES = ("cell", "fork", "group")
 # The modes count as measuring alike where a difference is ruled out beyond
 # 3% (the goal this benchmark was written to check).
 EQUIVALENT = 0.03
@@ -90,7 +93,7 @@ def fixed_costs(pairs, mode):
     for entry, result in pairs:
         if entry.get("status") != "ok":
             continue
-        if mode == "group" and not after_first(result):
+        if mode != "cell" and not after_first(result):
             continue
         spent = phases.job_spent(entry, result)
         if spent is None:
@@ -105,14 +108,15 @@ def fixed_costs(pairs, mode):
 class Tally:
     """One framework's figures over the rounds, per mode."""
 
-    def __init__(self):
-        self.fraction = {m: [] for m in MODES}
-        self.fixed = {m: [] for m in MODES}
-        self.beyond = {m: [] for m in MODES}
-        self.walls = {m: [] for m in MODES}
-        self.pairs = {m: [] for m in MODES}
-        self.spent = {m: {} for m in MODES}  # stretch -> s, all rounds
-        self.own_s = {m: 0.0 for m in MODES}
+    def __init__(self, modes=MODES):
+        self.modes = modes
+        self.fraction = {m: [] for m in modes}
+        self.fixed = {m: [] for m in modes}
+        self.beyond = {m: [] for m in modes}
+        self.walls = {m: [] for m in modes}
+        self.pairs = {m: [] for m in modes}
+        self.spent = {m: {} for m in modes}  # stretch -> s, all rounds
+        self.own_s = {m: 0.0 for m in modes}
 
     def add(self, mode, wall, run_dir):
         record, pairs = store.load_run(run_dir)
@@ -133,11 +137,11 @@ class Tally:
         return {aggregate.cell_key(cell): aggregate.cell_stats(cell, results)
                 for cell, results in aggregate.group(self.pairs[mode])}
 
-    def ratios(self, central=0.95):
+    def ratios(self, mode, central=0.95):
         """[(cell, ratio, (low, high), basis)] of mean iteration time
-        group/cell, per cell measured ok in both modes, with its `central`
+        mode/cell, per cell measured ok in both modes, with its `central`
         interval."""
-        grouped = self.stats("group")
+        grouped = self.stats(mode)
         rows = []
         for key, base in self.stats("cell").items():
             new = grouped.get(key)
@@ -149,16 +153,16 @@ class Tally:
                 rows.append((base.cell, ratio, ci, basis))
         return rows
 
-    def places(self):
+    def places(self, mode):
         """({cell key: {"early": [ratio], "late": [ratio]}}, {place:
-        [ratio]}) of each ok group-mode result's mean iteration time over
+        [ratio]}) of each ok `mode` result's mean iteration time over
         its cell's mean in cell mode; early is the first half of a worker
         (of the cells of the framework's sweep), late the rest."""
         base = {key: stats.mean_s
                 for key, stats in self.stats("cell").items()}
         size = len(base)
         by_cell, by_place = {}, {}
-        for entry, result in self.pairs["group"]:
+        for entry, result in self.pairs[mode]:
             key = aggregate.cell_key(entry["spec"])
             if entry.get("status") != "ok" or key not in base:
                 continue
@@ -197,7 +201,7 @@ def rest_line(spent, own_s):
         f"{measured / (measured + built):.2f}")
 
 
-def family_lines(tally, rows):
+def family_lines(tally, rows, mode):
     """How the framework's 95% intervals read as a family. Each misses 1
     one time in 20 where the modes do not differ at all, so of n cells
     0.05 n are expected to, and all n contain 1 with probability 0.95**n
@@ -212,7 +216,7 @@ def family_lines(tally, rows):
     missed = [cell["network"] for cell, _r, (low, high), _b in rows
               if not low <= 1 <= high]
     central = 1 - 0.05 / n
-    family = tally.ratios(central)
+    family = tally.ratios(mode, central)
     apart = [(cell["network"], low, high)
              for cell, _r, (low, high), _b in family if not low <= 1 <= high]
     within = sum(1 - EQUIVALENT <= low and high <= 1 + EQUIVALENT
@@ -232,32 +236,40 @@ def family_lines(tally, rows):
 
 def report(framework, tally):
     print(f"\n== {framework}")
-    for mode in MODES:
+    for mode in tally.modes:
         print(f"{mode:5s}: measured fraction "
               + ", ".join(f"{f:.2f}" for f in tally.fraction[mode])
               + f"; fixed cost per cell {median(tally.fixed[mode]):.2f} s "
               f"median ({len(tally.fixed[mode])} cells"
-              + (", after the first of a worker" if mode == "group" else "")
+              + (", after the first of a worker" if mode != "cell" else "")
               + f"), beyond its model build "
               f"{median(tally.beyond[mode]):.2f} s")
         if tally.own_s[mode] > 0:
             print(rest_line(tally.spent[mode], tally.own_s[mode]))
-    walls = [g / c for c, g in zip(tally.walls["cell"], tally.walls["group"])]
-    print("wall ratio group/cell: " + ", ".join(f"{w:.2f}" for w in walls)
+    for mode in tally.modes:
+        if mode != "cell" and "cell" in tally.modes:
+            versus_cell(tally, mode)
+
+
+def versus_cell(tally, mode):
+    """`mode` against cell: wall ratios, every cell's iteration-time ratio
+    with its interval, the family, the place in the worker."""
+    walls = [g / c for c, g in zip(tally.walls["cell"], tally.walls[mode])]
+    print(f"wall ratio {mode}/cell: " + ", ".join(f"{w:.2f}" for w in walls)
           + f" (median {median(walls):.2f})")
-    by_cell, by_place = tally.places()
-    rows = tally.ratios()
+    by_cell, by_place = tally.places(mode)
+    rows = tally.ratios(mode)
     for cell, ratio, (low, high), basis in rows:
         inside = "contains 1" if low <= 1 <= high else "EXCLUDES 1"
         halves = by_cell.get(aggregate.cell_key(cell), {})
         print(f"  {cell['network']:<12} batch {cell['batch_size']:>4}: "
-              f"iteration time group/cell {ratio:.3f} "
+              f"iteration time {mode}/cell {ratio:.3f} "
               f"[{low:.3f}, {high:.3f}] {inside} ({basis}); early "
               f"{geomean(halves.get('early')):.3f}, late "
               f"{geomean(halves.get('late')):.3f}")
-    for line in family_lines(tally, rows):
+    for line in family_lines(tally, rows, mode):
         print(line)
-    print("by place in the worker (geometric mean of group/cell over its "
+    print(f"by place in the worker (geometric mean of {mode}/cell over its "
           "cells): " + ", ".join(
               f"{place}: {geomean(ratios):.3f}"
               for place, ratios in sorted(by_place.items())))
@@ -276,6 +288,8 @@ def main():
                         "(repeatable; one network: each worker has one "
                         "cell, so a difference between the modes is the "
                         "worker's own, not its earlier cells')")
+    parser.add_argument("--mode", action="append", choices=MODES,
+                        help="only these modes (repeatable; cell always)")
     parser.add_argument("--runtime", default="native")
     parser.add_argument("--warmup", type=int,
                         help="warm-up iterations per cell instead of the "
@@ -285,9 +299,15 @@ def main():
                                              "isolation-bench"))
     args = parser.parse_args()
     frameworks = args.framework or list(NATIVE)
-    tallies = {f: Tally() for f in frameworks}
+    modes = tuple(m for m in MODES if m == "cell" or not args.mode
+                  or m in args.mode)
+    tallies = {f: Tally(modes) for f in frameworks}
     for round_ in range(1, args.rounds + 1):
-        order = MODES if round_ % 2 else MODES[::-1]
+        # Each mode first, in the middle and last in turn, forwards and
+        # backwards.
+        turn = (round_ - 1) // 2 % len(modes)
+        order = modes[turn:] + modes[:turn]
+        order = order if round_ % 2 else order[::-1]
         for framework in frameworks:
             for mode in order:
                 wall, run_dir = bench(framework, mode, round_, args)

@@ -29,7 +29,9 @@ SLURM = {
 BENCH = {
     "isolation": "cell (each cell in a process of its own) or group (cells "
                  "sharing every process-wide setting run one after another "
-                 "in one harness worker); default: the suite's "
+                 "in one harness worker) or fork (each cell in a child "
+                 "forked after the framework's import: native, local; "
+                 "docs/isolation.md); default: the suite's "
                  "`isolation`, else each framework's: group for "
                  "tensorflow and caffe, cell otherwise "
                  "(docs/isolation.md)",

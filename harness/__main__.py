@@ -2,6 +2,7 @@
 
     python -m harness run --spec SPEC --out RESULT.json
     python -m harness worker < SPEC PATHS (one a line; harness.worker)
+    python -m harness worker --fork < SPEC PATHS (harness.forkserver)
     python -m harness converge --spec SPEC --out RESULT.json
     python -m harness networks
     python -m harness versions --framework pytorch [--device gpu]
@@ -52,6 +53,8 @@ def _run(args):
 def _worker(args):
     # Imported here: `run` does not need the group's code.
     from .worker import protocol_stream, serve
+    if args.fork:
+        from .forkserver import serve
     return serve(sys.stdin, protocol_stream())
 
 
@@ -106,6 +109,9 @@ def main(argv=None):
     worker = commands.add_parser(
         "worker", help="run the cells whose spec files stdin names, one a "
         "line, in this one process")
+    worker.add_argument(
+        "--fork", action="store_true", help="run each cell in a child "
+        "forked after the framework's import (harness.forkserver)")
     worker.set_defaults(func=_worker)
     converge = commands.add_parser(
         "converge", help="one convergence run (N data-parallel workers)")

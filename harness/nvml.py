@@ -38,6 +38,16 @@ def _text(value):
         else value
 
 
+# Sessions opened and not yet closed in this process: a fork server
+# (harness.forkserver) never forks while it holds one.
+_open = [0]
+
+
+def sessions_open():
+    """NVML sessions this process holds now."""
+    return _open[0]
+
+
 class Nvml(object):
     """An initialised NVML library; `open` returns (Nvml or None, reason)."""
 
@@ -55,9 +65,11 @@ class Nvml(object):
             nvml.call("nvmlInit")
         except NvmlCallError as exc:
             return None, "NVML could not start ({})".format(exc.name)
+        _open[0] += 1
         return nvml, None
 
     def close(self):
+        _open[0] = max(0, _open[0] - 1)
         try:
             self.call("nvmlShutdown")
         except NvmlCallError:

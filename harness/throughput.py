@@ -52,8 +52,10 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
     result["phases"] = ready
     if isolation is not None:  # a cell of a worker's group (harness.worker)
         result["isolation"] = isolation
-        if isolation.get("position", 1) > 1:
+        if isolation.get("mode") == "group" and isolation.get(
+                "position", 1) > 1:
             # Its process started for an earlier cell: no start of its own.
+            # (A forked child's start, /proc's, is its fork.)
             ready["process_start"] = None
     series = Series()
     env = result["environment"]

@@ -6,7 +6,8 @@ real processes, real signals and real timeouts.
 Modes: ok (the real harness.throughput with a scripted backend), slow (the
 real harness.throughput, one second per iteration: for timeouts and SIGTERM), stubborn
 (ignores SIGTERM, never writes), crash (exit 3, no result), kill (SIGKILL
-itself, as the OOM killer would), invalid (writes a file that breaks the
+itself, as the OOM killer would), ok-kill-server (ok, then SIGKILL the fork
+server that forked it), invalid (writes a file that breaks the
 schema), torn-clocks (ok, but leaves a torn GPU clock-state file),
 ok-kill-parent (ok, then SIGKILL the sweep), ok-interrupt-parent (ok,
 then SIGINT the sweep, as a Ctrl-C just after the result), fill-disk
@@ -115,8 +116,10 @@ def in_group_only(mode, isolation):
     return mode
 
 
-def worker(modes):
-    """`python -m harness worker` (the real one), each cell in the mode
+def worker(modes, fork=False):
+    """`python -m harness worker` (the real one; with `fork` the real fork
+    server, importing no framework, which says before each fork what it
+    holds: fork_checked), each cell in the mode
     `modes` maps its network to, as `run` runs it (cell below): a mode that
     ends `run`'s process (crash, kill, hog, fill-disk, stubborn) ends the
     worker mid-cell with the same status; oom-in-group and hog-in-group
@@ -134,7 +137,56 @@ def worker(modes):
         sys.stderr.flush()
         os._exit(ended)
     worker_mod.run_cell = run_cell
+    if fork:
+        from harness import forkserver
+        forkserver.PRELOAD = {}
+        forkserver.run_argv = lambda spec_path, out: [
+            os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin",
+                         "scripted-python"), "-s", "-m", "harness", "run",
+            "--spec", spec_path, "--out", out]
+        if os.environ.get("DLREPRO_FAKE_SERVER_THREAD"):
+            # a thread in the server, as a framework's pool would start one:
+            # no cell may be forked then
+            import threading
+            threading.Thread(target=threading.Event().wait,
+                             daemon=True).start()
+        forkserver.ForkServer._fork = fork_checked(forkserver.ForkServer._fork)
+        return forkserver.serve(sys.stdin, worker_mod.protocol_stream())
     return worker_mod.serve(sys.stdin, worker_mod.protocol_stream())
+
+
+FORK_CHECK = "fake harness: before a fork: "
+
+
+def fork_checked(fork):
+    """The fork server's fork, which first writes to the log what the
+    server holds: its threads, its NVML sessions (harness.nvml's count,
+    and the fake NVML's own where a test gives it one), so that a test
+    fails if the server ever holds a device across a fork."""
+    def checked(self, spec, cell, out, isolation):
+        from harness import forkserver, nvml
+        held = {"threads": forkserver.thread_count(),
+                "nvml_sessions": nvml.sessions_open(),
+                "refusal": forkserver.fork_refusal(cell["framework"])}
+        if os.environ.get("FAKE_NVML_STATE"):
+            # The file the fake NVML shares, as the children left it.
+            with open(os.environ["FAKE_NVML_STATE"]) as handle:
+                held["fake_nvml_initialised"] = json.load(handle)[
+                    "initialised"]
+        sys.stderr.write(FORK_CHECK + json.dumps(held, sort_keys=True) + "\n")
+        sys.stderr.flush()
+        return fork(self, spec, cell, out, isolation)
+    return checked
+
+
+def sweep_pid(isolation):
+    """The sweep's pid: this process's parent, or a forked cell's server's
+    parent (--isolation fork)."""
+    if (isolation or {}).get("mode") != "fork":
+        return os.getppid()
+    with open("/proc/{}/stat".format(os.getppid())) as handle:
+        stat = handle.read()
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def main(mode, spec_path, out):
@@ -156,12 +208,17 @@ def cell(mode, spec, out, isolation=None, group_clocks=None):
     if mode == "ok-kill-parent":
         # a sweep killed just after a cell wrote its valid result
         result = cell("ok", spec, out, isolation, group_clocks)
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(sweep_pid(isolation), signal.SIGKILL)
         return result
     if mode == "ok-interrupt-parent":
         # a Ctrl-C that reaches the sweep just after a cell wrote its result
         result = cell("ok", spec, out, isolation, group_clocks)
-        os.kill(os.getppid(), signal.SIGINT)
+        os.kill(sweep_pid(isolation), signal.SIGINT)
+        return result
+    if mode == "ok-kill-server":
+        # a fork server killed just after its child wrote a valid result
+        result = cell("ok", spec, out, isolation, group_clocks)
+        os.kill(os.getppid(), signal.SIGKILL)
         return result
     if mode == "fill-disk":
         # the results' filesystem fills up while the cell runs

@@ -32,6 +32,10 @@ NAMES = {
     "trained": "training",
     "result_written": "write, exit and collect",
     "end": "write, exit and collect",
+    # A fork server's own start and import (--isolation fork), inside the
+    # window of the job that started it, before its first child's start.
+    "server_start": "before the process",
+    "server_ready": "fork server: interpreter and import",
 }
 MEASURED = ("warm-up", "timed")
 GAPS = "gaps between jobs"
@@ -142,12 +146,26 @@ def job_spent(entry, result):
         return None
     start, end = window
     spent, previous = {}, start
-    for name, at in _moments(block) + [("end", end)]:
+    for name, at in _server(result) + _moments(block) + [("end", end)]:
         at = min(max(at, previous), end)
         spent[NAMES[name]] = spent.get(NAMES[name], 0.0) + at - previous
         previous = at
     _split_training(spent, result)
     return spent
+
+
+def _server(result):
+    """The moments of a forked cell's server (isolation.parent): its
+    start and the end of its imports, paid once, in the window of the job
+    whose cell started it; a later job's window begins after both, so
+    they count nothing there."""
+    isolation = result.get("isolation") or {}
+    parent = isolation.get("parent") or {}
+    if isolation.get("mode") != "fork":
+        return []
+    return [(name, parent.get(key)) for name, key in (
+        ("server_start", "process_start"), ("server_ready", "preloaded_at"))
+        if parent.get(key) is not None]
 
 
 def _split_training(spent, result):

@@ -1,7 +1,10 @@
-"""--isolation: whether each cell runs in a process of its own (`cell`) or
+"""--isolation: whether each cell runs in a process of its own (`cell`),
 cells that share every process-wide setting run one after another in one
-harness worker (`group`, harness/worker.py). Where neither --isolation nor
-the suite names one, each job gets its framework's default (`assign`). The
+harness worker (`group`, harness/worker.py), or each in a child forked by
+one server per process-wide setting after it imported the framework
+(`fork`, harness/forkserver.py: a fresh process without the import).
+Where neither --isolation nor the suite names one, each job gets its
+framework's default (`assign`). The
 mode is recorded in run.json and (by the worker) in each result; it is no
 part of a cell's identity, so job ids, specs and resume are the same in
 both.
@@ -16,7 +19,15 @@ from harness.spec import PROCESS_FIELDS
 
 from dlrepro.errors import UserError
 
-MODES = ("cell", "group")
+MODES = ("cell", "group", "fork")
+# The modes whose jobs the host feeds, one spec at a time, to a process
+# started per worker key (engines/grouped.py): a group worker or a fork
+# server.
+SERVED = ("group", "fork")
+# Where a fork server runs for now: natively, locally or in a Slurm array
+# task, where the runner beside it signals a cell's child by its pid (a
+# container has a PID namespace of its own).
+FORK_RUNTIMES = ("native",)
 DEFAULT = "cell"
 # The frameworks whose cells are grouped where nothing names a mode: those
 # for which every run of benchmarks/isolation.py since the allocator fix,
@@ -53,6 +64,13 @@ def check(mode, runtime, executor):
     """Refuse, before any run folder exists, a group mode this host cannot
     run yet: through `runtime` (its name) and `executor` (an Engine class,
     dlrepro.run.engines.ENGINES)."""
+    if mode == "fork":
+        if runtime not in FORK_RUNTIMES or not executor.runs_groups:
+            raise UserError(f"--isolation fork runs with --runtime native "
+                            f"only for now, not {runtime} with "
+                            f"{executor.name}; use --isolation cell or "
+                            f"group")
+        return
     if mode != "group":
         return
     if runtime not in GROUP_RUNTIMES:
@@ -100,8 +118,9 @@ def process_key(job):
 
 def worker_key(job):
     """What must be equal for two jobs to run in the same worker: their
-    process-wide fields and the process of its cell they are (--repeat)."""
-    return process_key(job) + (job.process,)
+    mode, their process-wide fields and the process of its cell they are
+    (--repeat)."""
+    return (job.isolation,) + process_key(job) + (job.process,)
 
 
 def form(jobs):
@@ -120,10 +139,11 @@ def order(jobs):
     by `permutation(jobs, group seed, process)`. Deterministic: a resumed
     run keeps every worker's order (and skips what is done)."""
     grouped = {id(group[0]): group for group in _gathered(
-        [job for job in jobs if job.isolation == "group"], process_key)}
+        [job for job in jobs if job.isolation in SERVED],
+        lambda job: (job.isolation,) + process_key(job))}
     ordered = []
     for job in jobs:
-        if job.isolation != "group":
+        if job.isolation not in SERVED:
             ordered.append(job)
             continue
         group = grouped.get(id(job))
@@ -144,7 +164,7 @@ def planned_workers(ordered):
     a fresh one."""
     return [[job.id for job in group] for group in form(
         [job for job in ordered
-         if job.isolation == "group" and not job.skip_reason])]
+         if job.isolation in SERVED and not job.skip_reason])]
 
 
 def permutation(items, seed, process):

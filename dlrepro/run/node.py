@@ -85,7 +85,9 @@ def job_of(document):
     return Job(id=document["id"], kind=document["kind"],
                spec=document["spec"], timeout_s=document["timeout_s"],
                placement=Placement(*document["placement"]),
-               mounts=tuple(document["mounts"]))
+               mounts=tuple(document["mounts"]),
+               # Absent from a submission written before fork existed.
+               isolation=document.get("isolation", "cell"))
 
 
 def where(node):

@@ -12,9 +12,21 @@ The log: the worker's standard error goes to one file per worker,
 thread on this side that could fall behind); each job's own `<id>.log`
 gets a copy of the part written while it ran. The worker writes its
 `cell-done` line after its log lines, so the part is complete when the
-line is read, and collect's post-mortem reads the job's log as today."""
+line is read, and collect's post-mortem reads the job's log as today.
+
+--isolation fork runs here too: the worker is a fork server (`python -m
+harness worker --fork`, harness/forkserver.py), one per worker key, and
+each cell is a child it forks, whose pid its `cell-start` line names. A
+cell's timeout stops that child (SIGTERM, SIGKILL after the grace), not
+the server, which goes on with the key's next cell; a child that died
+(killed, or by the OOM killer) is told by its own exit status and pid,
+as a process of its own would be. Ctrl-C stops the server, which passes
+the signal on to its child and says `cell-done` once the child wrote
+its partial result."""
 import json
+import os
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -131,6 +143,8 @@ class Grouped:
         # waits until their last cell's post-mortem is done.
         self.last = None
         self.ended = []
+        # The pid of the current cell's forked child (--isolation fork).
+        self.child = None
 
     def launch(self, job):
         """Run `job` in the group's worker to its final result; a cell
@@ -140,7 +154,9 @@ class Grouped:
                 or self.worker.proc.poll() is not None):
             self.close()
         result, exit = self._in_worker(job)
-        if result["status"] != OOM:
+        if result["status"] != OOM or job.isolation == "fork":
+            # A forked child started as fresh as a process of its own:
+            # its `oom` is its own.
             return result
         attempt = attempt_in_group(result, exit.pid, self.position)
         if attempt["position"] == 1:
@@ -249,6 +265,7 @@ class Grouped:
         worker = self.worker
         self.position += 1
         offset = worker.log_size()
+        self.child = None
         try:
             status, timed_out = self._await_cell(job, launch, worker)
         except BaseException:
@@ -257,7 +274,7 @@ class Grouped:
         finally:
             self._copy_log(worker, offset, job)
         return Exit(status, timed_out, time.monotonic() - started,
-                    pid=worker.proc.pid)
+                    pid=self.child or worker.proc.pid)
 
     def _await_cell(self, job, launch, worker):
         """(exit status, timed out) of the cell: 0 once it is done, the
@@ -270,9 +287,13 @@ class Grouped:
             try:
                 word, fields = worker.next_event(deadline)
             except queue.Empty:
+                if self.child is not None:
+                    return self._stop_child(worker, launch), True
                 return self._stop(launch), True
+            if word == "cell-start" and job.isolation == "fork":
+                self.child = fields.get("pid")
             if word == "cell-done":
-                return 0, False
+                return fields.get("returncode", 0), False
             if word == "cell-invalid":
                 self._say_invalid(job, fields.get("message", ""))
                 return 2, False
@@ -300,6 +321,28 @@ class Grouped:
         self.processes.stop(worker.proc, worker.launch)
         self._check_clocks(worker)
         return worker.proc.returncode
+
+    def _stop_child(self, worker, launch):
+        """Stop a fork server's cell (its timeout): SIGTERM to its child,
+        which ends the cell as `run` does, SIGKILL after the grace; the
+        server reaps it and says `cell-done`, and goes on. The child's
+        exit status; the server's, should it not answer (stopped too)."""
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.kill(self.child, signum)
+            except ProcessLookupError:
+                pass  # ended meanwhile: its `cell-done` is on its way
+            deadline = time.monotonic() + self.processes.grace_s
+            while True:
+                try:
+                    word, fields = worker.next_event(deadline)
+                except queue.Empty:
+                    break
+                if word == "cell-done":
+                    return fields.get("returncode")
+                if word == "exit":
+                    return self._gone()
+        return self._stop(launch)
 
     def _say_invalid(self, job, message):
         # What `run` prints for a spec it refuses, so that collect's

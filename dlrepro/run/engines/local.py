@@ -5,7 +5,7 @@ import time
 
 from harness.blocks import utc_now
 
-from dlrepro.run import writer
+from dlrepro.run import groups, writer
 from dlrepro.run.engines.base import Engine
 from dlrepro.run.engines.grouped import Grouped
 from dlrepro.run.process import Processes
@@ -22,13 +22,13 @@ class LocalEngine(Engine):
 
     def execute(self, context):
         """Each job in turn, run.json written after each; a job whose
-        isolation is `group` through its group's worker."""
+        isolation is `group` or `fork` through its key's worker."""
         life = context.life
         grouped = Grouped(self.processes, life, context.events) if any(
-            job.isolation == "group" for job in context.jobs) else None
+            job.isolation in groups.SERVED for job in context.jobs) else None
 
         def run(job):
-            if job.isolation == "group":
+            if job.isolation in groups.SERVED:
                 return grouped.launch(job)
             if grouped:
                 # No worker idles beside a process of its own, holding

@@ -149,4 +149,5 @@ def worker_argv(argv, job, results_dir):
     if argv[-len(tail):] != tail:
         raise RuntimeError(f"the runtime's command line does not end in "
                            f"the harness's arguments: {argv}")
-    return argv[:-len(tail)] + WORKER_ARGS
+    fork = ["--fork"] if job.isolation == "fork" else []
+    return argv[:-len(tail)] + WORKER_ARGS + fork

@@ -133,7 +133,7 @@ class SlurmEngine(Engine):
             by_id[job.id].update(runfolder.new_entry(job),
                                  slurm=blocks[job.id])
         ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
-        in_groups = [j for j in jobs if j.isolation == "group"]
+        in_groups = [j for j in jobs if j.isolation in groups.SERVED]
         tasks = len({blocks[j.id]["job_id"] for j in in_groups})
         said = f" ({len(in_groups)} of them in {tasks} task(s), one per " \
             f"group)" if in_groups else ""

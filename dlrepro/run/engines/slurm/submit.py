@@ -33,7 +33,9 @@ SLURM_DIR = "slurm"
 def _job_document(job):
     return {"id": job.id, "kind": job.kind, "spec": job.spec,
             "timeout_s": job.timeout_s, "placement": list(job.placement),
-            "mounts": [str(m) for m in job.mounts]}
+            "mounts": [str(m) for m in job.mounts],
+            # The node's runner starts a fork server or a group worker by it.
+            "isolation": job.isolation}
 
 
 def _minutes(seconds):
@@ -56,8 +58,8 @@ def arrays(jobs, options=None):
     cell's threads, GPUs from its GPU count. Jobs of isolation `cell` a
     task each; those of `group` a task per group, in arrays apart, one
     per time limit too, so that each task's limit is its own group's."""
-    cells = [job for job in jobs if job.isolation != "group"]
-    grouped = [job for job in jobs if job.isolation == "group"]
+    cells = [job for job in jobs if job.isolation not in groups.SERVED]
+    grouped = [job for job in jobs if job.isolation in groups.SERVED]
     return _arrays(cells, False, options) + _arrays(grouped, True, options)
 
 
@@ -213,7 +215,7 @@ def submit(options, runtime_options, jobs, runtime_name, run_dir,
     `group` jobs); every array is checked with --test-only first, so a
     rejection queues nothing. Returns {job id: slurm block for run.json}."""
     sbatch = client.command("sbatch")
-    if any(job.isolation == "group" for job in jobs):
+    if any(job.isolation in groups.SERVED for job in jobs):
         # The jobs to submit now (a resume's rest) may form other groups
         # than the engine's check saw, of other summed time limits.
         test_only(options, jobs)

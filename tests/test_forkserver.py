@@ -1,0 +1,100 @@
+"""The fork server (harness/forkserver.py) with each native framework, in
+its venv: what it imports before a fork leaves it safe to fork (one
+thread once settled, or MXNet's fork-handled engine threads; no device),
+a cell run the way a cell runs makes it unsafe (its own device and
+thread checks say so), and a forked child trains exactly as a process of
+its own (`python -m harness run`) does: the same losses from the same
+seed, step by step."""
+import json
+import subprocess
+
+import pytest
+
+import processes
+from dlrepro.run import store
+
+WAIT_S = 600
+FRAMEWORKS = ("jax", "mxnet", "pytorch", "tensorflow")
+
+
+def python_of(root, framework):
+    python = root / ".venvs" / "{}-cpu".format(framework) / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venvs/{}-cpu".format(framework))
+    return str(python)
+
+
+def spec(folder, name, cell):
+    path = folder / "{}.spec.json".format(name)
+    path.write_text(json.dumps({"cell": cell, "container": None}))
+    return str(path)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_server_is_safe_to_fork_after_the_import_not_after_a_cell(
+        root, framework):
+    probe = subprocess.run(
+        [python_of(root, framework), str(root / "tests" / "fork_probe.py"),
+         framework], cwd=str(root), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, timeout=WAIT_S)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = json.loads(probe.stdout.splitlines()[-1])
+    assert found["preload"]["failed"] == {}
+    assert found["preload"]["modules"]
+    assert found["before"] is None, found
+    assert found["after"] is not None, found
+    if framework == "jax":
+        # JAX's own check: its backends started
+        assert "JAX has started its backends" in found["device_held"]
+    if framework == "tensorflow":
+        assert "eager context" in found["device_held"]
+    if framework == "pytorch":
+        assert "torch.cuda.is_initialized()" in found["device_held"]
+
+
+# Two cell threads everywhere (numpy's OpenBLAS starts its pool at import);
+# MXNet with one too, whose engine threads start only at the first fork.
+@pytest.mark.parametrize("framework, threads", [
+    (framework, 2) for framework in FRAMEWORKS] + [("mxnet", 1)])
+def test_a_forked_child_trains_as_a_process_of_its_own(
+        root, make_cell, tmp_path, framework, threads):
+    python = python_of(root, framework)
+    cells = [make_cell(framework=framework, network=network, batch_size=2,
+                       global_batch_size=2, iterations=3, warmup=1,
+                       threads=threads)
+             for network in ("fcn5", "lstm32")]
+    paths = [spec(tmp_path, name, cell) for name, cell in zip("ab", cells)]
+    with open(str(tmp_path / "log"), "w") as err:
+        proc = processes.start(
+            [python, "-s", "-m", "harness", "worker", "--fork"],
+            cwd=str(root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=err, text=True)
+        out, _ = proc.communicate("".join(p + "\n" for p in paths),
+                                  timeout=WAIT_S)
+    log = (tmp_path / "log").read_text()[-3000:]
+    assert proc.returncode == 0, log
+    assert out.count("cell-done") == 2, out + log
+    forked = [json.loads((tmp_path / n).read_text())
+              for n in ("a.json", "b.json")]
+    for found in forked:
+        assert store.validation_errors(found) == [], log
+        assert found["status"] == "ok", found["error"]
+        assert found["isolation"]["mode"] == "fork", found["isolation"]
+    isolations = [f["isolation"] for f in forked]
+    assert isolations[0]["worker_pid"] == isolations[1]["worker_pid"]
+    assert isolations[0]["pid"] != isolations[1]["pid"]
+    # the same cells, each in a process of its own
+    for name, cell in zip("ab", cells):
+        alone = subprocess.run(
+            [python, "-s", "-m", "harness", "run", "--spec",
+             spec(tmp_path, name + "-alone", cell), "--out",
+             str(tmp_path / (name + "-alone.json"))], cwd=str(root),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=WAIT_S)
+        assert alone.returncode == 0, alone.stderr[-3000:]
+    for name, found in zip("ab", forked):
+        alone = json.loads((tmp_path / (name + "-alone.json")).read_text())
+        assert alone["status"] == "ok", alone["error"]
+        assert found["loss"]["warmup"] == alone["loss"]["warmup"]
+        assert found["loss"]["per_iteration"] == \
+            alone["loss"]["per_iteration"]
