@@ -358,8 +358,8 @@ def load_run(run_dir):
     """(record, [(entry, result or None)]) in job order. A job whose result
     file is damaged, or is not its own (not_its_own), keeps result None and
     says why in its entry's message; the others are read as usual. An
-    entry run.json left pending or running takes the status of a valid
-    result on disk, and a run that says `running` while no process holds
+    entry takes the status (and message) of its valid result on disk,
+    whatever run.json says, and a run that says `running` while no process holds
     it is shown `interrupted`."""
     record = read_run(run_dir)
     if record["status"] == "running" and not held(run_dir):
@@ -373,8 +373,11 @@ def load_run(run_dir):
         if mismatch:
             result, problem = None, mismatch
         entry = dict(entry)
-        if result is not None and entry["status"] in ("pending", "running"):
+        if result is not None:
+            # The file is what was measured; run.json may lag behind it
+            # (a kill) or be edited. Resume trusts the file too.
             entry["status"] = result["status"]
+            entry["message"] = (result["error"] or {}).get("message")
         elif problem and (entry["status"] != "pending" or mismatch):
             entry["status"] = "error"
             entry["message"] = problem

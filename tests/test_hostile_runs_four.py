@@ -1,0 +1,87 @@
+"""What a hostile user did to finished runs in round four (issue 42), each
+on the real command line with tests/bin/scripted-python as the interpreter
+(tests/test_faults.py), or on a run folder changed as the user changed it.
+
+- The result file is what was measured: run.json's status never overrides
+  it (item 5), and a result must belong to its run (item 21).
+- Timings are finite and not negative (item 8).
+- A damaged run folder is one line, as every other damaged file (item 10).
+- A run copied elsewhere is still the same run (item 11).
+"""
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dlrepro.run import store
+from scripted import bench, invoke, row
+
+FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
+FCN8 = "pytorch-cpu-fcn8-cpu-b16-t1"
+
+
+def latest(out):
+    return (Path(out) / "latest").resolve()
+
+
+def finished(out, *networks, extra=()):
+    proc = bench(out, *(networks or ("fcn5", "fcn8")), extra=extra)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return latest(out)
+
+
+def edit(path, change):
+    data = json.loads(Path(path).read_text())
+    change(data)
+    Path(path).write_text(json.dumps(data))
+
+
+def report(out, *args):
+    proc = invoke("report", "--out", str(out), *args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.stdout
+
+
+def one_line_error(proc):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and \
+        proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr
+
+
+# --- 5: the result file, not run.json, says how a job ended -----------------
+
+def as_error(result):
+    result.update(status="error", timing=None,
+                  error={"type": "RuntimeError", "message": "edited"})
+
+
+def cut_short(result):
+    """A partial measurement: one timed iteration of three, as a timeout
+    leaves it."""
+    timing = result["timing"]
+    timing["per_iteration_s"] = timing["per_iteration_s"][:1]
+    timing["completed_iterations"] = 1
+    result.update(status="timeout", error={
+        "type": "Timeout", "message": "timeout after 1 of 3 timed "
+                                      "iterations"})
+
+
+@pytest.mark.parametrize("change, status", [(as_error, "error"),
+                                            (cut_short, "timeout")],
+                         ids=["error-no-timing", "partial"])
+def test_report_says_what_the_result_file_says(tmp_path, change, status):
+    """Item 5: run.json said ok; a result that says error with no timing
+    crashed `report`, a partial one showed ok ±0.0%."""
+    run_dir = finished(tmp_path)
+    edit(run_dir / f"{FCN5}.json", change)
+    assert store.read_run(run_dir)["jobs"][0]["status"] == "ok"
+    text = report(tmp_path)
+    fcn5 = row(text, "fcn5")
+    assert fcn5[5] == status and fcn5[7] == "-" and fcn5[8] == "-", fcn5
+    assert row(text, "fcn8")[5] == "ok"
+    rows = {r["network"]: r for r in json.loads(report(tmp_path, "--json"))}
+    assert rows["fcn5"]["status"] == status
