@@ -8,6 +8,7 @@ on the real command line with tests/bin/scripted-python as the interpreter
 - A damaged run folder is one line, as every other damaged file (item 10).
 - A run copied elsewhere is still the same run (item 11).
 """
+import csv
 import json
 import shutil
 from pathlib import Path
@@ -85,3 +86,34 @@ def test_report_says_what_the_result_file_says(tmp_path, change, status):
     assert row(text, "fcn8")[5] == "ok"
     rows = {r["network"]: r for r in json.loads(report(tmp_path, "--json"))}
     assert rows["fcn5"]["status"] == status
+
+
+# --- 8: timings are finite and not negative ---------------------------------
+
+def first_time(value):
+    def change(result):
+        result["timing"]["per_iteration_s"][0] = value
+    return change
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.004],
+                         ids=["nan", "infinity", "negative"])
+def test_a_timing_that_is_no_time_is_that_jobs_error(tmp_path, value):
+    """Item 8: NaN and negative timings passed the result schema; `report`
+    printed nan or a negative mean, export wrote them on."""
+    run_dir = finished(tmp_path)
+    edit(run_dir / f"{FCN5}.json", first_time(value))
+    text = report(tmp_path)
+    fcn5 = row(text, "fcn5")
+    assert fcn5[5] == "error" and fcn5[7] == "-", fcn5
+    assert "nan" not in text and "inf" not in text.replace("info", "")
+    assert f"{FCN5}.json" in " ".join(fcn5)
+    rows = tmp_path / "rows.csv"
+    proc = invoke("export", "--out", str(tmp_path), "--csv", str(rows))
+    assert proc.returncode == 0, proc.stderr
+    exported = {r["network"]: r for r in csv.DictReader(rows.open())}
+    assert exported["fcn5"]["status"] == "error", exported["fcn5"]
+    assert exported["fcn5"]["mean_s"] == "", exported["fcn5"]
+    again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
+    assert "1 of 2 jobs already done" in again.stdout, again.stdout
+    assert row(report(tmp_path), "fcn5")[5] == "ok"

@@ -133,7 +133,8 @@ def read_run(run_dir):
     UserError naming the file when it is not a run record."""
     path = Path(run_dir) / "run.json"
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(),
+                            parse_constant=resultfile.not_json)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}")
     except RecursionError:
