@@ -117,3 +117,72 @@ def test_a_timing_that_is_no_time_is_that_jobs_error(tmp_path, value):
     again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
     assert row(report(tmp_path), "fcn5")[5] == "ok"
+
+
+# --- 10: a damaged run folder is one line -------------------------------------
+
+def job_field(key, value):
+    return lambda record: record["jobs"][0].update({key: value})
+
+
+def record_field(key, value):
+    return lambda record: record.update({key: value})
+
+
+def every_reader(out, tmp_path):
+    """What reads a run folder: report (text and page), compare (with the
+    2016 reference and against a run), export and bench --resume."""
+    return [invoke("report", "--out", str(out)),
+            invoke("report", "--out", str(out), "--html",
+                   str(tmp_path / "page.html")),
+            invoke("compare", "--out", str(out)),
+            invoke("compare", "--out", str(out), "--against", "latest"),
+            invoke("export", "--out", str(out), "--csv",
+                   str(tmp_path / "rows.csv")),
+            bench(out, "fcn5", extra=["--resume"])]
+
+
+@pytest.mark.parametrize("change, named", [
+    (job_field("spec", ["fcn5"]), "`spec` must be an object"),
+    (job_field("spec", "fcn5"), "`spec` must be an object"),
+    (job_field("wall_s", "3.2"), "`wall_s` must be seconds"),
+    (job_field("wall_s", [3.2]), "`wall_s` must be seconds"),
+    (job_field("wall_s", -3.2), "`wall_s` must be seconds"),
+    (record_field("host", "box"), "`host` must be an object"),
+    (record_field("isolation", 3), "`isolation` must be a mode"),
+    (record_field("isolation", ["cell"]), "`isolation` must be a mode"),
+    (record_field("isolation", {"pytorch": 1}), "`isolation` must be a mode"),
+], ids=["spec-list", "spec-string", "wall-string", "wall-list",
+        "wall-negative", "host-string", "isolation-number",
+        "isolation-list", "isolation-of-a-number"])
+def test_a_damaged_run_json_field_is_one_line_everywhere(tmp_path, change,
+                                                          named):
+    """Item 10: a job's spec not an object, wall_s or host of the wrong
+    type, isolation a number or a list: tracebacks in report, its page,
+    export or --resume."""
+    out = tmp_path / "out"
+    run_json = finished(out, "fcn5") / "run.json"
+    edit(run_json, change)
+    for proc in every_reader(out, tmp_path):
+        message = one_line_error(proc)
+        assert str(run_json) in message and named in message, message
+
+
+@pytest.mark.parametrize("name", [f"{FCN5}.spec.json", ".tmp-x1y2.json",
+                                  f"{FCN5}.json"])
+def test_a_folder_where_resume_writes_a_file_is_one_line(tmp_path, name):
+    """Item 10: a `<id>.spec.json` or `.tmp-*.json` that is a folder gave
+    IsADirectoryError tracebacks on --resume."""
+    run_dir = finished(tmp_path, "fcn5")
+    path = run_dir / name
+    if path.exists():
+        path.unlink()
+    (path / "inside").mkdir(parents=True)
+    message = one_line_error(bench(tmp_path, "fcn5", extra=["--resume"]))
+    assert message == f"error: {path} is a folder; remove it, then " \
+                      f"resume again\n"
+    assert (path / "inside").is_dir()
+    shutil.rmtree(path)
+    again = bench(tmp_path, "fcn5", extra=["--resume"])
+    assert again.returncode == 0, again.stderr
+    assert row(report(tmp_path), "fcn5")[5] == "ok"

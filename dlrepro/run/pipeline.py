@@ -119,6 +119,7 @@ def _open_record(run, run_dir, runtime, events, engine):
     if record["runtime"] != runtime.name:
         raise UserError(f"the latest run used runtime {record['runtime']}; "
                         f"resume it with --runtime {record['runtime']}")
+    runfolder.refuse_folders_for_files(run_dir)
     before = ENGINES.get(record.get("executor") or "local", LocalEngine)
     if before.detached and before.name != engine.name:
         # Its jobs may still run there: only that engine knows to wait

@@ -51,6 +51,19 @@ def create_run(out, name):
     return run_dir
 
 
+def refuse_folders_for_files(run_dir):
+    """A UserError in one line when a run folder's file (a result, a spec,
+    a log, a temp file: `*.json`, `*.log`) is a folder or anything else
+    but a regular file: resume would replace, remove or append to it."""
+    for path in sorted(Path(run_dir).iterdir()):
+        if path.suffix not in (".json", ".log") or path.is_symlink():
+            continue
+        if not path.is_file():
+            what = "a folder" if path.is_dir() else "not a regular file"
+            raise UserError(f"{path} is {what}; remove it, then resume "
+                            f"again")
+
+
 def remove_stale_temps(run_dir):
     """Remove the temp files of atomic writes cut short in `run_dir`; only
     while no one can be writing there."""

@@ -167,6 +167,7 @@ def _check_shape(path, record):
         for key in ("id", "status"):
             if not isinstance(entry[key], str):
                 raise UserError(f"{path}: a job's `{key}` must be a string")
+        _check_entry(path, entry)
     root = Path(path).parent.resolve()
     for entry in jobs:
         for key in ("file", "log"):
@@ -182,6 +183,36 @@ def _check_shape(path, record):
         raise UserError(f"{path}: `resumed_at` must be a list")
     if not isinstance(record["status"], str):
         raise UserError(f"{path}: `status` must be a string")
+    if not isinstance(record.get("host") or {}, dict):
+        raise UserError(f"{path}: `host` must be an object")
+    _check_isolation(path, record.get("isolation"))
+
+
+def _check_entry(path, entry):
+    """What readers take a job's fields for: its spec an object, its
+    stamps and message strings, its wall time a number of seconds."""
+    where = f"{path}: job {entry['id']!r}"
+    if not isinstance(entry["spec"], dict):
+        raise UserError(f"{where}: `spec` must be an object")
+    for key in ("started_at", "finished_at", "message"):
+        if not isinstance(entry[key], (str, type(None))):
+            raise UserError(f"{where}: `{key}` must be a string or null")
+    wall = entry["wall_s"]
+    if wall is not None and (isinstance(wall, bool) or not isinstance(
+            wall, (int, float)) or wall < 0):
+        raise UserError(f"{where}: `wall_s` must be seconds (a number, "
+                        f"not below 0) or null")
+    if not isinstance(entry.get("isolation", "cell"), str):
+        raise UserError(f"{where}: `isolation` must be a string")
+
+
+def _check_isolation(path, isolation):
+    """run.json's `isolation`: absent, one mode, or {framework: mode}."""
+    modes = isolation.values() if isinstance(isolation, dict) else \
+        [isolation]
+    if isolation is not None and not all(isinstance(m, str) for m in modes):
+        raise UserError(f"{path}: `isolation` must be a mode (a string) or "
+                        f"{{framework: mode}}")
 
 
 def _upgrade_bench(record):
