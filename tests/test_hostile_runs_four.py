@@ -186,3 +186,33 @@ def test_a_folder_where_resume_writes_a_file_is_one_line(tmp_path, name):
     again = bench(tmp_path, "fcn5", extra=["--resume"])
     assert again.returncode == 0, again.stderr
     assert row(report(tmp_path), "fcn5")[5] == "ok"
+
+
+# --- 11: a copy of a run is the same run --------------------------------------
+
+def test_a_copy_of_a_run_named_beside_it_counts_once(tmp_path):
+    """Item 11: `cp -a` of a run folder given as a second --run counted
+    twice: procs 2 and a zero-width CI on the page, every CSV row twice."""
+    out = tmp_path / "out"
+    run_dir = finished(out, "fcn5")
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy, symlinks=True)
+    page = tmp_path / "r.html"
+    proc = invoke("report", "--out", str(out), "--html", str(page),
+                  "--run", "latest", "--run", str(copy))
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "Several bench runs" not in text
+    cells = text[text.index('<section id="cells">'):]
+    body = cells[cells.index("<tbody>"):cells.index("</tbody>")]
+    assert body.split("<td>")[1:][6].startswith("1<")   # procs
+    rows = tmp_path / "rows.csv"
+    proc = invoke("export", "--out", str(out), "--csv", str(rows),
+                  "--run", str(copy), "--run", "latest")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "1 cells exported\n"
+    (exported,) = csv.DictReader(rows.open())
+    assert exported["run_id"] == run_dir.name
+    shutil.copytree(run_dir, out / "a-copy", symlinks=True)
+    proc = invoke("export", "--out", str(out), "--all", "--csv", str(rows))
+    assert proc.stdout == "1 cells exported\n", proc.stdout + proc.stderr

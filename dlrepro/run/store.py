@@ -181,8 +181,9 @@ def _check_shape(path, record):
             raise UserError(f"{path}: missing `{key}`")
     if not isinstance(record["resumed_at"], list):
         raise UserError(f"{path}: `resumed_at` must be a list")
-    if not isinstance(record["status"], str):
-        raise UserError(f"{path}: `status` must be a string")
+    for key in ("status", "run_id"):
+        if not isinstance(record[key], str):
+            raise UserError(f"{path}: `{key}` must be a string")
     if not isinstance(record.get("host") or {}, dict):
         raise UserError(f"{path}: `host` must be an object")
     _check_isolation(path, record.get("isolation"))
@@ -420,6 +421,12 @@ def load_run(run_dir):
 def runs(out, names=("latest",), every=False):
     """Each run that `names` (ids, paths, `latest`) name, read once in the
     order first named, or with `every` all runs under `out`, oldest first:
-    the one way report, export and the HTML page iterate runs."""
-    return [Run(folder, *load_run(folder))
-            for folder in run_folders(out, names, every)]
+    the one way report, export and the HTML page iterate runs. A run is
+    known by its run_id, as the results database keys it: a copy of a
+    run folder (`cp -a`) named beside it is the same run, read once (the
+    first named), never pooled with itself."""
+    found = {}
+    for folder in run_folders(out, names, every):
+        run = Run(folder, *load_run(folder))
+        found.setdefault(run.record["run_id"], run)
+    return list(found.values())
