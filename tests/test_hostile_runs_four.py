@@ -216,3 +216,52 @@ def test_a_copy_of_a_run_named_beside_it_counts_once(tmp_path):
     shutil.copytree(run_dir, out / "a-copy", symlinks=True)
     proc = invoke("export", "--out", str(out), "--all", "--csv", str(rows))
     assert proc.stdout == "1 cells exported\n", proc.stdout + proc.stderr
+
+
+# --- 3 and 18: each job's isolation mode, and what compare says of it -----
+
+def compare_against(out, base):
+    proc = invoke("compare", "--out", str(out), "--against", base)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_a_resume_under_another_isolation_keeps_each_jobs_mode(tmp_path):
+    """Item 3: a group run resumed under --isolation cell said `cell` in
+    run.json for the job its worker had measured, and compare against a
+    cell run saw no difference."""
+    base = finished(tmp_path, extra=["--isolation", "cell"]).name
+    grouped = bench(tmp_path, "fcn5", "fcn8", modes="fcn8=crash",
+                    extra=["--isolation", "group"])
+    assert grouped.returncode != 0 or "error" in grouped.stdout
+    run_dir = latest(tmp_path)
+    again = bench(tmp_path, "fcn5", "fcn8",
+                  extra=["--isolation", "cell", "--resume"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 of 2 jobs already done" in again.stdout, again.stdout
+    assert "isolation modes (pytorch: base cell, this run cell and " \
+           "group)" in compare_against(tmp_path, base)
+    record = store.read_run(run_dir)
+    assert {e["id"]: e["isolation"] for e in record["jobs"]} == {
+        FCN5: "group", FCN8: "cell"}
+    assert record["isolation"] == {"pytorch": "mixed"}
+    # Resumed again under group, the jobs done keep the modes they had.
+    again = bench(tmp_path, "fcn5", "fcn8",
+                  extra=["--isolation", "group", "--resume"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert store.read_run(run_dir)["isolation"] == {"pytorch": "mixed"}
+
+
+def test_compare_names_only_frameworks_both_runs_measured(tmp_path):
+    """Item 18: against a run of PyTorch (cell) and TensorFlow (group), a
+    PyTorch-only run under cell was said to differ for TensorFlow."""
+    mixed = ["--framework", "tensorflow"]
+    base = finished(tmp_path, "fcn5", extra=mixed)
+    assert store.read_run(base)["isolation"] == {"pytorch": "cell",
+                                                 "tensorflow": "group"}
+    finished(tmp_path, "fcn5", extra=["--isolation", "cell"])
+    assert "isolation" not in compare_against(tmp_path, base.name)
+    finished(tmp_path, "fcn5", extra=["--isolation", "group"])
+    said = compare_against(tmp_path, base.name)
+    assert "(base: cell, this run: group)" in said, said
+    assert "tensorflow" not in said.split("\n")[0]

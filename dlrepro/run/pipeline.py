@@ -77,8 +77,9 @@ def _publish(run, run_dir, record):
     """run.json first, then `latest`: a kill between the two leaves
     `latest` on the previous run, never on a folder without run.json."""
     record["status"] = "running"
-    # Each job's own mode (Job.isolation), summed up.
-    record["isolation"] = groups.summary(run.jobs)
+    # Each job's own mode (its entry's, this session's jobs' from
+    # Job.isolation), summed up.
+    record["isolation"] = groups.summed_up(record)
     runfolder.write_run(run_dir, record)
     runfolder.point_latest(run.out, run_dir, run.kind)
 

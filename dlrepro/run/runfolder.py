@@ -165,7 +165,7 @@ def new_entry(job):
     return {"id": job.id, "spec": job.spec, "status": "pending",
             "file": f"{job.id}.json", "log": f"{job.id}.log",
             "started_at": None, "finished_at": None, "wall_s": None,
-            "message": None}
+            "message": None, "isolation": job.isolation}
 
 
 def new_record(run_dir, kind, command, runtime, jobs, suite=None,

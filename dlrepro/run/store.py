@@ -21,7 +21,9 @@ run.json format history (readers upgrade older records in memory):
      kind "convergence", `runs` with name/seconds/error.
   1  bench runs before the shared pipeline: `cells` with id/cell.
   2  one format for every kind: `kind` ("bench" or "converge"), `jobs`
-     with id/spec/status/file/log/started_at/finished_at/wall_s/message.
+     with id/spec/status/file/log/started_at/finished_at/wall_s/message;
+     since issue 42 each job also has its `isolation` mode (absent: the
+     run's `isolation` for its framework, dlrepro.run.groups.job_mode).
 """
 import fcntl
 import json
