@@ -48,6 +48,9 @@ def collect(job, run_dir, exit, launch, container):
         result = _timed_out(job, result, container)
     elif result is None:
         result = _died(job, exit, launch, log, container)
+    if rewrite and "run_id" not in result:
+        # What the host writes belongs to this run as the harness's does.
+        result["run_id"] = store.run_id_of(run_dir)
     return result, rewrite
 
 

@@ -257,7 +257,9 @@ def _prepare_files(job, runtime, run_dir, matrix, extra=None):
     if result_path.exists():
         result_path.unlink()
     container = runtime.describe(job.placement.target)
-    spec = dict(spec_file(job, container, matrix), **(extra or {}))
+    # The run's id goes into the result, which then belongs to this run.
+    spec = dict(spec_file(job, container, matrix),
+                run_id=store.read_run(run_dir)["run_id"], **(extra or {}))
     path = run_dir / f"{job.id}.spec.json"
     if not _holds(path, spec):
         resultfile.write_atomic(str(path), spec)

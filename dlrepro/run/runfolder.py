@@ -17,7 +17,8 @@ from harness.blocks import utc_now
 from dlrepro import git_revision
 from dlrepro.errors import UserError
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
-                               foreign_cell, read_result, results_root)
+                               foreign_cell, foreign_run, read_result,
+                               results_root, run_id_of)
 
 # errno values that mean "the disk is full" rather than a bug, and those
 # that mean the results cannot be written at all.
@@ -194,12 +195,13 @@ def write_run(run_dir, record):
 
 
 def set_aside_if_foreign(run_dir, job_id, spec):
-    """Rename a valid result at `<id>.json` that is another cell's to
-    `<id>.invalid.json`, kept for a person to look at, before the job runs
-    again; a line saying so, or None."""
+    """Rename a valid result at `<id>.json` that is another cell's or
+    another run's to `<id>.invalid.json`, kept for a person to look at,
+    before the job runs again; a line saying so, or None."""
     path = Path(run_dir) / f"{job_id}.json"
     result, _ = read_result(path)
-    problem = result and foreign_cell(result, spec, path.name)
+    problem = result and (foreign_cell(result, spec, path.name) or
+                          foreign_run(result, run_id_of(run_dir), path.name))
     if not problem:
         return None
     kept = path.with_suffix(".invalid.json")

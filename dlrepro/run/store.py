@@ -319,14 +319,14 @@ def asked_spec(run_dir, job_id):
 
 def finished_on_disk(run_dir, entry, spec, kind=None):
     """The valid, final result of a job of `kind` (when not given, as
-    `spec` looks) run with `spec`, or None. Resume and report trust this
-    over run.json, which a kill or a full disk may have left behind its
-    result files."""
+    `spec` looks) run with `spec` in this run, or None. Resume and report
+    trust this over run.json, which a kill or a full disk may have left
+    behind its result files."""
     kind = kind or kind_of_spec(spec)
     result, _ = read_result(Path(run_dir) / entry["file"])
     if result is None or result["status"] not in DONE_STATUSES:
         return None
-    if not_its_own(entry, result, spec, kind):
+    if not_its_own(entry, result, spec, kind, run_id_of(run_dir)):
         return None
     asked = asked_spec(run_dir, entry["id"])
     if asked is None and kind is KINDS["bench"]:
@@ -339,19 +339,36 @@ def finished_on_disk(run_dir, entry, spec, kind=None):
     return result
 
 
-def not_its_own(entry, result, spec, kind=None):
+def not_its_own(entry, result, spec, kind=None, run_id=None):
     """Why `result`, read from the file run.json names for job `entry`, is
     not that job's own result, or None. A job's result is `<id>.json`, so
     a file belongs to one job only (--repeat's processes share a cell),
-    and its `cell` must be the job's: a file copied from another cell or
-    edited is not reported, or kept by --resume, as this job. `kind`:
+    its `cell` must be the job's, and its run (where it names one) the
+    run `run_id`: a file copied from another cell or another run, or
+    edited, is not reported, or kept by --resume, as this job. `kind`:
     the job's, when the caller knows it (else as `spec` looks)."""
     name = f"{entry['id']}.json"
     if entry["file"] != name:
         return f"run.json names {entry['file']} as its result, not {name}"
     if result is None:
         return None
-    return foreign_cell(result, spec, name, kind)
+    return foreign_cell(result, spec, name, kind) or \
+        foreign_run(result, run_id, name)
+
+
+def foreign_run(result, run_id, name):
+    """How the result in file `name` says it is another run's than
+    `run_id`, or None (also where it names no run: written before
+    results named theirs, or by the host)."""
+    theirs = result.get("run_id")
+    if run_id is None or theirs is None or theirs == run_id:
+        return None
+    return f"{name} is the result of another run ({theirs})"
+
+
+def run_id_of(run_dir):
+    """The run_id run.json gives the run in `run_dir`."""
+    return read_run(run_dir)["run_id"]
 
 
 def foreign_cell(result, spec, name, kind=None):
@@ -404,7 +421,8 @@ def load_run(run_dir):
     pairs = []
     for entry in record["jobs"]:
         result, problem = read_result(Path(run_dir) / entry["file"])
-        mismatch = not_its_own(entry, result, entry["spec"], kind)
+        mismatch = not_its_own(entry, result, entry["spec"], kind,
+                               record["run_id"])
         if mismatch:
             result, problem = None, mismatch
         entry = dict(entry)
