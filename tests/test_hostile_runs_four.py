@@ -265,3 +265,51 @@ def test_compare_names_only_frameworks_both_runs_measured(tmp_path):
     said = compare_against(tmp_path, base.name)
     assert "(base: cell, this run: group)" in said, said
     assert "tensorflow" not in said.split("\n")[0]
+
+
+# --- 21: a result belongs to its run ------------------------------------------
+
+def test_another_runs_result_copied_into_the_folder_is_not_adopted(tmp_path):
+    """Item 21: --resume kept another run's result of the same cell and
+    seed, copied into the folder, as this run's measurement."""
+    other = finished(tmp_path)
+    failed = bench(tmp_path, "fcn5", "fcn8", modes="fcn8=crash")
+    assert "error" in failed.stdout, failed.stdout
+    run_dir = latest(tmp_path)
+    assert run_dir != other
+    copied = (other / f"{FCN8}.json").read_bytes()
+    (run_dir / f"{FCN8}.json").write_bytes(copied)
+    fcn8 = row(report(tmp_path), "fcn8")
+    assert fcn8[5] == "error" and fcn8[7] == "-", fcn8
+    assert f"{FCN8}.json is the result of another run" in " ".join(fcn8)
+    entry = {e["id"]: e for e, _ in store.load_run(run_dir)[1]}[FCN8]
+    assert entry["message"] == f"{FCN8}.json is the result of another " \
+                               f"run ({other.name})"
+    again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "1 of 2 jobs already done" in again.stdout, again.stdout
+    assert f"set aside as {FCN8}.invalid.json" in again.stdout
+    assert (run_dir / f"{FCN8}.invalid.json").read_bytes() == copied
+    mine = store.load_result(run_dir / f"{FCN8}.json")
+    assert mine["run_id"] == run_dir.name and mine["status"] == "ok"
+    assert json.loads(copied)["run_id"] == other.name
+    assert row(report(tmp_path), "fcn8")[5] == "ok"
+
+
+# --- 17: a timeout says what the host knows -----------------------------------
+
+def test_a_timeout_without_a_result_does_not_say_none_were_done(tmp_path):
+    """Item 17: a cell stopped at its timeout without writing a result was
+    said to have stopped "after 0 of 3 timed iterations"; the host does
+    not know how many were (its log may say)."""
+    proc = bench(tmp_path, "fcn5", modes="fcn5=stubborn",
+                 extra=["--timeout", "2"])
+    assert "timeout" in proc.stdout, proc.stdout + proc.stderr
+    result = store.load_result(latest(tmp_path) / f"{FCN5}.json")
+    assert result["status"] == "timeout"
+    message = result["error"]["message"]
+    assert "after 0 of" not in message
+    assert message == ("cell exceeded its 2 s timeout; how many of its 3 "
+                       "timed iterations were done is not known (the "
+                       "harness wrote no result; see its log)")
+    assert result["run_id"] == latest(tmp_path).name

@@ -55,8 +55,9 @@ def collect(job, run_dir, exit, launch, container):
 
 
 def _timed_out(job, result, container):
-    done = len(((result or {}).get("timing") or {}).get(
-        "per_iteration_s") or [])
+    # Without a result the host cannot tell how many iterations were timed.
+    done = None if result is None else len(
+        (result.get("timing") or {}).get("per_iteration_s") or [])
     message = job.type.timeout_message(job.spec, job.timeout_s, done)
     if result is None:
         result = synthesized(job, "timeout", "Timeout", message, container)
