@@ -10,6 +10,7 @@ on the real command line with tests/bin/scripted-python as the interpreter
 """
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -313,3 +314,46 @@ def test_a_timeout_without_a_result_does_not_say_none_were_done(tmp_path):
                        "timed iterations were done is not known (the "
                        "harness wrote no result; see its log)")
     assert result["run_id"] == latest(tmp_path).name
+
+
+# --- 9: where the time went adds up -------------------------------------------
+
+def shares(text):
+    """The percentages of the "where the time went" lines of one
+    framework: measured, then the rest."""
+    part = text[text.index("where the time went"):]
+    head = re.search(r"pytorch: (\d+)% measured", part)
+    rest = part[part.index("rest: "):part.index("fixed cost")]
+    return [int(head.group(1))] + [int(s) for s in re.findall(r"(\d+)%",
+                                                              rest)]
+
+
+def on_a_node(start, wall):
+    def change(result):
+        result["slurm"] = {"started_epoch_s": start, "wall_s": wall}
+    return change
+
+
+@pytest.mark.parametrize("case", ["clock-behind", "clock-ahead",
+                                  "wall-negative"])
+def test_where_the_time_went_adds_up_to_the_window(tmp_path, case):
+    """Item 9: a node side's clock that differs from the host's, or a
+    negative wall_s, gave shares of 127% and 264%; shares add up to the
+    window, and a clock that disagrees is named."""
+    run_dir = finished(tmp_path)
+    first = store.load_result(run_dir / f"{FCN5}.json")["phases"]
+    path = run_dir / f"{FCN8}.json"
+    own = store.load_result(path)["phases"]
+    if case == "clock-behind":
+        # fcn8's node side says it started when fcn5 did, 5 s long
+        edit(path, on_a_node(first["process_start"], 5.0))
+    elif case == "clock-ahead":
+        edit(path, lambda result: result.update(phases={
+            name: at and at + 30.0 for name, at in own.items()}))
+        edit(path, on_a_node(own["process_start"] + 29.9, 2.0))
+    else:
+        edit(path, on_a_node(own["process_start"], -5.0))
+    text = report(tmp_path)
+    assert sum(shares(text)) <= 100 + 3, text   # each share rounded
+    if case != "wall-negative":
+        assert "1 job on a clock up to" in text, text
