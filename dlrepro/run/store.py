@@ -367,8 +367,15 @@ def foreign_run(result, run_id, name):
 
 
 def run_id_of(run_dir):
-    """The run_id run.json gives the run in `run_dir`."""
-    return read_run(run_dir)["run_id"]
+    """The run_id run.json gives the run in `run_dir` (asked once per job:
+    read without checking every entry again, as read_run does where it is
+    not a string)."""
+    try:
+        run_id = json.loads((Path(run_dir) / "run.json").read_text()).get(
+            "run_id")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        run_id = None
+    return run_id if isinstance(run_id, str) else read_run(run_dir)["run_id"]
 
 
 def foreign_cell(result, spec, name, kind=None):
