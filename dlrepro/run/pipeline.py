@@ -259,7 +259,7 @@ def _prepare_files(job, runtime, run_dir, matrix, extra=None):
     container = runtime.describe(job.placement.target)
     # The run's id goes into the result, which then belongs to this run.
     spec = dict(spec_file(job, container, matrix),
-                run_id=store.read_run(run_dir)["run_id"], **(extra or {}))
+                run_id=store.run_id_of(run_dir), **(extra or {}))
     path = run_dir / f"{job.id}.spec.json"
     if not _holds(path, spec):
         resultfile.write_atomic(str(path), spec)

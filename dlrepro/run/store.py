@@ -418,8 +418,8 @@ def load_run(run_dir):
     file is damaged, or is not its own (not_its_own), keeps result None and
     says why in its entry's message; the others are read as usual. An
     entry takes the status (and message) of its valid result on disk,
-    whatever run.json says, and a run that says `running` while no process holds
-    it is shown `interrupted`."""
+    whatever run.json says, and a run that says `running` while no
+    process holds it is shown `interrupted`."""
     record = read_run(run_dir)
     if record["status"] == "running" and not held(run_dir):
         # Its process died without closing it (a kill, a full disk).
