@@ -181,7 +181,9 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
         return
     base_record, base = versus.load_bench_run(out, against, "base run")
     from dlrepro.run import groups
-    _print_lines(filter(None, [groups.compare_line(base_record, record),
+    modes = (groups.measured_modes(base_record, base),
+             groups.measured_modes(record, pairs))
+    _print_lines(filter(None, [groups.compare_line(*modes),
                                versus.allocator_line(base, pairs),
                                versus.collector_line(base, pairs)]))
     rows, unmatched = versus.compare_runs(base, pairs,

@@ -22,10 +22,10 @@ def utc_stamp(epoch_s):
         epoch_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def new_result(cell, container=None):
+def new_result(cell, container=None, run_id=None):
     """A result skeleton for `cell` (status `error` until a runner says
-    otherwise)."""
-    return {
+    otherwise), of run `run_id` where the spec names one."""
+    result = {
         "schema_version": resultfile.SCHEMA_VERSION,
         "status": "error",
         "error": None,
@@ -45,6 +45,10 @@ def new_result(cell, container=None):
         "started_at": utc_now(),
         "finished_at": None,
     }
+    if run_id is not None:
+        # A copy of it in another run's folder is then told apart.
+        result["run_id"] = run_id
+    return result
 
 
 def model_block(network, global_batch):

@@ -77,7 +77,7 @@ def run_convergence(spec, out_path, log=_log):
     per_epoch = dataparallel.check_plan(conv, data.train.count)
     total = per_epoch * conv["epochs"]
     cell = convergence_cell(conv, data.info["label"], total)
-    result = new_result(cell, spec.get("container"))
+    result = new_result(cell, spec.get("container"), spec.get("run_id"))
     result["phases"] = ready
     # GPU runs: the NVML inventory and the stack's compatibility gate, as
     # throughput cells have them (no clock control, no telemetry).

@@ -57,10 +57,18 @@ def write_atomic(path, obj):
         raise
 
 
+def not_json(constant):
+    """json's parse_constant: NaN and Infinity are no JSON, and `dumps`
+    never writes them, so a file that holds one was written elsewhere."""
+    raise ValueError("{} is not a JSON number (a result holds finite "
+                     "numbers only)".format(constant))
+
+
 def load(path):
-    """Read a result file, rejecting versions this harness does not know."""
+    """Read a result file, rejecting versions this harness does not know
+    and the NaN or Infinity that JSON has no place for."""
     with open(path) as handle:
-        data = json.load(handle)
+        data = json.load(handle, parse_constant=not_json)
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version != SCHEMA_VERSION:
         raise ValueError("{}: schema_version {!r} is not supported (this "

@@ -48,7 +48,7 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
     cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
     # GPU cells: NVML inventory, compatibility gate, clock policy, telemetry.
     gpus = gpu.CellGpus(cell, spec, out_path, group=group_clocks)
-    result = new_result(cell, spec.get("container"))
+    result = new_result(cell, spec.get("container"), spec.get("run_id"))
     result["phases"] = ready
     if isolation is not None:  # a cell of a worker's group (harness.worker)
         result["isolation"] = isolation

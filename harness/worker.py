@@ -303,7 +303,8 @@ def run_guarded(spec, cell, out, isolation, group_clocks=None):
 
 def write_unrun(spec, cell, out, isolation, error):
     """An `error` result for a cell the worker ended without running it."""
-    result = blocks.new_result(cell, spec.get("container"))
+    result = blocks.new_result(cell, spec.get("container"),
+                              spec.get("run_id"))
     result["phases"] = phases.new_block(phases.THROUGHPUT)
     result["isolation"] = isolation
     result["environment"].update(provenance.host_environment())

@@ -135,15 +135,34 @@ def test_cells_keep_their_place_and_a_group_runs_where_it_first_appears():
 
 
 def test_compare_line_says_which_frameworks_changed_mode():
-    mixed = {"isolation": {"pytorch": "cell", "jax": "group"}}
+    mixed = {"pytorch": ("cell",), "jax": ("group",)}
     assert groups.compare_line(mixed, mixed) is None
-    assert groups.compare_line({"isolation": "cell"}, mixed) == (
+    assert groups.compare_line({"pytorch": ("cell",), "jax": ("cell",)},
+                               mixed) == (
         "note: the runs were measured under different isolation modes "
         "(jax: base cell, this run group); a difference may be the "
         "process's, not the framework's")
     # Frameworks not in both runs are not compared.
     assert groups.compare_line(
-        {"isolation": {"pytorch": "cell", "tensorflow": "group"}},
-        {"isolation": {"pytorch": "cell", "jax": "group"}}) is None
+        {"pytorch": ("cell",), "tensorflow": ("group",)},
+        {"pytorch": ("cell",), "jax": ("group",)}) is None
+    assert groups.compare_line(
+        {"pytorch": ("cell",), "tensorflow": ("group",)},
+        {"pytorch": ("cell",)}) is None
     assert "(base: cell, this run: group)" in groups.compare_line(
-        {}, {"isolation": "group"})
+        {"pytorch": ("cell",)}, {"pytorch": ("group",)})
+    # A framework measured under both modes (a resume under another one).
+    assert "(pytorch: base cell, this run cell and group)" in \
+        groups.compare_line({"pytorch": ("cell",)},
+                            {"pytorch": ("cell", "group")})
+
+
+def test_a_jobs_mode_is_its_results_then_its_entrys_then_its_runs():
+    record = {"isolation": {"pytorch": "group"}}
+    entry = {"spec": {"framework": "pytorch"}}
+    assert groups.job_mode(entry, {"isolation": {"mode": "group"}},
+                           {}) == "group"
+    assert groups.job_mode(entry, {}, record) == "cell"
+    assert groups.job_mode(dict(entry, isolation="cell"), None,
+                           record) == "cell"
+    assert groups.job_mode(entry, None, record) == "group"

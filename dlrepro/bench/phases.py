@@ -38,6 +38,9 @@ NAMES = {
     "server_ready": "fork server: interpreter and import",
 }
 MEASURED = ("warm-up", "timed")
+# Run.json's stamps are cut to the second: two windows closer than this
+# may overlap by rounding alone.
+STAMP_S = 1.0
 GAPS = "gaps between jobs"
 UNPHASED = "jobs without phase times"
 OTHERS = "other frameworks' jobs"
@@ -52,6 +55,8 @@ class Sweep:
     fixed_s: list = field(default_factory=list)  # per ok job with phases
     jobs: int = 0
     unphased: int = 0
+    overlap_s: float = 0.0    # its jobs' windows over the sweep's window
+    moved: list = field(default_factory=list)  # clock offsets, s, moved
 
     @property
     def measured_s(self):
@@ -109,9 +114,10 @@ def window_of(entry, result):
     result = result or {}
     block = result.get("phases")
     slurm = nodeenv.block_of(result)
-    wall = slurm.get("wall_s")
-    if wall is not None and slurm.get("started_epoch_s") is not None:
-        start = slurm["started_epoch_s"]
+    slurm = slurm if isinstance(slurm, dict) else {}
+    wall = _seconds_or_none(slurm.get("wall_s"))
+    start = _seconds_or_none(slurm.get("started_epoch_s"))
+    if wall is not None and start is not None:
         return start, start + wall
     moments = [at for at in (block or {}).values() if at is not None]
     if wall is not None and moments:
@@ -119,6 +125,33 @@ def window_of(entry, result):
         begin = (low + high) / 2 if low <= high else low
         return begin, begin + wall
     return job_window(entry, block)
+
+
+def _seconds_or_none(value):
+    """A node side's own count of seconds, or None where it is no number
+    or below 0 (no wall time, no moment since the epoch, is)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not value >= 0:
+        return None
+    return value
+
+
+def on_host_clock(entry, window):
+    """(window, offset): a job's window moved onto this host's clock when
+    it lies outside what run.json's stamps allow (a Slurm node side's
+    clock that disagrees with the host's: its end after the host saw the
+    job end, or before the host saw it start), and by how much; else
+    (window, 0.0). Its phases stay on its own clock: they split its own
+    window only."""
+    start, end = window
+    seen_start, seen_end = epoch_of(entry.get("started_at")), epoch_of(
+        entry.get("finished_at"))
+    offset = 0.0
+    if seen_end is not None and end > seen_end + STAMP_S:
+        offset = seen_end - end
+    elif seen_start is not None and end < seen_start - STAMP_S:
+        offset = seen_start - end
+    return (start + offset, end + offset), offset
 
 
 def _moments(block):
@@ -189,16 +222,17 @@ def sweeps(pairs, resumed=()):
     """[Sweep] per framework, in order of first appearance, from the
     (entry, result) pairs of a run; `resumed`: its run.json's resumed_at
     stamps, since the pause before a --resume is no part of the sweep."""
-    jobs = []
+    jobs, out = [], {}
     for entry, result in pairs:
         window = window_of(entry, result)
         if window:
             framework = (entry.get("spec") or {}).get("framework", "?")
+            sweep = out.setdefault(framework, Sweep(framework))
+            window, offset = on_host_clock(entry, window)
+            if offset:
+                sweep.moved.append(offset)
             jobs.append((framework, window, job_spent(entry, result),
                          entry.get("status") == "ok"))
-    out = {}
-    for framework, *_rest in jobs:
-        out.setdefault(framework, Sweep(framework))
     restarts = sorted(filter(None, map(epoch_of, resumed)))
     for sweep in out.values():
         _fill(sweep, jobs, restarts)
@@ -236,8 +270,15 @@ def _fill(sweep, jobs, restarts):
     others = sum(max(0.0, min(end, finish) - max(start, begin))
                  for begin, finish in sessions
                  for f, (start, end), *_rest in jobs if f != sweep.framework)
+    others = max(0.0, min(others, sweep.wall_s - covered))
     if others:
-        _add(sweep.spent, OTHERS, min(others, sweep.wall_s - covered))
+        _add(sweep.spent, OTHERS, others)
+    # Jobs at once (parallel tasks), or placed by stamps cut to the
+    # second, cover more than the sweep's window: the shares are then of
+    # the jobs' own time, so that they add up to it, and the overlap is
+    # named rather than summed into gaps or shares over 100%.
+    sweep.overlap_s = max(0.0, covered - sweep.wall_s)
+    sweep.wall_s = max(sweep.wall_s, covered)
     _add(sweep.spent, GAPS, max(0.0, sweep.wall_s - covered - others))
 
 
@@ -314,4 +355,12 @@ def _framework_lines(sweep):
     if sweep.unphased:
         lines.append(f"    {_jobs(sweep.unphased)} without phase times (from "
                      f"an older harness, or written by the host): not split")
+    if sweep.moved:
+        lines.append(f"    {_jobs(len(sweep.moved))} on a clock up to "
+                     f"{_seconds(max(map(abs, sweep.moved)))} off this "
+                     f"host's: placed by the host's stamps")
+    if sweep.overlap_s > STAMP_S * max(1, sweep.jobs - 1):
+        lines.append(f"    its jobs overlap by {_seconds(sweep.overlap_s)} "
+                     f"(run at once, or clocks that disagree):")
+        lines.append("      shares are of the jobs' own time, not summed")
     return lines

@@ -49,12 +49,16 @@ def collect(job, run_dir, exit, launch, container):
         result = _timed_out(job, result, container)
     elif result is None:
         result = _died(job, exit, launch, log, container)
+    if rewrite and "run_id" not in result:
+        # What the host writes belongs to this run as the harness's does.
+        result["run_id"] = store.run_id_of(run_dir)
     return result, rewrite
 
 
 def _timed_out(job, result, container):
-    done = len(((result or {}).get("timing") or {}).get(
-        "per_iteration_s") or [])
+    # Without a result the host cannot tell how many iterations were timed.
+    done = None if result is None else len(
+        (result.get("timing") or {}).get("per_iteration_s") or [])
     message = job.type.timeout_message(job.spec, job.timeout_s, done)
     if result is None:
         result = synthesized(job, "timeout", "Timeout", message, container)

@@ -29,6 +29,8 @@ SERVED = ("group", "fork")
 # container has a PID namespace of its own).
 FORK_RUNTIMES = ("native",)
 DEFAULT = "cell"
+# run.json's word for a framework whose jobs ran under both modes.
+MIXED = "mixed"
 # The frameworks whose cells are grouped where nothing names a mode: those
 # for which every run of benchmarks/isolation.py since the allocator fix,
 # both modes side by side, found every smoke network's iteration-time
@@ -209,34 +211,81 @@ def _runs(jobs, key):
 
 
 def recorded(record):
-    """The mode a run was measured under (run.json: one mode, or {framework:
-    mode}; absent: cell, as every run before the flag was)."""
+    """The mode a run was measured under as its run.json sums it up (one
+    mode, or {framework: mode}; absent: cell, as every run before the
+    flag was)."""
     return record.get("isolation") or DEFAULT
 
 
-def compare_line(base_record, record):
-    """One line when the two runs measured a framework they share (any,
-    where both name one mode) under different modes, else None."""
-    base, new = recorded(base_record), recorded(record)
-    if isinstance(base, str) and isinstance(new, str):
-        differing = "" if base == new else f"base: {base}, this run: {new}"
-    else:
-        shared = [set(m) for m in (base, new) if isinstance(m, dict)]
-        differing = "; ".join(
-            f"{framework}: base {_mode_in(base, framework)}, this run "
-            f"{_mode_in(new, framework)}"
-            for framework in sorted(set.intersection(*shared))
-            if _mode_in(base, framework) != _mode_in(new, framework))
+def summed_up(record):
+    """run.json's `isolation` from its entries, each its job's own mode
+    (an entry written before entries had one takes what run.json said for
+    its framework, and keeps it): one mode, or {framework: mode}, MIXED
+    for a framework measured under both (a run resumed under another
+    --isolation). Each session's jobs alone would relabel the jobs an
+    earlier session measured."""
+    before = recorded(record)
+    found = {}
+    for entry in record["jobs"]:
+        framework = entry["spec"].get("framework")
+        mode = entry.setdefault("isolation", _mode_in(before, framework))
+        found.setdefault(framework, set()).add(mode)
+    modes = set().union(*found.values())
+    if len(modes) <= 1:
+        return modes.pop() if modes else DEFAULT
+    return {framework: MIXED if len(m) > 1 else next(iter(m))
+            for framework, m in found.items()}
+
+
+def job_mode(entry, result, record):
+    """The mode a job was measured under: its result's `isolation` block
+    where it has one (a worker's cell; a cell measured alone again); a
+    result without one had a process of its own; a job with no result:
+    its run.json entry's, else its run's."""
+    if result is not None:
+        return (result.get("isolation") or {}).get("mode") or DEFAULT
+    return entry.get("isolation") or _mode_in(
+        recorded(record), entry["spec"].get("framework"))
+
+
+def measured_modes(record, pairs):
+    """{framework: (mode, ...)} over the jobs of a run that measured
+    (ended ok), each job's own mode (job_mode)."""
+    found = {}
+    for entry, result in pairs:
+        if result is not None and result["status"] == "ok":
+            found.setdefault(entry["spec"].get("framework"), set()).add(
+                job_mode(entry, result, record))
+    return {framework: tuple(sorted(m)) for framework, m in found.items()}
+
+
+def compare_line(base, new):
+    """One line when two runs measured a framework they both measured
+    (`base` and `new`: measured_modes) under different modes, else None.
+    Frameworks only one run measured are not named: they are not
+    compared."""
+    shared = sorted(set(base) & set(new), key=str)
+    differing = [f for f in shared if base[f] != new[f]]
     if not differing:
         return None
+    one = [{m for f in shared for m in modes[f]} for modes in (base, new)]
+    if all(len(modes) == 1 for modes in one):
+        said = f"base: {one[0].pop()}, this run: {one[1].pop()}"
+    else:
+        said = "; ".join(f"{f}: base {_said(base[f])}, this run "
+                         f"{_said(new[f])}" for f in differing)
     return (f"note: the runs were measured under different isolation modes "
-            f"({differing}); a difference may be the process's, not the "
+            f"({said}); a difference may be the process's, not the "
             f"framework's")
+
+
+def _said(modes):
+    return " and ".join(modes)
 
 
 def _mode_in(recorded_mode, framework):
     if isinstance(recorded_mode, dict):
-        return recorded_mode[framework]
+        return recorded_mode.get(framework, DEFAULT)
     return recorded_mode
 
 

@@ -58,7 +58,8 @@ class JobKind:
         return placement.threads
 
     def timeout_message(self, spec, timeout_s, done):
-        """Why a job stopped at its timeout, having timed `done` steps."""
+        """Why a job stopped at its timeout, having timed `done` steps
+        (None: the host does not know how many)."""
         return f"stopped at its {timeout_s} s timeout"
 
 
@@ -79,6 +80,12 @@ class BenchKind(JobKind):
         return spec
 
     def timeout_message(self, spec, timeout_s, done):
+        if done is None:
+            # No result: its log, not the host, may say how far it got.
+            return (f"cell exceeded its {timeout_s} s timeout; how many of "
+                    f"its {spec['iterations']} timed iterations were done "
+                    f"is not known (the harness wrote no result; see its "
+                    f"log)")
         return (f"cell exceeded its {timeout_s} s timeout after {done} of "
                 f"{spec['iterations']} timed iterations")
 

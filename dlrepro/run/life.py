@@ -16,7 +16,7 @@ from pathlib import Path
 from harness import resultfile
 
 from dlrepro import matrix as matrix_mod
-from dlrepro.run import collect, gpu_restore, writer
+from dlrepro.run import collect, gpu_restore, store, writer
 from dlrepro.run.paths import JobPaths
 
 STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
@@ -58,11 +58,14 @@ class JobLife:
     `cannot`: {runtime target: (reason it is unsupported, setup failure)}
     found while preparing the runtime; `write`: whether the host writes a
     result it changed (False on a node, whose entry adds where the job ran
-    and writes it once)."""
+    and writes it once); `run_id`: the run's, which every spec file and so
+    every result carries (run.json's in `run_dir` where not given: a node's
+    part of a job on several nodes writes into a folder below the run's)."""
 
     def __init__(self, runtime, run_dir, matrix, processes, cannot=None,
-                 write=True):
+                 write=True, run_id=None):
         self.runtime = runtime
+        self.run_id = run_id or store.run_id_of(run_dir)
         self.run_dir = Path(run_dir)
         self.matrix = matrix
         self.processes = processes
@@ -87,7 +90,9 @@ class JobLife:
         if paths.result.exists():
             paths.result.unlink()
         container = self.runtime.describe(job.placement.target)
-        spec = dict(spec_file(job, container, self.matrix), **(extra or {}))
+        # The run's id goes into the result, which then belongs to this run.
+        spec = dict(spec_file(job, container, self.matrix),
+                    run_id=self.run_id, **(extra or {}))
         if not _holds(paths.spec, spec):
             resultfile.write_atomic(str(paths.spec), spec)
         return container, spec

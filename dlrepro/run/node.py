@@ -146,6 +146,7 @@ class Part:
 
     def __init__(self, job, node, run_dir):
         self.whole = job
+        self.whole_run_dir = run_dir
         self.node = node
         self.several = job.nodes > 1
         if self.several and node.rank > 0:
@@ -312,8 +313,8 @@ def _run(part, submission):
         return writer.synthesized(job, "unsupported", "Unsupported", reason)
     part.launched = True
     extra = {"cluster": part.cluster} if part.several else None
-    return JobLife(runtime, part.folder, matrix, Processes(),
-                   write=False).run(job, extra)
+    return JobLife(runtime, part.folder, matrix, Processes(), write=False,
+                   run_id=store.run_id_of(part.whole_run_dir)).run(job, extra)
 
 
 def _announce(cluster, rank):

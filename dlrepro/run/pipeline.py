@@ -72,8 +72,9 @@ def _publish(run, run_dir, record):
     """run.json first, then `latest`: a kill between the two leaves
     `latest` on the previous run, never on a folder without run.json."""
     record["status"] = "running"
-    # Each job's own mode (Job.isolation), summed up.
-    record["isolation"] = groups.summary(run.jobs)
+    # Each job's own mode (its entry's, this session's jobs' from
+    # Job.isolation), summed up.
+    record["isolation"] = groups.summed_up(record)
     runfolder.write_run(run_dir, record)
     runfolder.point_latest(run.out, run_dir, run.kind)
 
@@ -114,6 +115,7 @@ def _open_record(run, run_dir, runtime, events, engine):
     if record["runtime"] != runtime.name:
         raise UserError(f"the latest run used runtime {record['runtime']}; "
                         f"resume it with --runtime {record['runtime']}")
+    runfolder.refuse_folders_for_files(run_dir)
     before = ENGINES.get(record.get("executor") or "local", LocalEngine)
     if before.detached and before.name != engine.name:
         # Its jobs may still run there: only that engine knows to wait
@@ -179,7 +181,8 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
         record.pop("workers", None)
     try:
         life = JobLife(runtime, run_dir, matrix, engine.processes,
-                       cannot=_prepare(jobs, runtime, events, done))
+                       cannot=_prepare(jobs, runtime, events, done),
+                       run_id=record.get("run_id"))
         status = engine.execute(Context(
             jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
             life=life, events=events, isolation=record["isolation"]))

@@ -21,7 +21,8 @@ from dlrepro.errors import UserError
 from dlrepro.run.paths import (LONGEST_SUFFIX, RUN_RECORD, SIDE_DIR,
                                 JobPaths, run_record)
 from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
-                               foreign_cell, read_result, results_root)
+                               foreign_cell, foreign_run, read_result,
+                               results_root, run_id_of)
 from dlrepro.run.store import held as store_held
 
 # errno values that mean "the disk is full" rather than a bug, and those
@@ -137,6 +138,19 @@ def remove_abandoned(out):
             continue  # another process's, or gone: not ours to insist on
 
 
+def refuse_folders_for_files(run_dir):
+    """A UserError in one line when a run folder's file (a result, a spec,
+    a log, a temp file: `*.json`, `*.log`) is a folder or anything else
+    but a regular file: resume would replace, remove or append to it."""
+    for path in sorted(Path(run_dir).iterdir()):
+        if path.suffix not in (".json", ".log") or path.is_symlink():
+            continue
+        if not path.is_file():
+            what = "a folder" if path.is_dir() else "not a regular file"
+            raise UserError(f"{path} is {what}; remove it, then resume "
+                            f"again")
+
+
 def remove_stale_temps(run_dir):
     """Remove the temp files of atomic writes cut short in `run_dir`; only
     while no one can be writing there."""
@@ -239,7 +253,7 @@ def new_entry(job):
             "file": JobPaths.result_name(job.id),
             "log": JobPaths.log_name(job.id),
             "started_at": None, "finished_at": None, "wall_s": None,
-            "message": None}
+            "message": None, "isolation": job.isolation}
 
 
 def new_record(run_dir, kind, command, runtime, jobs, suite=None,
@@ -272,8 +286,15 @@ def set_aside_if_foreign(run_dir, job_id, spec):
     `<id>.invalid.json`, kept for a person to look at, before the job runs
     again; a line saying so, or None."""
     path = JobPaths(run_dir, job_id).result
+
+
+    """Rename a valid result at `<id>.json` that is another cell's or
+    another run's to `<id>.invalid.json`, kept for a person to look at,
+    before the job runs again; a line saying so, or None."""
+    path = Path(run_dir) / f"{job_id}.json"
     result, _ = read_result(path)
-    problem = result and foreign_cell(result, spec, path.name)
+    problem = result and (foreign_cell(result, spec, path.name) or
+                          foreign_run(result, run_id_of(run_dir), path.name))
     if not problem:
         return None
     kept = JobPaths.invalid_of(path)

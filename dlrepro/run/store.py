@@ -21,7 +21,9 @@ run.json format history (readers upgrade older records in memory):
      kind "convergence", `runs` with name/seconds/error.
   1  bench runs before the shared pipeline: `cells` with id/cell.
   2  one format for every kind: `kind` ("bench" or "converge"), `jobs`
-     with id/spec/status/file/log/started_at/finished_at/wall_s/message.
+     with id/spec/status/file/log/started_at/finished_at/wall_s/message;
+     since issue 42 each job also has its `isolation` mode (absent: the
+     run's `isolation` for its framework, dlrepro.run.groups.job_mode).
 """
 import fcntl
 import json
@@ -134,7 +136,8 @@ def read_run(run_dir):
     UserError naming the file when it is not a run record."""
     path = run_record(run_dir)
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(),
+                            parse_constant=resultfile.not_json)
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {exc}")
     except RecursionError:
@@ -167,6 +170,7 @@ def _check_shape(path, record):
         for key in ("id", "status"):
             if not isinstance(entry[key], str):
                 raise UserError(f"{path}: a job's `{key}` must be a string")
+        _check_entry(path, entry)
     root = Path(path).parent.resolve()
     for entry in jobs:
         for key in ("file", "log"):
@@ -180,8 +184,39 @@ def _check_shape(path, record):
             raise UserError(f"{path}: missing `{key}`")
     if not isinstance(record["resumed_at"], list):
         raise UserError(f"{path}: `resumed_at` must be a list")
-    if not isinstance(record["status"], str):
-        raise UserError(f"{path}: `status` must be a string")
+    for key in ("status", "run_id"):
+        if not isinstance(record[key], str):
+            raise UserError(f"{path}: `{key}` must be a string")
+    if not isinstance(record.get("host") or {}, dict):
+        raise UserError(f"{path}: `host` must be an object")
+    _check_isolation(path, record.get("isolation"))
+
+
+def _check_entry(path, entry):
+    """What readers take a job's fields for: its spec an object, its
+    stamps and message strings, its wall time a number of seconds."""
+    where = f"{path}: job {entry['id']!r}"
+    if not isinstance(entry["spec"], dict):
+        raise UserError(f"{where}: `spec` must be an object")
+    for key in ("started_at", "finished_at", "message"):
+        if not isinstance(entry[key], (str, type(None))):
+            raise UserError(f"{where}: `{key}` must be a string or null")
+    wall = entry["wall_s"]
+    if wall is not None and (isinstance(wall, bool) or not isinstance(
+            wall, (int, float)) or wall < 0):
+        raise UserError(f"{where}: `wall_s` must be seconds (a number, "
+                        f"not below 0) or null")
+    if not isinstance(entry.get("isolation", "cell"), str):
+        raise UserError(f"{where}: `isolation` must be a string")
+
+
+def _check_isolation(path, isolation):
+    """run.json's `isolation`: absent, one mode, or {framework: mode}."""
+    modes = isolation.values() if isinstance(isolation, dict) else \
+        [isolation]
+    if isolation is not None and not all(isinstance(m, str) for m in modes):
+        raise UserError(f"{path}: `isolation` must be a mode (a string) or "
+                        f"{{framework: mode}}")
 
 
 def _upgrade_bench(record):
@@ -285,14 +320,14 @@ def asked_spec(run_dir, job_id):
 
 def finished_on_disk(run_dir, entry, spec, kind=None):
     """The valid, final result of a job of `kind` (when not given, as
-    `spec` looks) run with `spec`, or None. Resume and report trust this
-    over run.json, which a kill or a full disk may have left behind its
-    result files."""
+    `spec` looks) run with `spec` in this run, or None. Resume and report
+    trust this over run.json, which a kill or a full disk may have left
+    behind its result files."""
     kind = kind or kind_of_spec(spec)
     result, _ = read_result(Path(run_dir) / entry["file"])
     if result is None or result["status"] not in DONE_STATUSES:
         return None
-    if not_its_own(entry, result, spec, kind):
+    if not_its_own(entry, result, spec, kind, run_id_of(run_dir)):
         return None
     asked = asked_spec(run_dir, entry["id"])
     if asked is None and kind is KINDS["bench"]:
@@ -305,19 +340,43 @@ def finished_on_disk(run_dir, entry, spec, kind=None):
     return result
 
 
-def not_its_own(entry, result, spec, kind=None):
+def not_its_own(entry, result, spec, kind=None, run_id=None):
     """Why `result`, read from the file run.json names for job `entry`, is
     not that job's own result, or None. A job's result is `<id>.json`, so
     a file belongs to one job only (--repeat's processes share a cell),
-    and its `cell` must be the job's: a file copied from another cell or
-    edited is not reported, or kept by --resume, as this job. `kind`:
+    its `cell` must be the job's, and its run (where it names one) the
+    run `run_id`: a file copied from another cell or another run, or
+    edited, is not reported, or kept by --resume, as this job. `kind`:
     the job's, when the caller knows it (else as `spec` looks)."""
     name = JobPaths.result_name(entry["id"])
     if entry["file"] != name:
         return f"run.json names {entry['file']} as its result, not {name}"
     if result is None:
         return None
-    return foreign_cell(result, spec, name, kind)
+    return foreign_cell(result, spec, name, kind) or \
+        foreign_run(result, run_id, name)
+
+
+def foreign_run(result, run_id, name):
+    """How the result in file `name` says it is another run's than
+    `run_id`, or None (also where it names no run: written before
+    results named theirs, or by the host)."""
+    theirs = result.get("run_id")
+    if run_id is None or theirs is None or theirs == run_id:
+        return None
+    return f"{name} is the result of another run ({theirs})"
+
+
+def run_id_of(run_dir):
+    """The run_id run.json gives the run in `run_dir` (asked once per job:
+    read without checking every entry again, as read_run does where it is
+    not a string)."""
+    try:
+        run_id = json.loads((Path(run_dir) / "run.json").read_text()).get(
+            "run_id")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        run_id = None
+    return run_id if isinstance(run_id, str) else read_run(run_dir)["run_id"]
 
 
 def foreign_cell(result, spec, name, kind=None):
@@ -359,9 +418,9 @@ def load_run(run_dir):
     """(record, [(entry, result or None)]) in job order. A job whose result
     file is damaged, or is not its own (not_its_own), keeps result None and
     says why in its entry's message; the others are read as usual. An
-    entry run.json left pending or running takes the status of a valid
-    result on disk, and a run that says `running` while no process holds
-    it is shown `interrupted`."""
+    entry takes the status (and message) of its valid result on disk,
+    whatever run.json says, and a run that says `running` while no
+    process holds it is shown `interrupted`."""
     record = read_run(run_dir)
     if record["status"] == "running" and not held(run_dir):
         # Its process died without closing it (a kill, a full disk).
@@ -370,12 +429,16 @@ def load_run(run_dir):
     pairs = []
     for entry in record["jobs"]:
         result, problem = read_result(Path(run_dir) / entry["file"])
-        mismatch = not_its_own(entry, result, entry["spec"], kind)
+        mismatch = not_its_own(entry, result, entry["spec"], kind,
+                               record["run_id"])
         if mismatch:
             result, problem = None, mismatch
         entry = dict(entry)
-        if result is not None and entry["status"] in ("pending", "running"):
+        if result is not None:
+            # The file is what was measured; run.json may lag behind it
+            # (a kill) or be edited. Resume trusts the file too.
             entry["status"] = result["status"]
+            entry["message"] = (result["error"] or {}).get("message")
         elif problem and (entry["status"] != "pending" or mismatch):
             entry["status"] = "error"
             entry["message"] = problem
@@ -386,6 +449,12 @@ def load_run(run_dir):
 def runs(out, names=("latest",), every=False):
     """Each run that `names` (ids, paths, `latest`) name, read once in the
     order first named, or with `every` all runs under `out`, oldest first:
-    the one way report, export and the HTML page iterate runs."""
-    return [Run(folder, *load_run(folder))
-            for folder in run_folders(out, names, every)]
+    the one way report, export and the HTML page iterate runs. A run is
+    known by its run_id, as the results database keys it: a copy of a
+    run folder (`cp -a`) named beside it is the same run, read once (the
+    first named), never pooled with itself."""
+    found = {}
+    for folder in run_folders(out, names, every):
+        run = Run(folder, *load_run(folder))
+        found.setdefault(run.record["run_id"], run)
+    return list(found.values())
