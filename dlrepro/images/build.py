@@ -404,6 +404,7 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
 
 def describe(client, ref):
     """What a result records as environment.container for image `ref`."""
+    from dlrepro.images import registrylock
     image = client.images.get(ref)
     digests = image.attrs.get("RepoDigests") or []
     return {
@@ -411,6 +412,8 @@ def describe(client, ref):
         "image": ref,
         "image_id": image.id,
         "repo_digest": digests[0] if digests else None,
+        # What `invoke push` recorded for this very image: anyone can pull it.
+        "pullable": registrylock.pullable(image.id),
         "labels": dict(sorted((image.labels or {}).items())),
         "engine_version": client.version().get("Version"),
     }
