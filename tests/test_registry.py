@@ -88,7 +88,7 @@ def pushed(tmp_path_factory):
     remote = registry_mod.remote_tag(path, tag)
     yield SimpleNamespace(env=env, folder=folder, path=path, entry=entry,
                           tag=tag, remote=remote, client=client,
-                          push_s=seconds)
+                          push_s=seconds, push_out=proc.stdout)
     for ref in (tag, entry["reference"], remote):
         run("docker", "rmi", ref, check=False)
         run("podman", "rmi", ref, check=False)
@@ -113,6 +113,11 @@ def test_push_records_the_pullable_reference_beside_the_recipe(pushed):
     assert entry["recipe"] == image.labels[images.LABEL_RECIPE]
     assert entry["image_id"] == image.id and entry["tag"] == pushed.tag
     assert entry["reference"] in image.attrs["RepoDigests"]
+    # Progress in a log: one line per layer, each layer once, no chunks.
+    layers = [line for line in pushed.push_out.splitlines()
+              if line.startswith(f"push {FRAMEWORK}/cpu: layer ")]
+    assert len(layers) == len(set(image.attrs["RootFS"]["Layers"]))
+    assert len({line.split()[3] for line in layers}) == len(layers)
     # The credentials stay in the clients' own files.
     lock_text = Path(pushed.env["DLREPRO_REGISTRY_LOCK"]).read_text()
     assert registryenv.PASSWORD not in lock_text
@@ -159,10 +164,15 @@ def test_bench_pulls_by_digest_and_the_result_carries_the_reference(
 
 def _tampered_lock(pushed, folder):
     """A lock whose entry names the pushed image's repository at another
-    image's digest: the registry's name, other bytes (the test base image,
+    image's digest: the registry's name, other bytes (a one-file image
     pushed under the same name)."""
     remote = f"{pushed.path}/{FRAMEWORK}:tampered"
-    run("docker", "tag", BASE_IMAGE, remote)
+    (folder / "rootfs").mkdir()
+    (folder / "rootfs" / "other-bytes").write_text("not the locked image\n")
+    tar = subprocess.run(["tar", "-C", str(folder / "rootfs"), "-c", "."],
+                         capture_output=True, check=True).stdout
+    subprocess.run(["docker", "import", "-", remote], input=tar,
+                   capture_output=True, check=True)
     run("docker", "push", remote, env=pushed.env)
     digests = pushed.client.images.get(remote).attrs["RepoDigests"]
     run("docker", "rmi", remote)
@@ -274,7 +284,7 @@ def test_a_registry_gone_mid_push_is_one_line_and_records_nothing(
 
 
 def test_lock_pins_a_base_pushed_to_the_registry_and_builds_from_it(
-        pushed, tmp_path, monkeypatch):
+        pushed, tmp_path, monkeypatch, capfd):
     """`invoke lock`'s resolution against the registry, then a build FROM
     the pinned digest, its base pulled by that digest (the base's local
     names removed first)."""
@@ -301,6 +311,11 @@ def test_lock_pins_a_base_pushed_to_the_registry_and_builds_from_it(
                               base_lock=base_lock, client=client,
                               name_prefix=PREFIX + "-locked",
                               log=lambda _m: None)
+        # The build's progress in a log: one line per step begun.
+        steps = [line for line in capfd.readouterr().out.splitlines()
+                 if line.startswith(f"build {FRAMEWORK}/cpu: step ")]
+        assert steps and len(steps) == int(steps[0].split()[3].split(
+            "/")[1].rstrip(":")), steps
         labels = client.images.get(built).labels
         assert labels["org.opencontainers.image.base.digest"] == pin["digest"]
         assert labels["org.dlrepro.base-image-id"] == \

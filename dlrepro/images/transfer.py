@@ -10,8 +10,16 @@ import time
 
 # The engine's per-layer states that end a layer's transfer.
 LAYER_DONE = ("Pushed", "Layer already exists", "Pull complete",
-              "Already exists", "Mounted from")
+              "Already exists", "Mounted from", "Saved")
 BUILD_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$", re.MULTILINE)
+# pip download's lines (without its bar): a file's size, then where it went.
+PIP_SIZE = re.compile(r"^\s*Downloading (\S+) \(([\d.]+) (kB|MB|GB)\)")
+PIP_SAVED = re.compile(r"^(?:Saved|\s*File was already downloaded) (\S+)")
+UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9}
+# A live display shows only where the command is the user's own (invoke
+# build, wheelhouse, push, pull): under bench's own live display a second
+# one would overwrite it, so there the lines go above bench's.
+LIVE = {"allowed": False}
 
 
 def _size(count):
@@ -25,8 +33,10 @@ def _size(count):
 class LineProgress:
     """One line per layer finished (or build step begun), for logs."""
 
-    def __init__(self, what, stream=sys.stdout):
+    def __init__(self, what, unit="layer", count=None, stream=sys.stdout):
         self.what = what
+        self.unit = unit
+        self.count = count
         self.stream = stream
         self.started = time.monotonic()
         self.totals = {}
@@ -38,9 +48,11 @@ class LineProgress:
         if status.startswith(LAYER_DONE) and layer not in self.done:
             self.done.add(layer)
             size = self.totals.get(layer)
-            print(f"{self.what}: layer {layer} {status.lower()}"
+            print(f"{self.what}: {self.unit} {layer} {status.lower()}"
                   + (f" ({_size(size)})" if size else "")
-                  + f", {len(self.done)} layers done, "
+                  + f", {len(self.done)}"
+                  + (f" of {self.count}" if self.count else "")
+                  + f" {self.unit}s done, "
                     f"{time.monotonic() - self.started:.0f} s",
                   file=self.stream, flush=True)
 
@@ -56,11 +68,12 @@ class LiveProgress:
     """rich's bars: a layer's bytes (done of total, speed, elapsed, time
     left) or the build's steps."""
 
-    def __init__(self, what, console):
+    def __init__(self, what, console, unit="layer"):
         from rich.progress import (BarColumn, DownloadColumn, Progress,
                                    TextColumn, TimeElapsedColumn,
                                    TimeRemainingColumn, TransferSpeedColumn)
         self.what = what
+        self.unit = unit
         self.progress = Progress(
             TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
             TransferSpeedColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -79,7 +92,7 @@ class LiveProgress:
         task = self.tasks.get(layer)
         if task is None:
             task = self.tasks[layer] = self.progress.add_task(
-                f"{self.what} {layer}", total=total or None)
+                f"{self.what} {self.unit} {layer[:40]}", total=total or None)
         if total:
             self.progress.update(task, total=total)
         if current is not None:
@@ -87,8 +100,8 @@ class LiveProgress:
         if status.startswith(LAYER_DONE):
             total = self.progress.tasks[task].total or 0
             self.progress.update(task, total=total, completed=total,
-                                 description=f"{self.what} {layer} "
-                                             f"{status.lower()}")
+                                 description=f"{self.what} {self.unit} "
+                                             f"{layer[:40]} {status.lower()}")
 
     def step(self, number, total, text):
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress,
@@ -109,16 +122,36 @@ class LiveProgress:
         self.progress.console.print(message, markup=False, highlight=False)
 
 
+def allow_live():
+    """Let this process show live bars (the image tasks call it)."""
+    LIVE["allowed"] = True
+
+
 @contextlib.contextmanager
-def progress(what):
-    """Live bars on a terminal, lines otherwise."""
+def progress(what, unit="layer", count=None):
+    """Live bars on a terminal where allowed, lines otherwise; `count`: how
+    many layers or files there are, where known."""
     from rich.console import Console
     console = Console()
-    if not console.is_terminal:
-        yield LineProgress(what)
+    if not (LIVE["allowed"] and console.is_terminal):
+        yield LineProgress(what, unit, count)
         return
-    with LiveProgress(what, console) as live:
+    with LiveProgress(what, console, unit) as live:
         yield live
+
+
+def pip_line(line, shown):
+    """Feed one line of pip download's output to `shown`."""
+    sized = PIP_SIZE.match(line)
+    if sized:
+        name = sized[1].rsplit("/", 1)[-1]
+        shown.layer(name, "Downloading", 0,
+                    int(float(sized[2]) * UNITS[sized[3]]))
+        return
+    saved = PIP_SAVED.match(line)
+    if saved:
+        name = saved[1].rsplit("/", 1)[-1]
+        shown.layer(name, "Saved")
 
 
 def follow(chunk, shown):
