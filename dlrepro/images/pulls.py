@@ -194,9 +194,15 @@ def charliecloud_pull(entry, folder=None, log=print):
         subprocess.run(["ch-image", "delete", entry["tag"]], env=env,
                        capture_output=True, timeout=600)
         raise UserError(why)
-    record = ch_images.convert(entry["tag"], entry["image_id"],
-                               dict(sorted(labels.items())), "ch-image",
-                               folder, log)
+    try:
+        record = ch_images.convert(entry["tag"], entry["image_id"],
+                                   dict(sorted(labels.items())), "ch-image",
+                                   folder, log)
+    finally:
+        # The conversion is what runs: ch-image's own copy (as large again)
+        # goes; its download cache stays for the next pull.
+        subprocess.run(["ch-image", "delete", entry["tag"]], env=env,
+                       capture_output=True, timeout=600)
     record.update(reference=entry["reference"],
                   converted_at=utc_stamp(started))
     write_atomic(str(ch_images.record_path(entry["tag"], folder)), record)

@@ -33,11 +33,13 @@ def _size(count):
 class LineProgress:
     """One line per layer finished (or build step begun), for logs."""
 
-    def __init__(self, what, unit="layer", count=None, stream=sys.stdout):
+    def __init__(self, what, unit="layer", count=None, stream=None):
         self.what = what
         self.unit = unit
         self.count = count
-        self.stream = stream
+        # Where stdout is when the work starts (a test's capture, bench's
+        # live display), not when this module was imported.
+        self.stream = stream or sys.stdout
         self.started = time.monotonic()
         self.totals = {}
         self.done = set()
