@@ -192,6 +192,10 @@ def test_same_name_other_bytes_is_refused_by_every_store(pushed, tmp_path):
         line = one_line_error(proc)
         assert f"the pulled image {other} carries recipe none" in line
         assert line.rstrip().endswith("refused")
+    # The refused bytes are not left under the name they came by.
+    assert images.local_image(pushed.client, other) is None
+    assert run("podman", "image", "exists", other,
+               check=False).returncode != 0
     # Nothing of the refused image stands under the locked tag.
     assert images.local_image(pushed.client, pushed.tag) is None
     from dlrepro.images import charliecloud as ch_images
@@ -228,6 +232,9 @@ def test_push_failures_are_one_line_and_record_nothing(pushed, tmp_path):
                                  "--registry", pushed.path + "-wrong",
                                  env=env))
     assert f"docker login {registryenv.REGISTRY}" in line
+    # The name the failed push gave is gone with it.
+    assert images.local_image(pushed.client, registry_mod.remote_tag(
+        pushed.path + "-wrong", pushed.tag)) is None
     line = one_line_error(invoke(
         "push", "--framework", FRAMEWORK, "--registry",
         "no-such-registry.dlrepro.test:5443/x", env=pushed.env))

@@ -130,7 +130,9 @@ def podman_pull(store, entry, log=print):
     why = registry.refusal(entry, attrs.get("Labels"),
                            podman_images.Image(attrs).id)
     if why:
-        podman_images.run(store.podman_bin, "untag", reference)
+        # The name only where the bytes have other names too (podman rmi
+        # of one name of several untags it).
+        podman_images.run(store.podman_bin, "rmi", reference)
         raise UserError(why)
     podman_images.run(store.podman_bin, "tag", reference, entry["tag"])
     return entry["tag"]

@@ -130,6 +130,10 @@ def push_one(client, plan_, registry, base_image=None, log=print):
     except Exception as exc:  # the engine's connection broke mid-stream
         error = f"{type(exc).__name__}: {exc}"
     if error or not digest:
+        try:  # the name this push gave: nothing of it stays
+            client.api.remove_image(target)
+        except docker.errors.APIError:
+            pass
         raise UserError(f"push of {plan_.tag} to {registry} failed: "
                         f"{push_hint(error, registry)}; nothing recorded")
     return {"framework": plan_.framework, "profile": plan_.profile,
