@@ -113,11 +113,11 @@ def bench(c, framework=None, all=False, profile=None, suite="smoke",
           network=None, batch_size=None, device=None, threads=None,
           iterations=None, warmup=None, runtime="docker", out="results",
           resume=False, dry_run=False, timeout=None, seed="0",
-          clock_policy=None, python=None, repeat=None, precision=None,
-          compile=None, executor="local", partition=None, account=None,
-          qos=None, constraint=None, exclusive=False, time_limit=None,
-          array_throttle=None, mem=None, gpu_freq=None, slurm_config=None,
-          no_wait=False, isolation=None):
+          clock_policy=None, python=None, registry=None, repeat=None,
+          precision=None, compile=None, executor="local", partition=None,
+          account=None, qos=None, constraint=None, exclusive=False,
+          time_limit=None, array_throttle=None, mem=None, gpu_freq=None,
+          slurm_config=None, no_wait=False, isolation=None):
     """Run benchmark cells, one process each, and write results/<run_id>/."""
     flags = _flags(locals())
     from dlrepro.bench import runner
@@ -153,6 +153,7 @@ def report(c, run=None, out="results", json=False, html=None):
     print(f"{record['run_id']}  {record['command']}  ({record['status']})")
     _print_lines(report_mod.format_table(rows))
     _print_lines(report_mod.side_by_side_lines(pairs))
+    _print_lines(report_mod.image_lines(pairs))
     _print_lines(phases.summary_lines(pairs, record))
     if record.get("executor") == "slurm":
         from dlrepro.run.engines import slurm
@@ -406,7 +407,8 @@ def build(c, framework=None, profile="", all=False, base_image=None,
 
     The tag derives from the recipe's hash, so an unchanged image is not
     rebuilt; the wheelhouse is downloaded first when missing."""
-    from dlrepro.images import commands
+    from dlrepro.images import commands, transfer
+    transfer.allow_live()
     note = commands.build(framework, profile, all, base_image, locked, index,
                           ca_bundle, proxy)
     if note:
@@ -447,7 +449,8 @@ def wheelhouse(c, framework=None, profile="", all=False):
     sha256 checked."""
     from dlrepro import matrix
     from dlrepro.images import build as images
-    from dlrepro.images import wheelhouse as wheelhouse_mod
+    from dlrepro.images import transfer, wheelhouse as wheelhouse_mod
+    transfer.allow_live()
     m = matrix.load()
     for fw, prof in images.targets(m, framework, profile or None, all):
         print(wheelhouse_mod.make(fw, prof, m[fw][prof]))
@@ -532,3 +535,53 @@ def pin(c, framework=None, profile="", all=False, host=False):
     `pip`, or with --host requirements/host.txt from requirements/host.in."""
     from dlrepro.images import commands
     _print_lines(commands.pin(framework, profile, all, host))
+
+
+@task(iterable=["framework", "base_image"],
+      help=dict(_TARGETS_HELP,
+                registry="HOST[:PORT]/PATH to push to (credentials: `docker "
+                         "login HOST`)",
+                base_image="as for build: which base the targets were built "
+                           "from"))
+@user_errors
+def push(c, framework=None, profile="", all=False, registry=None,
+         base_image=None):
+    """Push built images to a registry and record their digests.
+
+    Each image's pullable reference (REGISTRY/PATH/framework@sha256:...)
+    goes into dockerfiles/registry.lock.json beside its recipe hash, once
+    its push has finished (docs/images.md, "Sharing images")."""
+    from dlrepro import matrix
+    from dlrepro.images import build as images, registry as registry_mod
+    from dlrepro.images import transfer
+    transfer.allow_live()
+    m = matrix.load()
+    pairs = images.targets(m, framework, profile or None, all)
+    images.check_overrides(m, pairs, base_image or [])
+    registry_mod.push(pairs, m, required(registry, "--registry"),
+                      subst=images.substitution(base_image or []))
+
+
+@task(iterable=["framework"],
+      help=dict(_TARGETS_HELP,
+                runtime="docker (default), podman or charliecloud: whose "
+                        "store to pull into",
+                registry="only references in this HOST[:PORT]/PATH "
+                         "(default: the newest the lock records)",
+                dir="charliecloud: converted images folder (default: "
+                    "DLREPRO_CH_IMAGES, else build/charliecloud)"))
+@user_errors
+def pull(c, framework=None, profile="", all=False, runtime="docker",
+         registry=None, dir=None):
+    """Pull images by the digests dockerfiles/registry.lock.json records.
+
+    Checks each image's recipe label (and ID) against the lock before
+    tagging it as `invoke build` would: an image that differs is refused."""
+    from dlrepro import matrix
+    from dlrepro.images import build as images, pulls, transfer
+    transfer.allow_live()
+    m = matrix.load()
+    pairs = images.targets(m, framework, profile or None, all)
+    for fw, prof, where in pulls.pull(pairs, m, runtime,
+                                      registry_name=registry, folder=dir):
+        print(f"{fw}/{prof}: {where}")

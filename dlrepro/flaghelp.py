@@ -64,6 +64,10 @@ BENCH = {
                     "boost, the paper's method)",
     "python": "native runtime: use this interpreter for every framework "
               "instead of making virtual environments",
+    "registry": "docker, podman, charliecloud: pull a missing image from "
+                "this HOST[:PORT]/PATH by the digest "
+                "dockerfiles/registry.lock.json records, instead of "
+                "building it (over DLREPRO_REGISTRY)",
     "repeat": "independent processes per cell (default: the suite's, 1); the "
               "cell's interval then spans the processes; with --isolation "
               "group, N workers per group, each taking the cells in its own "

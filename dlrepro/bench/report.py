@@ -158,3 +158,22 @@ def side_by_side_lines(pairs):
     if not table:
         return []
     return ["\nside by side (mean ms per iteration):"] + table
+
+
+def image_lines(pairs):
+    """One line per framework/profile with the image its results ran in:
+    the pullable reference where `invoke push` recorded one (anyone can
+    run those very bytes), else the local image and its ID."""
+    seen = {}
+    for _entry, result in pairs:
+        container = ((result or {}).get("environment") or {}).get("container")
+        if not container:
+            continue
+        labels = container.get("labels") or {}
+        name = (f"{labels.get('org.dlrepro.framework') or result['cell']['framework']}"
+                f"/{labels.get('org.dlrepro.profile') or '?'}")
+        where = container.get("pullable") or (
+            f"{container.get('image')} ({(container.get('image_id') or '?')[:19]}, "
+            f"not pushed)")
+        seen.setdefault(f"  {name} ({container.get('runtime')}): {where}", None)
+    return ["\nimages:"] + list(seen) if seen else []

@@ -23,6 +23,7 @@ class BenchFlags(command.RunFlags):
     warmup: Optional[str] = None
     clock_policy: Optional[str] = None
     python: Optional[str] = None
+    registry: Optional[str] = None
     repeat: Optional[str] = None
     precision: Optional[str] = None
     compile: Optional[str] = None
@@ -45,6 +46,8 @@ def bench(flags, command_line="", echo=print):
         compile=flags.compile)
     suite, jobs = make_plan(flags.suite, options, m, host_for(flags))
     runtime_options = {"python": flags.python} if flags.python else {}
+    if flags.registry:
+        runtime_options["registry"] = flags.registry
     executor = command.executor_of(flags, suite, runtime_options)
     isolation = groups.mode_of(flags.isolation, suite)
     engine = command.engine_class(flags.executor)

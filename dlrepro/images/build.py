@@ -27,7 +27,7 @@ from typing import NamedTuple, Optional
 from harness.blocks import utc_now
 
 from dlrepro import ROOT, git_revision, matrix as matrix_mod, show_path
-from dlrepro.images import render
+from dlrepro.images import render, transfer
 from dlrepro.images import wheelhouse as wheelhouse_mod
 from dlrepro.errors import UserError
 # Re-exported: callers reach the engine and the bases through this module.
@@ -261,7 +261,8 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
     image_id = None
     error = None
     steps = []
-    with open(log_path, "w") as log_file:
+    with open(log_path, "w") as log_file, transfer.progress(
+            f"build {plan_.framework}/{plan_.profile}") as shown:
         try:
             stream = client.api.build(
                 path=str(folder), tag=plan_.tag, labels=build_labels(plan_),
@@ -271,6 +272,7 @@ def _stream_build(client, folder, plan_, buildargs, network, log_path,
                 if "stream" in chunk:
                     log_file.write(chunk["stream"])
                     steps += STEP_IMAGE.findall(chunk["stream"])
+                    transfer.follow(chunk, shown)  # the step begun
                 if "error" in chunk:
                     error = chunk["error"].strip()
                     log_file.write(f"ERROR: {error}\n")
@@ -404,6 +406,7 @@ def ensure(framework, profile, matrix, *, base_image=None, locked=False,
 
 def describe(client, ref):
     """What a result records as environment.container for image `ref`."""
+    from dlrepro.images import registrylock
     image = client.images.get(ref)
     digests = image.attrs.get("RepoDigests") or []
     return {
@@ -411,6 +414,8 @@ def describe(client, ref):
         "image": ref,
         "image_id": image.id,
         "repo_digest": digests[0] if digests else None,
+        # What `invoke push` recorded for this very image: anyone can pull it.
+        "pullable": registrylock.pullable(image.id),
         "labels": dict(sorted((image.labels or {}).items())),
         "engine_version": client.version().get("Version"),
     }

@@ -35,6 +35,10 @@ DEFAULT_DIR = ROOT / "build" / "charliecloud"
 # Where the runtime mounts the harness and the run folder (as in docker).
 MOUNT_POINTS = ("opt/dlrepro/harness", "results")
 SOURCES = ("docker", "podman")
+# ch-image (a `ch-image pull` from a registry: dlrepro.images.pulls) is a
+# Python program of the system's: its interpreter first, not pyenv's or a
+# virtual environment's, which lack its modules.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONVERT_TIMEOUT_S = 3600
 
 
@@ -117,6 +121,7 @@ def convert(tag, image_id, labels, source, folder=None, log=print):
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     env = dict(os.environ, USER=os.environ.get("USER") or _user())
+    env["PATH"] = SYSTEM_PATH + ":" + env.get("PATH", "")
     log(f"ch-convert: {tag} from {source} -> {show_path(target)}")
     started = time.time()
     proc = subprocess.run(["ch-convert", "--no-clobber", "-i", source, tag,

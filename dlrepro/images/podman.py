@@ -232,6 +232,7 @@ def ensure(framework, profile, matrix, store, *, base_image=None,
 
 def describe(store, ref):
     """What a result records as environment.container for `ref`."""
+    from dlrepro.images import registrylock
     attrs = store.inspect(ref)
     digests = attrs.get("RepoDigests") or []
     return {
@@ -239,6 +240,8 @@ def describe(store, ref):
         "image": ref,
         "image_id": Image(attrs).id,
         "repo_digest": digests[0] if digests else None,
+        # What `invoke push` recorded for this very image: anyone can pull it.
+        "pullable": registrylock.pullable(Image(attrs).id),
         "labels": dict(sorted((attrs.get("Labels") or {}).items())),
         "engine_version": store.version(),
     }

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -74,14 +75,15 @@ def make(framework, profile, entry, root=DEFAULT_ROOT, log=print):
     target = pylock.Target(entry["python"], entry["glibc"])
     log(f"wheelhouse: downloading {len(wanted)} locked files for "
         f"{framework}/{profile} into {show_path(house)}")
-    command = [sys.executable, "-m", "pip", "download", "--quiet",
-               "--disable-pip-version-check", "--retries",
+    command = [sys.executable, "-m", "pip", "download", "--progress-bar",
+               "off", "--disable-pip-version-check", "--retries",
                str(pylock.PIP_RETRIES), "--no-deps", "--require-hashes",
                "--dest", str(wheels), "-r", str(lock)]
     # The lock is the whole closure, so --no-deps; for a foreign platform pip
     # then also accepts the source distributions a lock may pin.
     command += pylock.target_args(target, no_deps=True)
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = _download(command, f"wheelhouse {framework}/{profile}",
+                     len(wanted))
     if proc.returncode != 0:
         lines = [line for line in proc.stderr.splitlines()
                  if "is neither a file nor a directory" not in line]
@@ -108,6 +110,26 @@ def make(framework, profile, entry, root=DEFAULT_ROOT, log=print):
     write_atomic(str(_manifest_path(house)),
                  {"lock_sha256": sha256_file(lock), "files": files})
     return house
+
+
+def _download(command, what, count):
+    """Run pip download, its lines shown as progress (a file's size when pip
+    names it, each file saved: dlrepro.images.transfer); the finished
+    process, its stderr kept for the error line."""
+    from dlrepro.images import transfer
+    with transfer.progress(what, unit="file", count=count) as shown:
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        errors = []
+        reader = threading.Thread(target=lambda: errors.append(
+            proc.stderr.read()), daemon=True)
+        reader.start()
+        for line in proc.stdout:
+            transfer.pip_line(line, shown)
+        proc.wait()
+        reader.join()
+    return subprocess.CompletedProcess(command, proc.returncode, "",
+                                       "".join(errors))
 
 
 def fetch_source(source, folder, log=print):

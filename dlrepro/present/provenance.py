@@ -50,7 +50,12 @@ def software(pairs):
                "image": container.get("image") or "(native: "
                + (env.get("python_executable") or "a virtual environment")
                + ")",
-               "digest": container.get("digest") or "-"}
+               # The pullable reference `invoke push` recorded, else the
+               # engine's own repository digest (results before either:
+               # "digest").
+               "digest": container.get("pullable")
+               or container.get("repo_digest") or container.get("digest")
+               or "-"}
         rows.setdefault(tuple(row.values()), row)
     return list(rows.values())
 

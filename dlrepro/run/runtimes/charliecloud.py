@@ -33,7 +33,8 @@ into the shared images folder, not by each job.
 Options (keyword arguments, or environment variables for `invoke bench`):
   images_dir   the converted images, over DLREPRO_CH_IMAGES (default
                build/charliecloud)
-  base_overrides, gpu_ids as for docker.
+  base_overrides, gpu_ids, registry as for docker (registry: `ch-image
+               pull` of the locked digest, dlrepro.images.pulls).
 """
 import hashlib
 import os
@@ -46,7 +47,8 @@ from harness import clocks
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.images import build as images, charliecloud as ch_images
-from dlrepro.images import podman as podman_images
+from dlrepro.images import podman as podman_images, pulls, registry
+from dlrepro.images.registry import REGISTRY_ENV
 from dlrepro.run import oomkills
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
 from dlrepro.run.runtimes import multinode, node_variables
@@ -75,13 +77,15 @@ class Runtime(Base):
     name = "charliecloud"
 
     def __init__(self, matrix=None, base_overrides=None, images_dir=None,
-                 gpu_ids=None, ch_run="ch-run", name_prefix=None, **_options):
+                 gpu_ids=None, ch_run="ch-run", name_prefix=None,
+                 registry=None, **_options):
         self.matrix = matrix if matrix is not None else matrix_mod.load()
         self.substitution = images.substitution(mapping=base_overrides)
         self.images_dir = ch_images.images_dir(images_dir)
         self.gpu_ids = gpu_ids
         self.ch_run = ch_run
         self.name_prefix = name_prefix
+        self.registry = registry or os.environ.get(REGISTRY_ENV) or None
         self.records = {}
         self.watches = oomkills.Watches()
 
@@ -126,6 +130,8 @@ class Runtime(Base):
             "image": record["tag"],
             "image_id": record["image_id"],
             "repo_digest": None,
+            "pullable": record.get("reference") or registry.pullable(
+                recipe=record["labels"].get(images.LABEL_RECIPE)),
             "labels": record["labels"],
             "engine_version": ch_images.ch_version(self.ch_run),
             "image_path": record["path"],
@@ -213,6 +219,13 @@ class Runtime(Base):
 
     def _record(self, framework, profile):
         entry = matrix_mod.entry(self.matrix, framework, profile)
+        if self.registry:
+            # ch-image pull of the locked digest, converted once.
+            return pulls.ensure(
+                "charliecloud", framework, profile, self.matrix,
+                self.registry, source=_base_source(),
+                base_image=images.substituted_base(entry, self.substitution)
+                or entry["base_image"], folder=self.images_dir)
         command = ch_images.convert_command(
             framework, profile, os.environ.get(ch_images.IMAGES_ENV))
         tag = self._tag(framework, profile, entry)
@@ -251,6 +264,15 @@ class Runtime(Base):
             raise UserError(f"ch-fromhost --nvidia {image} failed: "
                             f"{lines[-1] if lines else 'no output'}")
         mark.write_text(driver + "\n")
+
+
+def _base_source():
+    """What reads the base's image ID here (the Docker engine, else
+    Podman's store), or None."""
+    client = podman_images.docker_engine()
+    if client is None and shutil.which("podman"):
+        client = podman_images.Store()
+    return client
 
 
 def _driver_version():

@@ -17,6 +17,9 @@ Options (keyword arguments, or environment variables for `invoke bench`):
   shm_size        --shm-size (default 2g: data loaders and NCCL use /dev/shm)
   memory          --memory limit (default none)
   gpu_ids         "0,1": which GPUs; default the first `gpus` of the host
+  registry        pull a missing image by the digest the registry lock
+                  records instead of building it (dlrepro.images.pulls),
+                  over DLREPRO_REGISTRY
 """
 import os
 import re
@@ -28,7 +31,8 @@ from harness import clocks
 
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.images import build as images
+from dlrepro.images import build as images, pulls
+from dlrepro.images.registry import REGISTRY_ENV
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
 from dlrepro.run.runtimes import worker_argv
 
@@ -89,7 +93,8 @@ class Runtime(Base):
 
     def __init__(self, matrix=None, base_overrides=None, build=True,
                  shm_size=DEFAULT_SHM_SIZE, memory=None, gpu_ids=None,
-                 docker_bin="docker", name_prefix=None, **_options):
+                 docker_bin="docker", name_prefix=None, registry=None,
+                 **_options):
         self.matrix = matrix if matrix is not None else matrix_mod.load()
         # DLREPRO_BASE_OVERRIDES, as `invoke build` reads it, then the
         # base_overrides option.
@@ -100,6 +105,7 @@ class Runtime(Base):
         self.gpu_ids = gpu_ids
         self.docker_bin = docker_bin
         self.name_prefix = name_prefix
+        self.registry = registry or os.environ.get(REGISTRY_ENV) or None
         self.client = None
         self.images = {}
         self.descriptions = {}
@@ -142,6 +148,10 @@ class Runtime(Base):
         return self.client
 
     def ensure_image(self, framework, profile, base_image, client, log):
+        if self.registry:
+            return pulls.ensure("docker", framework, profile, self.matrix,
+                                self.registry, source=client,
+                                base_image=base_image, log=log)
         return images.ensure(framework, profile, self.matrix,
                              base_image=base_image,
                              build_missing=self.build, client=client,

@@ -21,7 +21,8 @@ Options (keyword arguments, or environment variables for `invoke bench`):
                   DLREPRO_IMAGE_ARCHIVE
   from_docker     take images from a Docker engine when one answers
                   (default True)
-  and the docker runtime's base_overrides, build, shm_size, memory, gpu_ids.
+  and the docker runtime's base_overrides, build, shm_size, memory, gpu_ids,
+  registry.
 """
 import os
 import re
@@ -31,7 +32,7 @@ import subprocess
 from pathlib import Path
 
 from dlrepro.errors import UserError
-from dlrepro.images import build as images, podman as podman_images
+from dlrepro.images import build as images, podman as podman_images, pulls
 from dlrepro.run import oomkills
 from dlrepro.run.runtimes import Death, multinode, node_variables
 from dlrepro.run.runtimes import docker
@@ -129,6 +130,10 @@ class Runtime(docker.Runtime):
         return podman_images.docker_engine() if self.from_docker else None
 
     def ensure_image(self, framework, profile, base_image, client, log):
+        if self.registry:
+            return pulls.ensure("podman", framework, profile, self.matrix,
+                                self.registry, source=self.store,
+                                base_image=base_image, log=log)
         return podman_images.ensure(
             framework, profile, self.matrix, self.store,
             base_image=base_image, build_missing=self.build,
