@@ -57,8 +57,6 @@ def _print_lines(lines):
         print(line)
 
 
-
-
 def _flags(names):
     """A task's flags by name (its `locals()`), as the dlrepro function
     it calls takes them."""
@@ -86,9 +84,7 @@ def list_(c):
 
 
 @task(positional=[], iterable=["framework"],
-      help={"framework": "framework whose native environment to make "
-                         "(repeatable: several are made side by side)",
-            "profile": "matrix profile (default: cpu)"})
+      help=flaghelp.ENV)
 @user_errors
 def env(c, framework=None, profile="cpu"):
     """Create or refresh frameworks' native virtual environments."""
@@ -218,33 +214,12 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
     if csv or sqlite:
         print(f"{len(rows)} cells exported")
     if db:
-        engine, migrated = history_db.connect(db)
-        if migrated:
-            print(migrated)
-        counts = history_db.export(engine, [(r.record, r.pairs)
-                                            for r in runs], machine,
-                                   target=db)
-        print(f"database: {counts['new']} cells new, {counts['updated']} "
-              f"updated, {counts['unchanged']} unchanged"
-              + (f"; {counts['other_runs']} convergence run(s) left out"
-                 if counts["other_runs"] else "")
-              + (f"; {counts['not_begun']} run(s) with no result yet left "
-                 "for a later export" if counts["not_begun"] else ""))
+        from dlrepro.history import report as history_report
+        _print_lines(history_report.export_lines(db, runs, machine))
 
 
 @task(iterable=["suite", "framework", "network", "machine", "isolation"],
-      help={"db": "the results database (URL or SQLite path; default "
-                  "results/history.db); only read",
-            "suite": "only runs of this suite (repeatable)",
-            "framework": "only this framework (repeatable)",
-            "network": "only this network (repeatable)",
-            "machine": "only this machine (repeatable)",
-            "isolation": "only cells whose processes ran under this mode: "
-                         "cell, group, or cell+group (repeatable)",
-            "reference": "set the 2016 reference beside as machines "
-                         "(single-GPU cells; default on)",
-            "html": "also write the page (cross-machine and over-time "
-                    "figures) to this path"})
+      help=flaghelp.HISTORY)
 @user_errors
 def history(c, db="results/history.db", suite=None, framework=None,
             network=None, machine=None, isolation=None, reference=True,
@@ -252,10 +227,6 @@ def history(c, db="results/history.db", suite=None, framework=None,
     """The results database: the same cells across machines, and each
     cell's history with the steps found in it."""
     from dlrepro.history import report as history_report
-    for mode in isolation or []:
-        if mode not in ("cell", "group", "cell+group"):
-            raise UserError(f"unknown --isolation {mode!r}; valid: cell, "
-                            "group, cell+group")
     filters = {"suite": suite or [], "framework": framework or [],
                "network": network or [], "machine": machine or [],
                "isolation": isolation or []}
@@ -263,10 +234,7 @@ def history(c, db="results/history.db", suite=None, framework=None,
         print(line)
 
 
-@task(help={"k": "only tests matching this pytest expression",
-            "x": "stop at the first failure",
-            "jobs": "test processes (default 2, at most the usable CPUs; "
-                    "1: one process)"})
+@task(help=flaghelp.TEST)
 @user_errors
 def test(c, k="", x=False, jobs=None):
     """Run the test suite (pytest; test files spread over `jobs` processes,
@@ -284,9 +252,7 @@ def test(c, k="", x=False, jobs=None):
     c.run(" ".join(args), pty=False)
 
 
-@task(help={"rounds": "alternating rounds of harness and hand-written blocks",
-            "block": "iterations per block",
-            "threads": "CPU threads (default: all usable)"})
+@task(help=flaghelp.OVERHEAD)
 @user_errors
 def overhead(c, rounds=10, block=5, threads=None):
     """Measure the harness's overhead against a hand-written PyTorch loop."""
@@ -302,12 +268,7 @@ def overhead(c, rounds=10, block=5, threads=None):
 
 # --- GPU clocks ----------------------------------------------------------------
 
-@task(help={"state": "a clock-state file the harness wrote "
-                     "(<cell>.clock-state.json next to the cell's result)",
-            "run": "restore every outstanding clock-state file of this run: "
-                   "an id or latest (the default) under --out, or a run "
-                   "folder's path (with a /)",
-            "out": "results root for --run (default: results)"})
+@task(help=flaghelp.GPU_RESTORE)
 @user_errors
 def gpu_restore(c, state=None, run=None, out="results"):
     """Restore GPU clocks that a killed cell left changed (needs root)."""
@@ -320,10 +281,7 @@ def gpu_restore(c, state=None, run=None, out="results"):
 # Thin tasks over dlrepro.converge.datasets and dlrepro.converge.runner; see docs/convergence.md.
 
 @task(auto_shortflags=False, positional=[],
-      help={"dataset": "mnist, cifar10 or ptb",
-            "data_dir": "folder that holds <dataset>/ (default: data/)",
-            "mirror": "base URL to download from instead of the official ones",
-            "check": "only verify the files already there; download nothing"})
+      help=flaghelp.DATA)
 @user_errors
 def data(c, dataset=None, data_dir=None, mirror=None, check=False):
     """Download a dataset's official files (verified), or check them."""
@@ -364,21 +322,10 @@ def converge(c, framework=None, network=None, workers=None, gpus=None,
 # Targets: --framework NAME (its cpu profile unless --profile), or --all
 # (every framework and profile, narrowed by --framework/--profile).
 
-_TARGETS_HELP = {
-    "framework": "framework (repeatable)",
-    "profile": "matrix profile (default: cpu; with --all: every profile)",
-    "all": "every framework and profile (narrowed by --framework/--profile)",
-}
 
 
 @task(positional=[],
-      help={"framework": "framework whose Dockerfile to print",
-            "profile": "matrix profile (default: cpu)",
-            "base_image": "FROM this image instead: REF or MATRIX_BASE=REF "
-                          "(default: as DLREPRO_BASE_OVERRIDES says)",
-            "index": "install from the package index (network) instead of "
-                     "the wheelhouse",
-            "ca_bundle": "render for a build given a CA bundle (--index)"})
+      help=flaghelp.RENDER)
 @user_errors
 def render(c, framework=None, profile="cpu", base_image="", index=False,
            ca_bundle=False):
@@ -388,18 +335,7 @@ def render(c, framework=None, profile="cpu", base_image="", index=False,
                               base_image, index, ca_bundle), end="")
 
 @task(iterable=["framework", "base_image"],
-      help=dict(_TARGETS_HELP,
-                base_image="FROM this image instead: REF (every target) or "
-                           "MATRIX_BASE=REF (repeatable); for this command "
-                           "only, over DLREPRO_BASE_OVERRIDES, which bench "
-                           "reads too",
-                locked="refuse a base image that `invoke lock` has not pinned",
-                index="install from the package index (network) instead of "
-                      "a wheelhouse",
-                ca_bundle="CA bundle for pip during --index builds (not kept "
-                          "in the image)",
-                proxy="HTTP(S) proxy for --index builds (default: the "
-                      "HTTP_PROXY/HTTPS_PROXY variables)"))
+      help=flaghelp.BUILD)
 @user_errors
 def build(c, framework=None, profile="", all=False, base_image=None,
           locked=False, index=False, ca_bundle="", proxy=""):
@@ -414,10 +350,7 @@ def build(c, framework=None, profile="", all=False, base_image=None,
     if note:
         print(note, file=sys.stderr)
 
-@task(help={"framework": "check this framework's GPU images (default: "
-                         "every framework's)",
-            "profile": "only this GPU profile",
-            "no_build": "check only images already built"})
+@task(help=flaghelp.CHECK_IMAGE)
 @user_errors
 def check_image(c, framework=None, profile="", no_build=False):
     """Check GPU images without a GPU: imports, versions, CUDA libraries
@@ -440,7 +373,7 @@ def check_image(c, framework=None, profile="", no_build=False):
                    "above", code=1)
 
 
-@task(iterable=["framework"], help=_TARGETS_HELP)
+@task(iterable=["framework"], help=flaghelp.TARGETS)
 @user_errors
 def wheelhouse(c, framework=None, profile="", all=False):
     """Download the locked wheels into wheelhouse/ for offline builds.
@@ -457,8 +390,7 @@ def wheelhouse(c, framework=None, profile="", all=False):
 
 
 @task(iterable=["image"],
-      help={"image": "lock this image (repeatable; default: every base "
-                     "image of the matrix)"})
+      help=flaghelp.LOCK)
 @user_errors
 def lock(c, image=None):
     """Pin base images in dockerfiles/base-images.lock.
@@ -475,10 +407,7 @@ def lock(c, image=None):
 
 
 @task(iterable=["framework", "image", "base_image"],
-      help=dict(_TARGETS_HELP, image="also save this image (repeatable)",
-                with_base="also save each target's base image",
-                base_image="as for build: which base the targets were built from",
-                out="folder for the archives (default: images/)"))
+      help=flaghelp.SAVE)
 @user_errors
 def save(c, framework=None, profile="", all=False, image=None,
          with_base=False, base_image=None, out="images"):
@@ -491,8 +420,7 @@ def save(c, framework=None, profile="", all=False, image=None,
                                        with_base, base_image), out)
 
 @task(iterable=["image"],
-      help={"dir": "folder written by `invoke save` (default: images/)",
-            "image": "load only this reference (repeatable)"})
+      help=flaghelp.LOAD)
 @user_errors
 def load(c, dir="images", image=None):
     """Load archived images after checking their SHA256SUMS and IDs."""
@@ -501,13 +429,7 @@ def load(c, dir="images", image=None):
 
 
 @task(iterable=["framework"],
-      help=dict(_TARGETS_HELP,
-                source="docker (default) or podman: where the image is "
-                       "built or found before conversion",
-                archive="an `invoke save` folder to load the images from "
-                        "(through podman)",
-                dir="converted images folder (default: DLREPRO_CH_IMAGES, "
-                    "else build/charliecloud)"))
+      help=flaghelp.CH_CONVERT)
 @user_errors
 def ch_convert(c, framework=None, profile="", all=False, source="docker",
                archive=None, dir=None):
@@ -525,8 +447,7 @@ def ch_convert(c, framework=None, profile="", all=False, source="docker",
 
 
 @task(iterable=["framework"],
-      help=dict(_TARGETS_HELP, host="regenerate requirements/host.txt from "
-                                     "requirements/host.in instead"))
+      help=flaghelp.PIN)
 @user_errors
 def pin(c, framework=None, profile="", all=False, host=False):
     """Regenerate hash-pinned lock files with pip.
@@ -538,11 +459,7 @@ def pin(c, framework=None, profile="", all=False, host=False):
 
 
 @task(iterable=["framework", "base_image"],
-      help=dict(_TARGETS_HELP,
-                registry="HOST[:PORT]/PATH to push to (credentials: `docker "
-                         "login HOST`)",
-                base_image="as for build: which base the targets were built "
-                           "from"))
+      help=flaghelp.PUSH)
 @user_errors
 def push(c, framework=None, profile="", all=False, registry=None,
          base_image=None):
@@ -563,13 +480,7 @@ def push(c, framework=None, profile="", all=False, registry=None,
 
 
 @task(iterable=["framework"],
-      help=dict(_TARGETS_HELP,
-                runtime="docker (default), podman or charliecloud: whose "
-                        "store to pull into",
-                registry="only references in this HOST[:PORT]/PATH "
-                         "(default: the newest the lock records)",
-                dir="charliecloud: converted images folder (default: "
-                    "DLREPRO_CH_IMAGES, else build/charliecloud)"))
+      help=flaghelp.PULL)
 @user_errors
 def pull(c, framework=None, profile="", all=False, runtime="docker",
          registry=None, dir=None):

@@ -147,3 +147,113 @@ CONVERGE = {
              "is 2 nodes x 1 worker)",
     **SLURM,
 }
+
+
+# The tasks' own flags beyond those above: the images' targets are
+# --framework, --profile or --all (dlrepro.images.build.targets).
+TARGETS = {
+    "framework": "framework (repeatable)",
+    "profile": "matrix profile (default: cpu; with --all: every profile)",
+    "all": "every framework and profile (narrowed by --framework/--profile)",
+}
+
+ENV = {"framework": "framework whose native environment to make "
+                    "(repeatable: several are made side by side)",
+       "profile": "matrix profile (default: cpu)"}
+
+HISTORY = {"db": "the results database (URL or SQLite path; default "
+                 "results/history.db); only read",
+           "suite": "only runs of this suite (repeatable)",
+           "framework": "only this framework (repeatable)",
+           "network": "only this network (repeatable)",
+           "machine": "only this machine (repeatable)",
+           "isolation": "only cells whose processes ran under this mode: "
+                        "cell, group, fork, or several joined by + "
+                        "(cell+group) (repeatable)",
+           "reference": "set the 2016 reference beside as machines "
+                        "(single-GPU cells; default on)",
+           "html": "also write the page (cross-machine and over-time "
+                   "figures) to this path"}
+
+TEST = {"k": "only tests matching this pytest expression",
+        "x": "stop at the first failure",
+        "jobs": "test processes (default 2, at most the usable CPUs; "
+                "1: one process)"}
+
+OVERHEAD = {"rounds": "alternating rounds of harness and hand-written blocks",
+            "block": "iterations per block",
+            "threads": "CPU threads (default: all usable)"}
+
+GPU_RESTORE = {"state": "a clock-state file the harness wrote "
+                        "(<cell>.clock-state.json next to the cell's result)",
+               "run": "restore every outstanding clock-state file of this run: "
+                      "an id or latest (the default) under --out, or a run "
+                      "folder's path (with a /)",
+               "out": "results root for --run (default: results)"}
+
+DATA = {"dataset": "mnist, cifar10 or ptb",
+        "data_dir": "folder that holds <dataset>/ (default: data/)",
+        "mirror": "base URL to download from instead of the official ones",
+        "check": "only verify the files already there; download nothing"}
+
+RENDER = {"framework": "framework whose Dockerfile to print",
+          "profile": "matrix profile (default: cpu)",
+          "base_image": "FROM this image instead: REF or MATRIX_BASE=REF "
+                        "(default: as DLREPRO_BASE_OVERRIDES says)",
+          "index": "install from the package index (network) instead of "
+                   "the wheelhouse",
+          "ca_bundle": "render for a build given a CA bundle (--index)"}
+
+BUILD = dict(TARGETS,
+             base_image="FROM this image instead: REF (every target) or "
+                        "MATRIX_BASE=REF (repeatable); for this command "
+                        "only, over DLREPRO_BASE_OVERRIDES, which bench "
+                        "reads too",
+             locked="refuse a base image that `invoke lock` has not pinned",
+             index="install from the package index (network) instead of "
+                   "a wheelhouse",
+             ca_bundle="CA bundle for pip during --index builds (not kept "
+                       "in the image)",
+             proxy="HTTP(S) proxy for --index builds (default: the "
+                   "HTTP_PROXY/HTTPS_PROXY variables)")
+
+CHECK_IMAGE = {"framework": "check this framework's GPU images (default: "
+                            "every framework's)",
+               "profile": "only this GPU profile",
+               "no_build": "check only images already built"}
+
+LOCK = {"image": "lock this image (repeatable; default: every base "
+        "image of the matrix)"}
+
+SAVE = dict(TARGETS, image="also save this image (repeatable)",
+            with_base="also save each target's base image",
+            base_image="as for build: which base the targets were built from",
+            out="folder for the archives (default: images/)")
+
+LOAD = {"dir": "folder written by `invoke save` (default: images/)",
+        "image": "load only this reference (repeatable)"}
+
+CH_CONVERT = dict(TARGETS,
+                  source="docker (default) or podman: where the image is "
+                         "built or found before conversion",
+                  archive="an `invoke save` folder to load the images from "
+                          "(through podman)",
+                  dir="converted images folder (default: DLREPRO_CH_IMAGES, "
+                      "else build/charliecloud)")
+
+PIN = dict(TARGETS, host="regenerate requirements/host.txt from "
+           "requirements/host.in instead")
+
+PUSH = dict(TARGETS,
+            registry="HOST[:PORT]/PATH to push to (credentials: `docker "
+                     "login HOST`)",
+            base_image="as for build: which base the targets were built "
+                       "from")
+
+PULL = dict(TARGETS,
+            runtime="docker (default), podman or charliecloud: whose "
+                    "store to pull into",
+            registry="only references in this HOST[:PORT]/PATH "
+                     "(default: the newest the lock records)",
+            dir="charliecloud: converted images folder (default: "
+                "DLREPRO_CH_IMAGES, else build/charliecloud)")

@@ -96,8 +96,8 @@ def test_history_names_the_mode_at_a_step_and_filters_on_it(mode_runs,
             db, "--isolation", mode)
     done = invoke("history", "--db", str(db), "--isolation", "process")
     assert done.returncode == 2 and done.stderr == (
-        "error: unknown --isolation 'process'; valid: cell, group, "
-        "cell+group\n")
+        "error: unknown --isolation 'process'; valid: cell, group, fork, "
+        "or several joined by + (cell+group)\n")
 
 
 def test_history_names_the_mode_under_what_differs(mode_runs, tmp_path):

@@ -29,7 +29,10 @@ def _code_lines(path):
 def test_no_module_but_paths_spells_a_job_files_name():
     found = []
     for path in sorted((ROOT / "dlrepro").rglob("*.py")):
-        if path == ROOT / "dlrepro" / "run" / "paths.py":
+        # paths.py owns the names; flaghelp.py's help may show one to a
+        # user, as a docstring may to a reader.
+        if path in (ROOT / "dlrepro" / "run" / "paths.py",
+                    ROOT / "dlrepro" / "flaghelp.py"):
             continue
         for number, code in _code_lines(path):
             if any(s in code for s in SUFFIXES) or NAMED_FROM_ID.search(code):

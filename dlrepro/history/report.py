@@ -2,11 +2,40 @@
 as terminal lines and, with --html, one page."""
 from dlrepro.errors import UserError
 from dlrepro.history import db, machines, page, timeline
+from dlrepro.run.groups import MODES
+
+
+def check_isolation(labels):
+    """--isolation's values: a mode, or several joined by + as a cell's
+    processes' modes are labelled (cell+group); UserError otherwise."""
+    for label in labels:
+        if not set(label.split("+")) <= set(MODES):
+            raise UserError(f"unknown --isolation {label!r}; valid: "
+                            f"{', '.join(MODES)}, or several joined by + "
+                            f"(cell+group)")
+
+
+def export_lines(target, runs, machine):
+    """`invoke export --db`: the runs' finished cells added to the results
+    database at `target` (migrated first where older, which a line says);
+    what it did, as lines."""
+    engine, migrated = db.connect(target)
+    counts = db.export(engine, [(r.record, r.pairs) for r in runs], machine,
+                       target=target)
+    said = f"database: {counts['new']} cells new, {counts['updated']} " \
+           f"updated, {counts['unchanged']} unchanged"
+    if counts["other_runs"]:
+        said += f"; {counts['other_runs']} convergence run(s) left out"
+    if counts["not_begun"]:
+        said += (f"; {counts['not_begun']} run(s) with no result yet left "
+                 "for a later export")
+    return [migrated] * bool(migrated) + [said]
 
 
 def run(target, filters, reference=True, html=None):
     """The report's lines (and the page, with `html`); the database is
     only read (db.open_to_read)."""
+    check_isolation(filters.get("isolation") or [])
     rows = machines.select(db.read_cells(db.open_to_read(target), target),
                            **filters)
     if not rows:

@@ -16,6 +16,7 @@ from pathlib import Path
 from harness import resultfile
 
 from dlrepro import matrix as matrix_mod
+from dlrepro.errors import UserError
 from dlrepro.run import collect, gpu_restore, store, writer
 from dlrepro.run.paths import JobPaths
 
@@ -50,6 +51,16 @@ def _holds(path, spec):
         return False
 
 
+def run_id_in(run_dir):
+    """The run's id from run.json in `run_dir`; None where there is no
+    readable run.json (a node's folder handed no run record): its results
+    then name no run, as results before run ids did."""
+    try:
+        return store.run_id_of(run_dir)
+    except UserError:
+        return None
+
+
 class JobLife:
     """Jobs of one run taken here from prepared to their final results.
 
@@ -65,7 +76,7 @@ class JobLife:
     def __init__(self, runtime, run_dir, matrix, processes, cannot=None,
                  write=True, run_id=None):
         self.runtime = runtime
-        self.run_id = run_id or store.run_id_of(run_dir)
+        self.run_id = run_id or run_id_in(run_dir)
         self.run_dir = Path(run_dir)
         self.matrix = matrix
         self.processes = processes
@@ -92,7 +103,8 @@ class JobLife:
         container = self.runtime.describe(job.placement.target)
         # The run's id goes into the result, which then belongs to this run.
         spec = dict(spec_file(job, container, self.matrix),
-                    run_id=self.run_id, **(extra or {}))
+                    **({"run_id": self.run_id} if self.run_id else {}),
+                    **(extra or {}))
         if not _holds(paths.spec, spec):
             resultfile.write_atomic(str(paths.spec), spec)
         return container, spec

@@ -44,7 +44,7 @@ from dlrepro.run import cluster as cluster_mod
 from dlrepro.run import nodeenv, runtimes, store, writer
 from dlrepro.run.engines.grouped import Grouped
 from dlrepro.run.job import Job, Placement
-from dlrepro.run.life import JobLife
+from dlrepro.run.life import JobLife, run_id_in
 from dlrepro.run.paths import SIDE_DIR, JobPaths
 from dlrepro.run.process import Processes
 
@@ -314,7 +314,7 @@ def _run(part, submission):
     part.launched = True
     extra = {"cluster": part.cluster} if part.several else None
     return JobLife(runtime, part.folder, matrix, Processes(), write=False,
-                   run_id=store.run_id_of(part.whole_run_dir)).run(job, extra)
+                   run_id=run_id_in(part.whole_run_dir)).run(job, extra)
 
 
 def _announce(cluster, rank):

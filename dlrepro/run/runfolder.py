@@ -282,16 +282,10 @@ def write_run(run_dir, record):
 
 
 def set_aside_if_foreign(run_dir, job_id, spec):
-    """Rename a valid result at `<id>.json` that is another cell's to
-    `<id>.invalid.json`, kept for a person to look at, before the job runs
-    again; a line saying so, or None."""
-    path = JobPaths(run_dir, job_id).result
-
-
     """Rename a valid result at `<id>.json` that is another cell's or
     another run's to `<id>.invalid.json`, kept for a person to look at,
     before the job runs again; a line saying so, or None."""
-    path = Path(run_dir) / f"{job_id}.json"
+    path = JobPaths(run_dir, job_id).result
     result, _ = read_result(path)
     problem = result and (foreign_cell(result, spec, path.name) or
                           foreign_run(result, run_id_of(run_dir), path.name))
