@@ -25,6 +25,7 @@ worker half runs in those images.
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,14 +77,19 @@ def worker(args):
 
     # prepare calls build_model by its name in the backend's module.
     backend.build_model = timed_build
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     start, cpu_start = time.perf_counter(), time.process_time()
     session = backend.prepare(network, args.batch_size, "cpu", args.seed)
     _synchronize(args.framework, session)
     collector.settle()
     total = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    # Page faults say how much fresh memory the build touched (4 KiB or 2 MiB
+    # at a time): load on the machine changes the seconds, not them.
     print(MARK + json.dumps({
         "build_s": total, "model_s": spans[0],
         "cpu_s": time.process_time() - cpu_start,
+        "faults": after.ru_minflt - usage.ru_minflt,
         "parameters": backend.count_parameters(session.model)}))
     sys.stdout.flush()
 
@@ -148,7 +154,9 @@ def table(found, cases, frameworks, key):
             base = found.get((BASELINE, network))
             ratio = ("" if not base else " ({:.2f}x)".format(
                 median / statistics.median(m[key] for m in base)))
-            cells.append("{:.2f} s{}".format(median, ratio))
+            unit = " s" if key.endswith("_s") else ""
+            cells.append("{:.{}f}{}{}".format(median, 2 if unit else 0, unit,
+                                              ratio))
         lines.append("| {} | {} |".format(framework, " | ".join(cells)))
     return lines
 
@@ -195,7 +203,8 @@ def main(argv=None):
     for title, key in (("prepare, synchronized, collector settled: wall",
                         "build_s"),
                        ("the same, process CPU time", "cpu_s"),
-                       ("build_model alone: wall", "model_s")):
+                       ("build_model alone: wall", "model_s"),
+                       ("page faults (minor) in the build", "faults")):
         print("\n{} (median of {} fresh processes, {} thread(s); ratio to "
               "{}'s median)".format(title, args.rounds, args.threads,
                                     BASELINE))

@@ -157,3 +157,13 @@ def test_a_bound_never_rounds_past_the_limit():
     assert float(np.float32(limit)) > limit
     values = draws.uniform(draws.keys(0), (1000, 1000), limit)
     assert float(np.abs(values).max()) <= limit
+
+
+def test_a_large_buffer_is_mapped_aligned_and_writable_on_its_own():
+    # Mapped alone in 4 KiB pages (no huge-page madvise: compaction stalls).
+    shape = (draws.MAPPED_BYTES // 4 + 1,)
+    a, b = draws.aligned_empty(shape), draws.aligned_empty(shape)
+    assert a.ctypes.data % 4096 == 0 and a.flags.writeable
+    a.fill(1)
+    b.fill(2)
+    assert a.sum() == shape[0] and b[0] == 2
