@@ -36,20 +36,16 @@ def _host_view(mx, arr):
     """A writable numpy view of CPU NDArray `arr`'s memory, once what the
     engine has queued on it is done (MXNDArrayGetData: MXNet's C API), or
     None where there is none (another device or dtype)."""
-    if arr.context.device_type != "cpu" or arr.dtype != _np_float32():
+    np = __import__("numpy")  # MXNet's own dependency
+    if arr.context.device_type != "cpu" or arr.dtype != np.float32:
         return None
     arr.wait_to_read()
     pointer = ctypes.c_void_p()
     mx.base.check_call(mx.base._LIB.MXNDArrayGetData(
         arr.handle, ctypes.byref(pointer)))
-    np = __import__("numpy")
     return np.ctypeslib.as_array(
         ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)),
         shape=arr.shape)
-
-
-def _np_float32():
-    return __import__("numpy").float32
 
 
 def _activation_blocks(name):
@@ -225,8 +221,9 @@ def _block(name):
 
 def _drawn_class(mx):
     class Drawn(mx.init.Initializer):
-        """Initial values drawn with numpy into the parameter's own memory:
-        MXNet's sampler is 2.5x slower than numpy's on one core
+        """Initial values drawn with numpy into the buffer Gluon gives the
+        initializer (which Gluon then copies into the parameter): MXNet's
+        sampler is 2.5x slower than numpy's on one core
         (harness.frameworks.draws). A child key a parameter: Gluon's LSTM
         gives one initializer to every layer's matrix."""
 
