@@ -105,6 +105,10 @@ def command(framework, root, network, batch_size, args):
     if image is None:
         python = os.path.join(root, ".venvs", framework + "-cpu", "bin",
                               "python")
+        if not os.path.exists(python):
+            sys.exit("no {} environment at {}: make it first (invoke env), "
+                     "or give --image {}=TAG".format(framework, python,
+                                                     framework))
         return [python] + worker_args
     return ["docker", "run", "--rm", "--network", "none",
             "-v", root + ":/dlrepro:ro", "-w", "/dlrepro",
@@ -181,6 +185,15 @@ def parse(argv):
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.threads < 1:
         parser.error("--rounds and --threads must be positive integers")
+    if not args.worker:
+        sys.path.insert(0, ROOT)
+        from harness import frameworks, networks
+        for name, valid in (("framework", frameworks.NAMES),
+                            ("network", networks.NETWORKS)):
+            for value in getattr(args, name) or ():
+                if value not in valid:
+                    parser.error("unknown {} {!r}; valid: {}".format(
+                        name, value, ", ".join(sorted(valid))))
     return args
 
 
