@@ -14,6 +14,9 @@ Conventions shared by all backends:
   TensorFlow's SAME pooling do); average pools divide by the in-bounds count;
 - weights: Glorot-uniform; biases: zero; batch-norm gamma 1, beta 0;
   embeddings: uniform(-0.05, 0.05); LSTM forget-gate bias: zero like the rest;
+  drawn from the cell's seed, by numpy's default generator in TensorFlow,
+  MXNet and JAX (harness.frameworks.draws), by the framework's own in
+  PyTorch, CNTK and Caffe: the same distributions, other values;
 - loss: mean softmax cross-entropy over samples (over tokens for the LSTMs);
 - optimizer: plain SGD with the network's learning rate and momentum.
 """

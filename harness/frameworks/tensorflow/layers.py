@@ -3,6 +3,7 @@ layers: paddings, the layer classes Keras lacks, the model, its optimizer,
 loss and parameter count (the backend module's docstring says which Keras
 versions it serves)."""
 from ... import networks as nets
+from .. import draws
 from ...errors import HarnessError
 from .load import _np, _tf
 
@@ -61,9 +62,20 @@ def pool_padding(in_hw, kernel, stride):
     return "same"
 
 
+# The root key of the network keras_model() is building: each initializer
+# takes the next child key, in the order the layers are translated.
+_KEYS = []
+
+
 def _initializers():
-    return {"kernel_initializer": "glorot_uniform",
-            "bias_initializer": "zeros"}
+    return {"kernel_initializer": _drawn(), "bias_initializer": "zeros"}
+
+
+def _drawn(limit=None):
+    """An initializer drawing with numpy (harness.frameworks.draws) from
+    the next layer key: Glorot-uniform with Keras' fans (those of the
+    description), or uniform(-limit, limit)."""
+    return _layer_classes()["Drawn"](_KEYS[-1].spawn(1)[0], limit)
 
 
 def _spatial(shape):
@@ -133,8 +145,7 @@ def _build(tf, resolved_layers, x, fmt):
         elif kind is nets.Embedding:
             x = layers.Embedding(
                 layer.vocab, layer.dim,
-                embeddings_initializer=tf.keras.initializers.RandomUniform(
-                    -0.05, 0.05))(x)
+                embeddings_initializer=_drawn(0.05))(x)
         elif kind is nets.LSTM:
             for _ in range(layer.layers):
                 # One bias vector per gate (parameter_count's convention);
@@ -142,7 +153,7 @@ def _build(tf, resolved_layers, x, fmt):
                 # described, instead of Keras' orthogonal/unit-forget
                 # defaults. These settings keep the cuDNN kernel on the GPU.
                 x = layers.LSTM(layer.hidden, return_sequences=True,
-                                recurrent_initializer="glorot_uniform",
+                                recurrent_initializer=_drawn(),
                                 unit_forget_bias=False,
                                 **_initializers())(x)
         else:
@@ -220,8 +231,52 @@ def _layer_classes():
                                 "AVG") * window
             return sums / counts
 
-    _CLASSES.update(SubsamplePad=SubsamplePad, CeilPool=CeilPool)
+    _CLASSES.update(SubsamplePad=SubsamplePad, CeilPool=CeilPool,
+                    Drawn=_drawn_class(tf))
     return _CLASSES
+
+
+def _drawn_class(tf):
+    class Drawn(tf.keras.initializers.Initializer):
+        """Initial values drawn on the host with numpy: TensorFlow's own
+        draw (stateless Philox, then a scale and a shift) made fcn5's build
+        the slowest but one (harness.frameworks.draws)."""
+
+        def __init__(self, key, limit=None):
+            self.key = key
+            self.limit = limit
+
+        def __call__(self, shape, dtype=None, **kwargs):
+            shape = tuple(int(d) for d in shape)
+            if self.limit is not None:
+                values = draws.uniform(self.key, shape, self.limit)
+            else:
+                # Keras' fans: the last two axes times the receptive field.
+                receptive = 1
+                for d in shape[:-2]:
+                    receptive *= d
+                values = draws.glorot(self.key, shape,
+                                      shape[-2] * receptive,
+                                      shape[-1] * receptive)
+            return _host_tensor(tf, values, dtype)
+
+        def get_config(self):
+            return {"limit": self.limit}
+
+    return Drawn
+
+
+def _host_tensor(tf, values, dtype):
+    """`values` (aligned float32) as a tensor: through DLPack without a copy
+    (TensorFlow 2.2 and newer), else converted."""
+    dlpack = getattr(getattr(tf, "experimental", None), "dlpack", None)
+    if dlpack is not None and hasattr(values, "__dlpack__"):
+        tensor = dlpack.from_dlpack(values.__dlpack__())
+    else:
+        tensor = tf.convert_to_tensor(values)
+    if dtype is not None and tf.as_dtype(dtype) != tf.float32:
+        tensor = tf.cast(tensor, dtype)
+    return tensor
 
 
 def _SubsamplePad(*args):
@@ -244,7 +299,7 @@ def build_model(network, batch_size, device, seed):
     """The network as a Keras functional model taking inputs in
     data_format(device) (see input_shape_in()), initialised as described
     from `seed`: Glorot-uniform weights, zero biases, embeddings
-    uniform(-0.05, 0.05). Create it under a distribution strategy's scope to
+    uniform(-0.05, 0.05), drawn with numpy (harness.frameworks.draws). Create it under a distribution strategy's scope to
     replicate it, under tf.device to place it."""
     return keras_model(network, data_format(device), seed)
 
@@ -257,7 +312,11 @@ def keras_model(network, fmt, seed):
     _seed(tf, seed)
     dtype = "int32" if network.input_dtype == "int64" else "float32"
     inputs = tf.keras.Input(shape=input_shape_in(network, fmt), dtype=dtype)
-    outputs = _build(tf, nets.resolve(network), inputs, fmt)
+    _KEYS.append(draws.keys(seed))
+    try:
+        outputs = _build(tf, nets.resolve(network), inputs, fmt)
+    finally:
+        _KEYS.pop()
     return tf.keras.Model(inputs, outputs, name=network.name.replace("-", "_"))
 
 

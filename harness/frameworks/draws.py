@@ -1,0 +1,93 @@
+"""Initial weights drawn on the host with numpy, for the backends whose own
+generators made their model build the slowest (TensorFlow, MXNet, JAX).
+
+The distributions are harness.networks': Glorot-uniform, limit
+sqrt(6 / (fan_in + fan_out)), and uniform(-0.05, 0.05) embeddings. Each
+layer draws from its own key, a numpy SeedSequence spawned from the cell's
+seed in the order the network's layers are translated, with numpy's default
+generator (PCG64): deterministic per seed and platform, and one pass over
+memory that no framework has touched yet. Why not the frameworks' own: for
+fcn5's 118M weights on one core they cost 2-4 passes (a zeroed buffer, the
+draw, a scale, a copy into the parameter) and generators 2-3x slower than
+numpy's; on a VM whose pages are touched for the first time, each pass over
+fresh memory cost as much as the draw itself.
+
+The buffer is 64-byte aligned, so that JAX (PJRT's CPU client) and
+TensorFlow (through DLPack) can take it as it is instead of copying it. A
+large one is an anonymous mapping of its own, in 4 KiB pages as PyTorch's
+are: numpy asks for transparent huge pages for its large arrays
+(MADV_HUGEPAGE), and where the kernel compacts memory for them on demand
+(defrag "madvise", a page cache filling the RAM) fcn5's build took 2-3x
+the wall time in stalls (TensorFlow: 22-31 s against 11-12 s on a loaded
+2-core VM, minor faults 4,100 against 117,600).
+"""
+import math
+import mmap
+
+# XLA's and Eigen's alignment: a CPU buffer so aligned is used without a
+# copy.
+ALIGNMENT = 64
+# From this size on a buffer is mapped on its own (numpy madvises huge
+# pages from 4 MiB).
+MAPPED_BYTES = 1 << 22
+
+
+def _np():
+    # numpy comes with every framework that uses this module; importing it
+    # here keeps harness.frameworks importable without it (PyTorch's lock
+    # has no numpy).
+    import numpy
+    return numpy
+
+
+def keys(seed):
+    """The root key of a network's initial draws: spawn() a child a
+    layer."""
+    return _np().random.SeedSequence(seed)
+
+
+def aligned_empty(shape, dtype="float32"):
+    """An uninitialised C-contiguous array whose data starts on an
+    ALIGNMENT-byte boundary."""
+    np = _np()
+    dtype = np.dtype(dtype)
+    count = 1
+    for d in shape:
+        count *= int(d)
+    size = count * dtype.itemsize
+    if size >= MAPPED_BYTES:
+        # Page-aligned; unmapped when the last array over it goes.
+        return np.frombuffer(mmap.mmap(-1, size), dtype=dtype).reshape(
+            tuple(shape))
+    raw = np.empty(size + ALIGNMENT, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + size].view(dtype).reshape(tuple(shape))
+
+
+def uniform(key, shape, limit, out=None):
+    """float32 values in [-limit, limit]: in `out` (a writable C-contiguous
+    float32 array of `shape`) when given, else in a new aligned array
+    (aligned_empty)."""
+    np = _np()
+    bound = np.float32(limit)
+    if float(bound) > limit:  # rounded up: the next float32 towards zero
+        bound = np.nextafter(bound, np.float32(0))
+    values = aligned_empty(shape) if out is None else out
+    # u in [0, 1) has 24 bits: 2u - 1 is exact, and scaling a value under 1
+    # in magnitude cannot round past the bound. In place: the draw is the
+    # one pass over fresh memory.
+    np.random.default_rng(key).random(values.shape, dtype=np.float32,
+                                      out=values)
+    values *= np.float32(2)
+    values -= np.float32(1)
+    values *= bound
+    return values
+
+
+def glorot_limit(fan_in, fan_out):
+    return math.sqrt(6.0 / (fan_in + fan_out))
+
+
+def glorot(key, shape, fan_in, fan_out, out=None):
+    """Glorot-uniform values of `shape` with the description's fans."""
+    return uniform(key, shape, glorot_limit(fan_in, fan_out), out)

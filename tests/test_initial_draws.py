@@ -1,0 +1,169 @@
+"""Initial weights: the documented distributions, checked by their moments.
+
+harness.networks documents Glorot-uniform weights (limit sqrt(6 / (fan_in +
+fan_out))) and uniform(-0.05, 0.05) embeddings. TensorFlow, MXNet and JAX
+draw them with numpy (harness.frameworks.draws), PyTorch with its own
+generator. For a large layer in each backend the sample's mean and standard
+deviation must lie within five standard errors of the documented uniform's
+(mean 0, std limit / sqrt(3)), every value within the limit, and a seed
+must give the same weights twice and another seed other weights.
+"""
+import hashlib
+import math
+
+import numpy as np
+import pytest
+
+from harness.frameworks import draws
+from probes import run_probe
+
+# Standard errors allowed: a correct draw misses by chance with probability
+# about 6e-7 per check.
+Z = 5.0
+# uniform(-a, a): excess kurtosis -1.2, so the sample variance's relative
+# standard error is sqrt((kurtosis - 1) / n) = sqrt(0.8 / n), its std's half.
+STD_REL_SE = math.sqrt(0.8) / 2
+
+BACKENDS = ("pytorch", "tensorflow", "mxnet", "jax")
+
+# The first weight of fcn-r (784 x 2048 Glorot) and lstm32's embedding
+# (10000 x 256, uniform(-0.05, 0.05)), as each backend holds them.
+PROBE = """
+    import hashlib, json, sys
+    import numpy as np
+    from harness import networks as nets
+    from harness.frameworks import load
+    framework = sys.argv[1]
+    backend = load(framework)
+    backend.configure(1, "cpu", 0)
+
+    def first(model):
+        if framework == "pytorch":
+            return model[0].weight.detach().numpy()
+        if framework == "tensorflow":
+            return model.trainable_weights[0].numpy()
+        if framework == "mxnet":
+            return list(model.collect_params().values())[0].data().asnumpy()
+        return np.asarray(model.params[0][sorted(model.params[0])[-1]])
+
+    out = {}
+    for network in ("fcn-r", "lstm32"):
+        for seed in (0, 0, 1):
+            values = first(backend.build_model(nets.get(network), 1, "cpu",
+                                               seed))
+            entry = out.setdefault(network, {"digests": []})
+            entry["digests"].append(
+                hashlib.sha256(np.ascontiguousarray(values)).hexdigest())
+            entry.update(shape=list(values.shape), size=int(values.size),
+                         mean=float(values.mean(dtype=np.float64)),
+                         std=float(values.std(dtype=np.float64)),
+                         min=float(values.min()), max=float(values.max()))
+    print(json.dumps(out))
+"""
+
+LIMITS = {"fcn-r": math.sqrt(6.0 / (784 + 2048)), "lstm32": 0.05}
+
+
+def assert_uniform(values, limit, where):
+    """Moments and range of a sample summary (size, mean, std, min, max)
+    against uniform(-limit, limit)."""
+    sigma = limit / math.sqrt(3)
+    n = values["size"]
+    assert -limit <= values["min"] and values["max"] <= limit, where
+    assert abs(values["mean"]) <= Z * sigma / math.sqrt(n), where
+    assert abs(values["std"] - sigma) <= Z * STD_REL_SE * sigma / \
+        math.sqrt(n), where
+
+
+def summary(values):
+    return {"size": int(values.size), "mean": float(values.mean(
+        dtype=np.float64)), "std": float(values.std(dtype=np.float64)),
+        "min": float(values.min()), "max": float(values.max())}
+
+
+@pytest.mark.parametrize("framework", BACKENDS)
+def test_a_large_layer_has_the_documented_moments(framework, framework_python,
+                                                  root):
+    found = run_probe(str(framework_python(framework)), root, PROBE,
+                      framework)
+    for network, limit in sorted(LIMITS.items()):
+        entry = found[network]
+        assert entry["size"] > 1000000, network
+        assert_uniform(entry, limit, "{} {}".format(framework, network))
+        first, again, other = entry["digests"]
+        assert first == again, "{}: one seed, other weights".format(network)
+        assert first != other, "{}: another seed, same weights".format(
+            network)
+
+
+MXNET_LSTM_PROBE = """
+    import json
+    from harness import networks as nets
+    from harness.frameworks.mxnet import backend
+    backend.configure(1, "cpu", 0)
+    model = backend.build_model(nets.get("lstm32"), 1, "cpu", 0)
+    params = dict((name.split("_", 1)[1], p.data().asnumpy())
+                  for name, p in model.collect_params().items())
+    print(json.dumps({"same": [bool((params["l0_" + m] ==
+                                     params["l1_" + m]).all())
+                               for m in ("h2h_weight",)],
+                      "names": sorted(params)}))
+"""
+
+
+def test_mxnet_lstm_layers_draw_their_own_matrices(framework_python, root):
+    # Gluon hands one initializer to both layers' matrices: each call must
+    # draw from a key of its own, or the layers would start equal.
+    found = run_probe(str(framework_python("mxnet")), root, MXNET_LSTM_PROBE)
+    assert "l1_h2h_weight" in found["names"], found["names"]
+    assert found["same"] == [False]
+
+
+def test_the_moments_check_fails_for_a_wrong_limit():
+    values = draws.uniform(draws.keys(0), (784, 2048), 0.05)
+    assert_uniform(summary(values), 0.05, "right")
+    with pytest.raises(AssertionError):
+        assert_uniform(summary(values), 0.05 * 1.01, "1% too wide")
+    with pytest.raises(AssertionError):
+        assert_uniform(summary(values + np.float32(0.001)), 0.06, "shifted")
+
+
+def test_draws_are_aligned_in_bounds_and_deterministic():
+    limit = draws.glorot_limit(3 * 3 * 64, 3 * 3 * 128)
+    a = draws.glorot(draws.keys(7).spawn(1)[0], (3, 3, 64, 128),
+                     3 * 3 * 64, 3 * 3 * 128)
+    b = draws.glorot(draws.keys(7).spawn(1)[0], (3, 3, 64, 128),
+                     3 * 3 * 64, 3 * 3 * 128)
+    assert a.ctypes.data % draws.ALIGNMENT == 0
+    assert a.dtype == np.float32 and a.flags.c_contiguous
+    assert np.abs(a).max() <= np.float32(limit)
+    assert hashlib.sha256(a).digest() == hashlib.sha256(b).digest()
+    assert_uniform(summary(a), limit, "conv")
+
+
+def test_drawing_into_memory_given_draws_the_same_values():
+    key = draws.keys(3)
+    given = np.empty((100, 300), dtype=np.float32)
+    drawn = draws.uniform(key.spawn(1)[0], (100, 300), 0.1)
+    into = draws.uniform(draws.keys(3).spawn(1)[0], (100, 300), 0.1,
+                         out=given)
+    assert into is given
+    assert np.array_equal(drawn, given)
+
+
+def test_a_bound_never_rounds_past_the_limit():
+    # float32(limit) > limit: the bound is the next float32 down.
+    limit = 0.1
+    assert float(np.float32(limit)) > limit
+    values = draws.uniform(draws.keys(0), (1000, 1000), limit)
+    assert float(np.abs(values).max()) <= limit
+
+
+def test_a_large_buffer_is_mapped_aligned_and_writable_on_its_own():
+    # Mapped alone in 4 KiB pages (no huge-page madvise: compaction stalls).
+    shape = (draws.MAPPED_BYTES // 4 + 1,)
+    a, b = draws.aligned_empty(shape), draws.aligned_empty(shape)
+    assert a.ctypes.data % 4096 == 0 and a.flags.writeable
+    a.fill(1)
+    b.fill(2)
+    assert a.sum() == shape[0] and b[0] == 2
