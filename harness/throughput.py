@@ -141,6 +141,8 @@ def _prepare(result, backend, network, cell, options):
     result["model"]["framework_parameters"] = session.parameters
     result["model"]["parameter_note"] = parameter_note(network,
                                                         session.parameters)
+    if session.attention is not None:
+        result["model"]["attention"] = session.attention
     return session
 
 

@@ -27,6 +27,7 @@ import sysconfig
 from ... import cudalibs
 from ... import networks as nets
 from .. import backends
+from . import transformer
 from ...errors import HarnessError, Unsupported, device_out_of_memory
 # What a group worker frees between cells (harness.worker).
 from .memory import release_memory  # noqa: F401
@@ -322,6 +323,8 @@ def _build_module(resolved_layers):
             modules.append(embedding)
         elif kind is nets.LSTM:
             modules.append(_LSTM(r.in_shape[1], layer.hidden, layer.layers))
+        elif kind is nets.Transformer:
+            modules.append(transformer.build(r))
         else:
             raise HarnessError("pytorch backend cannot build {}".format(
                 kind.__name__))
@@ -421,6 +424,7 @@ class Session(backends.Session):
         self.loss_scaling = ("dynamic (torch.amp.GradScaler)"
                              if self._scaler is not None else None)
         self.parameters = count_parameters(model)
+        self.attention = transformer.attention(network)
         self.optimizer = torch.optim.SGD(model.parameters(),
                                          lr=network.learning_rate,
                                          momentum=network.momentum)
