@@ -4,6 +4,7 @@ loss and parameter count (the backend module's docstring says which Keras
 versions it serves)."""
 from ... import networks as nets
 from ...errors import HarnessError
+from . import transformer
 from .load import _np, _tf
 
 
@@ -145,6 +146,8 @@ def _build(tf, resolved_layers, x, fmt):
                                 recurrent_initializer="glorot_uniform",
                                 unit_forget_bias=False,
                                 **_initializers())(x)
+        elif kind is nets.Transformer:
+            x = transformer.layer(r)(x)
         else:
             raise HarnessError("tensorflow backend cannot build {}".format(
                 kind.__name__))
@@ -258,7 +261,9 @@ def keras_model(network, fmt, seed):
     dtype = "int32" if network.input_dtype == "int64" else "float32"
     inputs = tf.keras.Input(shape=input_shape_in(network, fmt), dtype=dtype)
     outputs = _build(tf, nets.resolve(network), inputs, fmt)
-    return tf.keras.Model(inputs, outputs, name=network.name.replace("-", "_"))
+    # Keras scope names take neither "-" nor a transformer's "@STEPS".
+    name = network.name.replace("-", "_").replace("@", "_")
+    return tf.keras.Model(inputs, outputs, name=name)
 
 
 def make_optimizer(network):
