@@ -31,7 +31,9 @@ def test_smoke_suite_covers_every_network_once():
     from harness import networks
     groups = suites.load("smoke")["groups"]
     named = [n for g in groups for n in g["networks"]]
-    assert sorted(named) == sorted(networks.NETWORKS)
+    # The transformer at its smoke size only: gpt-small's build alone
+    # (124 M parameters) would outweigh the rest of the suite.
+    assert sorted(named) == sorted(set(networks.NETWORKS) - {"gpt-small"})
     assert all(len(g["batch_sizes"]) == 1 for g in groups)
 
 

@@ -158,6 +158,8 @@ class ShapeRules(object):
             return (shape[0], layer.dim)
         if kind is nets.LSTM:
             return (shape[0], layer.hidden)
+        if kind is nets.Transformer:
+            return (shape[0], layer.vocab)
         return shape  # BatchNorm, Activation
 
     def shapes(self, resolved_layers):

@@ -33,7 +33,8 @@ def _dense(units, inputs):
 
 
 def _blocks():
-    # Defined on first use: gluon must not be imported with the module.
+    # Why this is long: the two HybridBlock classes are defined inside one
+    # function, on first use: gluon must not be imported with the module.
     if _BLOCKS:
         return _BLOCKS
     gluon = _mx().gluon

@@ -323,8 +323,6 @@ def _build_module(resolved_layers):
             modules.append(embedding)
         elif kind is nets.LSTM:
             modules.append(_LSTM(r.in_shape[1], layer.hidden, layer.layers))
-        elif kind is nets.Transformer:
-            modules.append(transformer.build(r))
         else:
             raise HarnessError("pytorch backend cannot build {}".format(
                 kind.__name__))
@@ -401,7 +399,7 @@ def build_model(network, batch_size, device, seed):
     """The network as an nn.Sequential on the CPU (the caller moves it),
     initialised as described from `seed` (PyTorch's global generator)."""
     _torch().manual_seed(seed)
-    return _build_module(nets.resolve(network))
+    return transformer.or_sequential(nets.resolve(network), _build_module)
 
 
 def count_parameters(model):

@@ -34,7 +34,8 @@ _CLASSES = []
 
 
 def _classes():
-    # Defined on first use: nn.Module must not be touched at import time.
+    # Why this is long: the two nn.Module classes must be defined inside one
+    # function, on first use (nn.Module must not be touched at import time).
     if _CLASSES:
         return _CLASSES
     torch = _torch()
@@ -85,6 +86,14 @@ def _classes():
 
     _CLASSES.extend((Transformer,))
     return _CLASSES
+
+
+def or_sequential(resolved_layers, build_module):
+    """The model of a network of one Transformer layer, else
+    build_module(resolved_layers) (the backend's nn.Sequential)."""
+    if [type(r.layer) for r in resolved_layers] == [nets.Transformer]:
+        return build(resolved_layers[0])
+    return build_module(resolved_layers)
 
 
 def build(r):

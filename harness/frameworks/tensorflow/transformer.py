@@ -35,7 +35,8 @@ def _gelu(tf, x):
 
 
 def _classes():
-    # Defined on first use: subclassing a Keras layer imports TensorFlow.
+    # Why this is long: the Keras layer class is defined inside a function,
+    # on first use, because subclassing a Keras layer imports TensorFlow.
     if _CLASSES:
         return _CLASSES
     tf = _tf()
