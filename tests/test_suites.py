@@ -70,7 +70,7 @@ def test_malformed_suites_name_the_file_and_the_problem(tmp_path, text, message)
 
 
 def test_unknown_suite_lists_the_shipped_ones():
-    with pytest.raises(UserError, match="valid suites: paper-multi-gpu, "):
+    with pytest.raises(UserError, match="valid suites: modern-cpu, modern-gpu, paper-multi-gpu, "):
         suites.load("nightly")
 
 
