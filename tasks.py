@@ -174,7 +174,8 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
     record, pairs = versus.load_bench_run(out, run)
     if against is None:
         _print_lines(compare_mod.format_rows(
-            compare_mod.rows(pairs, compare_mod.load_reference())))
+            compare_mod.rows(pairs, compare_mod.load_reference())
+            + compare_mod.no_reference_rows(pairs)))
         return
     base_record, base = versus.load_bench_run(out, against, "base run")
     from dlrepro.run import groups

@@ -8,7 +8,9 @@ repository root, with that machine's own Python (no Docker, no venv):
     OUT=/some/folder python3 benchmarks/gpu_check.py
     python3 benchmarks/gpu_check.py --device cpu --quick  # smoke, no GPU
 
-It runs fcn5, alexnet and resnet50 at two batch sizes each through
+It runs fcn5, alexnet and resnet50 at two batch sizes each, and gpt-small
+(GPT-2 small, context 1024) at batch 8 in bf16 in PyTorch and in JAX
+(--jax-python: a Python with JAX and its CUDA plugin), through
 `python -m harness run` (one process per cell, as the sweep does) and prints
 iteration times, the telemetry of each timed window, the compatibility
 gate's verdict for every GPU profile of dockerfiles/matrix.toml (and for the
@@ -42,12 +44,23 @@ from dlrepro.run import gpu_restore  # noqa: E402  (stdlib-only on this path)
 from harness.nvml import Nvml, device_info, system_versions  # noqa: E402
 from gpu_check_report import report_lines  # noqa: E402
 
-NETWORKS = ("fcn5", "alexnet", "resnet50")
-# Two of the paper's GPU batch sizes per network.
+NETWORKS = ("fcn5", "alexnet", "resnet50", "gpt-small")
+# Two of the paper's GPU batch sizes per network; gpt-small at modern-gpu's
+# smallest batch.
 GPU_BATCHES = {"fcn5": (512, 4096), "alexnet": (64, 128),
-               "resnet50": (32, 64)}
-CPU_BATCHES = {"fcn5": (16, 64), "alexnet": (2, 4), "resnet50": (2, 4)}
-QUICK_BATCHES = {"fcn5": (2, 4), "alexnet": (1, 2), "resnet50": (1, 2)}
+               "resnet50": (32, 64), "gpt-small": (8,)}
+CPU_BATCHES = {"fcn5": (16, 64), "alexnet": (2, 4), "resnet50": (2, 4),
+               "gpt-small": (1,)}
+QUICK_BATCHES = {"fcn5": (2, 4), "alexnet": (1, 2), "resnet50": (1, 2),
+                 "gpt-small": (1,)}
+# (framework, precision) of each network's cells: PyTorch as shipped for
+# the paper's networks; the transformer in bf16, the precision it trains
+# in today, in PyTorch and JAX (each with its fused attention).
+VARIANTS = {"gpt-small": (("pytorch", "bf16"), ("jax", "bf16"))}
+PLAIN = (("pytorch", "default"),)
+# On the CPU (no GPU, or a smoke test) gpt-small runs over 64 tokens: its
+# weights in full, its iterations seconds rather than minutes.
+CPU_NETWORK = {"gpt-small": "gpt-small@64"}
 # A cell needs a process start, the framework's import and its warm-up.
 MIN_CELL_S = 20
 
@@ -168,64 +181,86 @@ def run_harness(argv, env, timeout):
         return log.read(), rc
 
 
+def cell_plan(device, networks, batches):
+    """[(id, network as run, batch, framework, precision)] in run order."""
+    plan = []
+    for network in networks:
+        name = network if device == "gpu" else CPU_NETWORK.get(network,
+                                                               network)
+        for batch in batches[network]:
+            for framework, precision in VARIANTS.get(network, PLAIN):
+                cell_id = "{}-b{}".format(network, batch)
+                if (framework, precision) != PLAIN[0]:
+                    cell_id = "{}-{}-{}-b{}".format(network, framework,
+                                                    precision, batch)
+                plan.append((cell_id, name, batch, framework, precision))
+    return plan
+
+
 def run_cells(python, device, networks, batches, iterations, warmup, policy,
-              folder, timeout, stack, log, deadline=None):
-    """One harness process per cell. A cell that would start with less than
-    MIN_CELL_S left before `deadline` (time.monotonic()) is skipped; a
-    running one is stopped at the deadline."""
+              folder, timeout, stack, log, deadline=None, jax_python=None):
+    """One harness process per cell (JAX's in `jax_python`, by default
+    `python`). A cell that would start with less than MIN_CELL_S left
+    before `deadline` (time.monotonic()) is skipped; a running one is
+    stopped at the deadline."""
+    # Why this is long: one loop that writes each cell's spec, runs it
+    # within the budget, restores the clocks and keeps what it left.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     # The repository's harness first; keep what the caller had after it.
     env["PYTHONPATH"] = os.pathsep.join(
         [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     results = []
-    for network in networks:
-        for batch in batches[network]:
-            cell_id = "{}-b{}".format(network, batch)
-            spec = {"cell": {
-                "framework": "pytorch", "profile": "native",
-                "network": network, "dataset": "synthetic",
-                "batch_size": batch, "global_batch_size": batch,
-                "device": device, "gpus": 1 if device == "gpu" else 0,
-                "threads": None, "iterations": iterations, "warmup": warmup,
-                "runtime": "native", "seed": 0, "clock_policy": policy},
-                "container": None,
-                "clock_state": cell_id + ".clock-state.json"}
-            if device == "gpu" and stack is not None:
-                spec["stack"] = stack
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left < MIN_CELL_S:
-                log("skipping {} (batch {}): time budget spent".format(
-                    network, batch))
-                results.append({"id": cell_id, "network": network,
-                                "batch": batch, "exit": "skipped",
-                                "wall_s": 0.0, "result": None,
-                                "log_tail": ["skipped: the time budget was "
-                                             "spent"]})
-                continue
-            spec_path = os.path.join(folder, cell_id + ".spec.json")
-            out_path = os.path.join(folder, cell_id + ".json")
-            resultfile.write_atomic(spec_path, spec)
-            log("running {} (batch {}) ...".format(network, batch))
-            started = time.monotonic()
-            output, rc = run_harness(
-                [python, "-m", "harness", "run", "--spec", spec_path, "--out",
-                 out_path], env,
-                timeout if left is None else min(timeout, left))
-            wall = time.monotonic() - started
-            # The harness restores what a clock policy changed; this catches
-            # a cell that could not (killed), as the sweep does.
-            leftover = gpu_restore.after_cell(out_path,
-                                              cell_id + ".clock-state.json")
-            if leftover:
-                log(leftover)
-            result = None
-            if os.path.exists(out_path):
-                with open(out_path) as handle:
-                    result = json.load(handle)
+    for cell_id, network, batch, framework, precision in cell_plan(
+            device, networks, batches):
+        spec = {"cell": {
+            "framework": framework, "profile": "native",
+            "network": network, "dataset": "synthetic",
+            "batch_size": batch, "global_batch_size": batch,
+            "device": device, "gpus": 1 if device == "gpu" else 0,
+            "threads": None, "iterations": iterations, "warmup": warmup,
+            "runtime": "native", "seed": 0, "clock_policy": policy,
+            "precision": precision, "compile": None},
+            "container": None,
+            "clock_state": cell_id + ".clock-state.json"}
+        # The stack gated is PyTorch's: JAX brings its own CUDA.
+        if device == "gpu" and stack is not None and \
+                framework == "pytorch":
+            spec["stack"] = stack
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left < MIN_CELL_S:
+            log("skipping {} (batch {}): time budget spent".format(
+                network, batch))
             results.append({"id": cell_id, "network": network,
-                            "batch": batch, "exit": rc, "wall_s": wall,
-                            "result": result,
-                            "log_tail": output.strip().splitlines()[-15:]})
+                            "batch": batch, "exit": "skipped",
+                            "wall_s": 0.0, "result": None,
+                            "log_tail": ["skipped: the time budget was "
+                                         "spent"]})
+            continue
+        spec_path = os.path.join(folder, cell_id + ".spec.json")
+        out_path = os.path.join(folder, cell_id + ".json")
+        resultfile.write_atomic(spec_path, spec)
+        log("running {} ({}, batch {}) ...".format(cell_id, network, batch))
+        started = time.monotonic()
+        output, rc = run_harness(
+            [(jax_python or python) if framework == "jax" else python,
+             "-m", "harness", "run", "--spec", spec_path, "--out",
+             out_path], env,
+            timeout if left is None else min(timeout, left))
+        wall = time.monotonic() - started
+        # The harness restores what a clock policy changed; this catches
+        # a cell that could not (killed), as the sweep does.
+        leftover = gpu_restore.after_cell(out_path,
+                                          cell_id + ".clock-state.json")
+        if leftover:
+            log(leftover)
+        result = None
+        if os.path.exists(out_path):
+            with open(out_path) as handle:
+                result = json.load(handle)
+        results.append({"id": cell_id, "network": network,
+                        "batch": batch, "exit": rc, "wall_s": wall,
+                        "result": result,
+                        "log_tail": output.strip().splitlines()[-15:]})
     return results
 
 
@@ -241,6 +276,10 @@ def parse_args(argv):
                              "both see one (default)")
     parser.add_argument("--python", default=sys.executable,
                         help="the Python with PyTorch (default: this one)")
+    parser.add_argument("--jax-python", default=None,
+                        help="the Python with JAX (and jax-cuda*-plugin on "
+                             "a GPU) for gpt-small's JAX cell (default: "
+                             "--python)")
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--networks", default=",".join(NETWORKS),
@@ -253,9 +292,9 @@ def parse_args(argv):
                         help="tiny batches and 3 iterations (smoke test)")
     parser.add_argument("--timeout", type=int, default=150,
                         help="seconds per cell (default 150)")
-    parser.add_argument("--budget", type=int, default=330,
+    parser.add_argument("--budget", type=int, default=420,
                         help="seconds for all cells together; later cells "
-                             "are skipped once it is spent (default 330)")
+                             "are skipped once it is spent (default 420)")
     parser.add_argument("--out", default=None,
                         help="output folder (default: $OUT, else "
                              "results/gpu-check-<time>)")
@@ -362,11 +401,12 @@ def main(argv=None):
     gate = gate_tables(gpus, torch, stacks)
 
     log("{} cells on {} ({} iterations, {} warm-up), clock policy {}".format(
-        sum(len(batches[n]) for n in args.networks), device, iterations,
+        len(cell_plan(device, args.networks, batches)), device, iterations,
         warmup, args.clock_policy))
     cells = run_cells(args.python, device, args.networks, batches, iterations,
                       warmup, args.clock_policy, cells_dir, args.timeout,
-                      stack, log, deadline=time.monotonic() + args.budget)
+                      stack, log, deadline=time.monotonic() + args.budget,
+                      jax_python=args.jax_python)
 
     lines = report_lines((gpus, nvml_reason, torch, torch_error), device,
                          notes, stacks, matrix_reason, gate, cells)

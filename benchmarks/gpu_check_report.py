@@ -68,7 +68,7 @@ def format_verdicts(title, table, reason):
 
 def format_cells(cells):
     lines = ["== cells",
-             "{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} {:>6} "
+             "{:<26} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} {:>6} "
              "{:>12} {}".format("cell", "status", "mean ms", "median", "cv",
                                 "samples/s", "SM MHz", "power W", "temp",
                                 "MFU", "flags")]
@@ -79,7 +79,7 @@ def format_cells(cells):
         mfu = (result.get("model") or {}).get("mfu") or {}
         flags = [k for k, v in ((result.get("telemetry") or {})
                                 .get("flags") or {}).items() if v]
-        lines.append("{:<16} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} "
+        lines.append("{:<26} {:<12} {:>9} {:>9} {:>6} {:>10} {:>7} {:>7} "
                      "{:>6} {:>12} {}".format(
                          cell["id"], result.get("status") or (
                              "skipped" if cell["exit"] == "skipped"

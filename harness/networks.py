@@ -1,4 +1,5 @@
-"""The paper's ten networks, written once as data.
+"""The paper's ten networks and today's decoder-only transformer, written
+once as data.
 
 Every backend builds its framework's model from these descriptions and from the
 shapes that `resolve` infers, so layer sizes cannot drift apart between
@@ -14,15 +15,20 @@ Conventions shared by all backends:
   TensorFlow's SAME pooling do); average pools divide by the in-bounds count;
 - weights: Glorot-uniform; biases: zero; batch-norm gamma 1, beta 0;
   embeddings: uniform(-0.05, 0.05); LSTM forget-gate bias: zero like the rest;
+  layer-norm gamma 1, beta 0 (the transformer: see Transformer);
   drawn from the cell's seed, by numpy's default generator in TensorFlow,
   MXNet and JAX (harness.frameworks.draws), by the framework's own in
   PyTorch, CNTK and Caffe: the same distributions, other values;
-- loss: mean softmax cross-entropy over samples (over tokens for the LSTMs);
+- loss: mean softmax cross-entropy over samples (over tokens for the LSTMs
+  and the transformer);
 - optimizer: plain SGD with the network's learning rate and momentum.
 """
 from collections import namedtuple
 
 from .errors import HarnessError, named
+from .transformer import (  # noqa: F401 (part of the description)
+    SEQUENCE_SEPARATOR, Transformer, attention_shapes, context,
+    sequence_variant, transformer_macs, transformer_parameters)
 
 # Layer kinds. Backends dispatch on the class, so adding a kind means adding
 # it to every backend (tests enumerate the kinds and fail otherwise).
@@ -42,9 +48,8 @@ Embedding = namedtuple("Embedding", "vocab dim")
 LSTM = namedtuple("LSTM", "hidden layers")
 # A dense layer applied at every time step of a sequence.
 TimeDense = namedtuple("TimeDense", "units")
-
 LAYER_KINDS = (Dense, Conv, BatchNorm, Activation, Pool, GlobalAvgPool, Flatten,
-               Residual, SubsamplePad, Embedding, LSTM, TimeDense)
+               Residual, SubsamplePad, Embedding, LSTM, TimeDense, Transformer)
 
 Network = namedtuple(
     "Network",
@@ -179,6 +184,18 @@ def _lstm(name, steps, learning_rate, dataset):
                        steps))
 
 
+def _gpt(name, vocab, dim, context, layers, heads, ff, size):
+    body = Transformer(vocab, dim, context, layers, heads, ff, 1e-5)
+    # A sample is one sequence of `context` tokens, as for the LSTMs; a
+    # shorter one is asked for by name (sequence_variant).
+    return Network(name, (context,), "int64", vocab, [body], 0.01, 0.0,
+                   "synthetic",
+                   "decoder-only transformer ({}): {} layers, width {}, {} "
+                   "heads, feed-forward {}, context {}, vocabulary {}, tied "
+                   "embeddings".format(size, layers, dim, heads, ff, context,
+                                       vocab))
+
+
 NETWORKS = dict((n.name, n) for n in (
     _fcn("fcn5", 3),
     _fcn("fcn8", 6),
@@ -190,11 +207,16 @@ NETWORKS = dict((n.name, n) for n in (
     _alexnet_r(),
     _resnet56(),
     _lstm("lstm", 32, 0.1, "ptb"),
+    _gpt("gpt-small", 50257, 768, 1024, 12, 12, 3072, "GPT-2 small"),
+    _gpt("gpt-tiny", 1000, 128, 64, 2, 4, 512, "smoke size"),
 ))
 
-
 def get(name):
-    """The network called `name`, or a HarnessError listing the valid ones."""
+    """The network called `name` (or a transformer's NAME@STEPS), or a
+    HarnessError listing the valid ones."""
+    if isinstance(name, str) and SEQUENCE_SEPARATOR in name:
+        base, steps = name.split(SEQUENCE_SEPARATOR, 1)
+        return sequence_variant(named(NETWORKS, base, "network"), steps)
     return named(NETWORKS, name, "network")
 
 
@@ -252,6 +274,14 @@ def _resolve_layer(layer, shape):
         out = (shape[0], layer.hidden)
     elif kind is TimeDense:
         out = (shape[0], layer.units)
+    elif kind is Transformer:
+        if shape[0] > layer.context:
+            raise HarnessError("sequence of {} tokens is above the context "
+                               "of {}".format(shape[0], layer.context))
+        if layer.dim % layer.heads:
+            raise HarnessError("width {} does not divide into {} heads".format(
+                layer.dim, layer.heads))
+        out = (shape[0], layer.vocab)
     else:
         raise HarnessError("unknown layer kind {}".format(kind.__name__))
     return Resolved(layer, tuple(shape), tuple(out), children)
@@ -292,9 +322,13 @@ def _walk(resolved):
 
 def largest_tensor(network):
     """Elements of the largest tensor one sample makes, input or a layer's
-    output."""
-    return max(elements(shape) for shape in [network.input_shape] + [
-        r.out_shape for r in _walk(resolve(network))])
+    output or a transformer's attention scores."""
+    shapes = [network.input_shape]
+    for r in _walk(resolve(network)):
+        shapes += [r.out_shape]
+        if type(r.layer) is Transformer:
+            shapes += attention_shapes(r.layer, r.in_shape[0])
+    return max(elements(shape) for shape in shapes)
 
 
 def elements(shape):
@@ -331,6 +365,8 @@ def _layer_parameters(r):
             total += 4 * layer.hidden * (inputs + layer.hidden + 1)
             inputs = layer.hidden
         return total
+    if kind is Transformer:
+        return transformer_parameters(layer)
     return 0
 
 
@@ -362,11 +398,15 @@ def _layer_macs(r):
             total += steps * 4 * layer.hidden * (inputs + layer.hidden)
             inputs = layer.hidden
         return total
+    if kind is Transformer:
+        return transformer_macs(layer, r.in_shape[0])
     return 0
 
 
 FLOPS_CONVENTION = ("2 FLOPs per multiply-accumulate of dense, convolution "
-                    "and LSTM-gate products; element-wise work, pooling and "
+                    "and LSTM-gate products and of attention's score and "
+                    "value products (every key, masked or not); "
+                    "element-wise work, softmax, pooling and "
                     "normalisation not counted; one training iteration = "
                     "3 x forward (forward, input gradients, weight gradients)")
 
@@ -395,6 +435,9 @@ def _input_gradient_macs(r):
     if type(r.layer) is LSTM:
         steps, inputs = r.in_shape
         return steps * 4 * r.layer.hidden * inputs
+    if type(r.layer) is Transformer:
+        # Its input is token ids: the table lookup has no input gradient.
+        return 0
     return _layer_macs(r)
 
 

@@ -143,6 +143,11 @@ def _prepare(result, backend, network, cell, options):
     result["model"]["framework_parameters"] = session.parameters
     result["model"]["parameter_note"] = parameter_note(network,
                                                         session.parameters)
+    # A transformer's attention as its framework runs it (a Session that
+    # is not a backends.Session, as a test's fake, has none).
+    attention = getattr(session, "attention", None)
+    if attention is not None:
+        result["model"]["attention"] = attention
     return session
 
 

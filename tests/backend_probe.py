@@ -22,6 +22,7 @@ import time
 import traceback
 
 from harness import data, frameworks, networks, resultfile
+from harness.errors import Unsupported
 
 
 def parse_networks(text, default_batch, default_steps):
@@ -81,6 +82,9 @@ def main(argv=None):
         try:
             report["networks"][name] = probe(backend, name, batch_size,
                                              steps, args.seed)
+        except Unsupported as exc:
+            # What the backend declares it cannot build, with the reason.
+            report["networks"][name] = {"unsupported": str(exc)}
         except Exception as exc:
             traceback.print_exc()
             report["networks"][name] = {"error": "{}: {}".format(
@@ -88,8 +92,9 @@ def main(argv=None):
         # One model at a time: fcn8 alone holds half a gigabyte of weights.
         gc.collect()
         sys.stderr.write("probe {} {}: {}\n".format(
-            args.framework, name, "error" if "error" in report["networks"][name]
-            else "ok"))
+            args.framework, name, next((k for k in ("error", "unsupported")
+                                        if k in report["networks"][name]),
+                                       "ok")))
     if args.out == "-":
         sys.stdout.write(resultfile.dumps(report))
     else:

@@ -47,6 +47,15 @@ def invoke(root, *args):
      "index; at most 344773177214966"),
     (["--framework", "mxnet", "--network", "resnet50", "--batch-size",
       "4096"], "error: batch_size 4096 is too large for resnet50 in mxnet: "),
+    # A transformer's sequence (NAME@STEPS) above its context; a batch of
+    # gpt-small whose logits MXNet cannot index (1024 x 50257 per sequence).
+    (["--framework", "pytorch", "--network", "gpt-small@2048"],
+     "error: sequence length 2048 is above gpt-small's context of 1024 "
+     "tokens"),
+    (["--framework", "mxnet", "--network", "gpt-small", "--batch-size",
+      "64"], "error: batch_size 64 is too large for gpt-small in mxnet: "
+     "its largest tensor would hold more elements than mxnet can index; at "
+     "most 41"),
 ])
 def test_bad_input_is_one_line_and_exit_2(root, args, message):
     proc = invoke(root, "bench", "--dry-run", *args)

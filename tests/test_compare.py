@@ -66,3 +66,26 @@ def test_caffe_is_set_beside_its_own_2016_runs():
     assert rows[0]["then_s"] == pytest.approx(0.137873)
     # Not Torch7's note: Caffe is the tool the paper timed.
     assert all(r["note"] == "" for r in rows)
+
+
+def test_a_transformer_has_no_2016_figure_and_says_so():
+    pairs = [pair("pytorch", "gpt-small", 8, 0.125),
+             pair("jax", "gpt-small@512", 16, 0.25),
+             pair("pytorch", "gpt-tiny", 8, 0.5, device="cpu"),
+             pair("mxnet", "fcn-r", 4096, 0.01)]
+    reference = compare.load_reference()
+    assert {r["network"] for r in compare.rows(pairs, reference)} == {"fcn-r"}
+    missing = compare.no_reference_rows(pairs)
+    # JAX too: the network, not the tool, is what 2016 lacks; CPU cells
+    # stay out as for every network.
+    assert [(r["network"], r["framework"]) for r in missing] == [
+        ("gpt-small", "pytorch"), ("gpt-small@512", "jax")]
+    assert all(r["then_s"] is None and r["speedup"] is None
+               for r in missing)
+    lines = compare.format_rows(compare.rows(pairs, reference) + missing)
+    assert any(line.startswith("fcn-r ") for line in lines)
+    assert ("gpt-small b8 pytorch: 0.12500 s/batch now on NVIDIA H200; no "
+            "2016 figure: the 2016 round measured no transformer") in lines
+    only = compare.format_rows(missing)
+    assert "no result in this run matches" in only[0]
+    assert "measured no transformer" in only[-1]

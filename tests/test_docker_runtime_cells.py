@@ -103,3 +103,34 @@ def test_torch_compile_builds_its_kernels_in_the_pytorch_image(runtime,
     assert result["compilation"]["first_iteration_excess_s"] > \
         10 * result["timing"]["median_s"]
 
+
+
+# Why CNTK and Caffe refuse the transformer (their layers.TRANSFORMER_REASON).
+NO_TRANSFORMER = {"cntk": "not translated for CNTK 2.7",
+                  "caffe": "no batched product of two blobs"}
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "mxnet",
+                                       "jax", "cntk", "caffe"])
+def test_a_gpt_tiny_cell_runs_in_every_cpu_image(runtime, cpu_images,
+                                                 tmp_path, framework,
+                                                 request):
+    # The smoke suite's transformer cell in each CPU image: trained with
+    # the attention its framework records, or refused with the reason.
+    if framework in ("cntk", "caffe"):
+        request.getfixturevalue(f"{framework}_image")
+    assert runtime.prepare([(framework, "cpu")], log=lambda _m: None) == {
+        (framework, "cpu"): None}
+    cell = make_cell(framework, network="gpt-tiny", batch=4, iterations=2)
+    result = ran(runtime, make_job(cell, unique("gpt")), tmp_path)
+    jsonschema.validate(result, SCHEMA)
+    assert result["cell"] == cell
+    if framework in NO_TRANSFORMER:
+        assert result["status"] == "unsupported"
+        assert NO_TRANSFORMER[framework] in result["error"]["message"]
+        return
+    assert result["status"] == "ok", result["error"]
+    assert result["model"]["framework_parameters"] == 532_992
+    assert result["model"]["attention"]
+    first = result["loss"]["per_iteration"][0]
+    assert abs(first - 6.9078) < 0.15, first  # ln(1000), two steps in

@@ -157,3 +157,15 @@ def test_cells_past_the_time_budget_are_skipped(tmp_path):
     assert all("time budget" in line for line in lines)
     assert list(tmp_path.iterdir()) == []
     assert "skipped" in "\n".join(_load_report().format_cells(cells))
+
+
+def test_gpt_small_runs_in_bf16_in_pytorch_and_jax():
+    script = _load_script()
+    gpu = script.cell_plan("gpu", ["fcn5", "gpt-small"], script.GPU_BATCHES)
+    assert [c for c in gpu if c[1].startswith("gpt")] == [
+        ("gpt-small-pytorch-bf16-b8", "gpt-small", 8, "pytorch", "bf16"),
+        ("gpt-small-jax-bf16-b8", "gpt-small", 8, "jax", "bf16")]
+    # The paper's networks keep their ids and PyTorch as shipped.
+    assert gpu[0] == ("fcn5-b512", "fcn5", 512, "pytorch", "default")
+    cpu = script.cell_plan("cpu", ["gpt-small"], script.QUICK_BATCHES)
+    assert {c[1] for c in cpu} == {"gpt-small@64"}

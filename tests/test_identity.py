@@ -58,8 +58,17 @@ LSTM_BIAS_VECTORS = {"pytorch": 2, "mxnet": 2, "tensorflow": 1, "cntk": 1,
 # loss is an average, not one draw.
 PROBE_BATCH = {"fcn5": 2, "fcn8": 1, "alexnet": 1, "resnet50": 2,
                "lstm32": 2, "lstm64": 2, "fcn-r": 32, "alexnet-r": 32,
-               "resnet-56": 16, "lstm": 8}
+               "resnet-56": 16, "lstm": 8, "gpt-small": 2, "gpt-tiny": 8}
 SEED = 0
+
+# The transformers are probed over shorter sequences than their context
+# (the weights, and so the parameter count, are the same; gpt-small over
+# its full 1024 tokens would take minutes a step on two cores): gpt-small
+# over 64 tokens, gpt-tiny over its whole context.
+PROBED = {"gpt-small": "gpt-small@64"}
+# Frameworks that offer no transformer (their cells end `unsupported`, the
+# reason in their backend's layers.TRANSFORMER_REASON).
+NO_TRANSFORMER = ("caffe", "cntk")
 
 # The first loss on random labels: its expectation is at least ln(classes)
 # (Jensen), and exceeds it by about half the variance of the initial logits,
@@ -69,15 +78,22 @@ SEED = 0
 # gamma 1 add up variance (measured 3.7-8.4 nats in PyTorch, TensorFlow 2.21
 # and 1.15 over seeds 0-6). Allowed: ln(C) * (1 - FIRST_LOSS_BELOW) <= first <=
 # ln(C) * (1 + excess).
+# The transformers' tied output multiplies unit-variance (layer-normed)
+# features by the uniform(-0.05, 0.05) token table: logit variance
+# dim * 0.05^2 / 3, 0.64 for gpt-small (about 0.32 nats, 3 % of ln 50257:
+# measured 2.6-3.5 % in PyTorch, TensorFlow, JAX and MXNet) and 0.11 for
+# gpt-tiny (under 1 %).
 FIRST_LOSS_EXCESS = {"lstm": 0.01, "lstm32": 0.01, "lstm64": 0.01,
-                     "alexnet-r": 0.2, "fcn-r": 0.35, "resnet-56": 4.0}
+                     "alexnet-r": 0.2, "fcn-r": 0.35, "resnet-56": 4.0,
+                     "gpt-small": 0.05, "gpt-tiny": 0.02}
 FIRST_LOSS_BELOW = 0.1
 
 # Networks whose loss on the fixed batch must fall within their steps. Not
 # fcn-r: its learning rate 0.05 with momentum 0.9 overshoots on N(0, 1) inputs
 # in every framework (PyTorch too), so its loss oscillates for the first dozen
 # steps; the big synthetic networks take too few samples to say much.
-DESCENDING = ("alexnet-r", "resnet-56", "lstm", "lstm32", "lstm64")
+DESCENDING = ("alexnet-r", "resnet-56", "lstm", "lstm32", "lstm64",
+              "gpt-small", "gpt-tiny")
 
 # SGD steps per network: four where the loss must be seen to fall
 # (DESCENDING), two elsewhere, where each step must only move it (the big
@@ -132,12 +148,13 @@ _PROBES = {}
 
 
 def probe(variant, tmp_root):
-    """backend_probe.py's report for all ten networks in `variant`."""
+    """backend_probe.py's report for every network in `variant`."""
     if variant not in _PROBES:
         python = framework_python(variant)
         framework = VARIANTS[variant]
         out = tmp_root / "probe-{}.json".format(variant)
-        spec = ",".join("{}:{}:{}".format(n, PROBE_BATCH[n], PROBE_STEPS[n])
+        spec = ",".join("{}:{}:{}".format(probed(n), PROBE_BATCH[n],
+                                          PROBE_STEPS[n])
                         for n in sorted(nets.NETWORKS))
         proc = subprocess.run(
             [str(python), str(PROBE), "--framework", framework, "--networks",
@@ -161,8 +178,21 @@ def lstm_extra(variant, network):
     return 0
 
 
+def probed(name):
+    """The network name a probe builds for `name` (PROBED)."""
+    return PROBED.get(name, name)
+
+
+def is_transformer(name):
+    return nets.Transformer in nets.layer_kinds(nets.get(name))
+
+
 def _report(variant, name, probe_dir):
-    report = probe(variant, probe_dir)["networks"][name]
+    if VARIANTS[variant] in NO_TRANSFORMER and is_transformer(name):
+        pytest.skip("{} offers no transformer (checked in "
+                    "test_transformer_is_refused_with_its_reason)".format(
+                        VARIANTS[variant]))
+    report = probe(variant, probe_dir)["networks"][probed(name)]
     assert "error" not in report, report["error"]
     return report
 
@@ -191,7 +221,8 @@ def test_parameters_and_output_shape_match_the_description(variant, name,
     report = _report(variant, name, probe_dir)
     assert report["parameters"] == (nets.parameter_count(network)
                                     + lstm_extra(variant, network))
-    assert tuple(report["output_shape"]) == nets.output_shape(network)
+    assert tuple(report["output_shape"]) == nets.output_shape(
+        nets.get(probed(name)))
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -221,6 +252,17 @@ def test_a_few_sgd_steps_lower_the_loss(variant, name, probe_dir):
     assert losses[-1] < losses[0], losses
 
 
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+@pytest.mark.parametrize("name", ["gpt-small", "gpt-tiny"])
+def test_transformer_is_refused_with_its_reason(variant, name, probe_dir):
+    if VARIANTS[variant] not in NO_TRANSFORMER:
+        pytest.skip("{} offers the transformer".format(VARIANTS[variant]))
+    report = probe(variant, probe_dir)["networks"][probed(name)]
+    reason = {"caffe": "no batched product of two blobs",
+              "cntk": "not translated for CNTK 2.7"}[VARIANTS[variant]]
+    assert reason in report.get("unsupported", ""), report
+
+
 def _in_every_framework(run):
     """{variant: run(variant)} for the variants runnable here (run skips the
     others); skips unless two frameworks or more are among them."""
@@ -247,7 +289,9 @@ def test_frameworks_agree_with_each_other(name, probe_dir):
     one_bias = {}
     shapes = {}
     for variant, report in reports.items():
-        entry = report["networks"][name]
+        if VARIANTS[variant] in NO_TRANSFORMER and is_transformer(name):
+            continue
+        entry = report["networks"][probed(name)]
         assert "error" not in entry, (variant, entry["error"])
         one_bias[variant] = entry["parameters"] - lstm_extra(variant, network)
         shapes[variant] = tuple(entry["output_shape"])
@@ -323,3 +367,40 @@ def test_prepare_is_deterministic_in_its_seed(variant):
     assert again == first
     # The seed reaches the model at all: another one moves the loss.
     assert other != first
+
+
+# Both transformer sizes prepared twice with one seed in one process: every
+# loss of a few steps bit-identical (the same float), in every framework
+# that offers them. gpt-small over 16 tokens: its weights in full, its
+# steps cheap.
+TRANSFORMER_SEED_PROBE = """
+import json, sys
+from harness import frameworks, networks as nets, threads
+threads.apply(2)
+backend = frameworks.load(sys.argv[1])
+backend.configure(2, "cpu", 0)
+out = {}
+for name, batch, steps in (("gpt-tiny", 4, 3), ("gpt-small@16", 1, 2)):
+    runs = []
+    for _ in range(2):
+        session = backend.prepare(nets.get(name), batch, "cpu", 7)
+        runs.append([session.step() for _ in range(steps)])
+        del session
+    out[name] = runs
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_transformers_are_bit_identical_for_one_seed(variant):
+    if VARIANTS[variant] in NO_TRANSFORMER:
+        pytest.skip("{} offers no transformer".format(VARIANTS[variant]))
+    python = framework_python(variant)
+    proc = subprocess.run([str(python), "-s", "-c", TRANSFORMER_SEED_PROBE,
+                           VARIANTS[variant]], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    for name, (first, again) in out.items():
+        assert again == first, name
+        assert len(set(first)) == len(first), (name, first)

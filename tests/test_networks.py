@@ -23,13 +23,20 @@ EXPECTED_PARAMETERS = {
     "lstm32": 6_180_624,
     "lstm64": 6_180_624,
     "lstm": 6_180_624,
+    # GPT-2 small: tokens 50257*768 + positions 1024*768 + 12 blocks of
+    # 2 layer norms (2*2*768), W_qkv 768*2304+2304, W_o 768*768+768, W_1
+    # 768*3072+3072, W_2 3072*768+768 + final layer norm 2*768; the output
+    # is the token table (tied)
+    "gpt-small": 124_439_808,
+    # 1000*128 + 64*128 + 2 * 198_272 + 2*128
+    "gpt-tiny": 532_992,
 }
 
 EXPECTED_OUTPUT = {
     "fcn5": (26752,), "fcn8": (26752,), "alexnet": (1000,),
     "resnet50": (1000,), "lstm32": (32, 10000), "lstm64": (64, 10000),
     "fcn-r": (10,), "alexnet-r": (10,), "resnet-56": (10,),
-    "lstm": (32, 10000),
+    "lstm": (32, 10000), "gpt-small": (1024, 50257), "gpt-tiny": (64, 1000),
 }
 
 
@@ -119,3 +126,62 @@ def test_describe_is_json_ready():
     assert d["parameters"] == 14_205_962
     assert d["input_shape"] == [784]
     assert d["learning_rate"] == 0.05 and d["momentum"] == 0.9
+
+
+@pytest.mark.parametrize("name, d, ff, vocab, layers, steps", [
+    ("gpt-small", 768, 3072, 50257, 12, 1024),
+    ("gpt-tiny", 128, 512, 1000, 2, 64),
+    ("gpt-small@128", 768, 3072, 50257, 12, 128),
+])
+def test_transformer_flops_count_dense_attention_and_tied_output(
+        name, d, ff, vocab, layers, steps):
+    # Per token and block: W_qkv 3 d^2, W_o d^2, W_1 and W_2 2 d ff, and
+    # attention's q.k and weights.v over every one of `steps` keys (d
+    # each); then the tied output d * vocab.
+    per_token = layers * (4 * d * d + 2 * d * ff + 2 * steps * d) + d * vocab
+    net = nets.get(name)
+    assert nets.forward_flops_per_sample(net) == 2 * steps * per_token
+    # The input is token ids: no input gradient to skip.
+    assert nets.executed_flops_per_iteration(net, 8) == \
+        nets.flops_per_iteration(net, 8) == 3 * 8 * 2 * steps * per_token
+
+
+def test_gpt_small_forward_flops_are_about_six_times_the_parameters():
+    # The usual estimate 2 N per token (N without the position table) plus
+    # attention's 2 * 2 * layers * steps * d per token.
+    net = nets.get("gpt-small")
+    per_token = nets.forward_flops_per_sample(net) / 1024
+    estimate = 2 * (124_439_808 - 1024 * 768) + 4 * 12 * 1024 * 768
+    assert math.isclose(per_token, estimate, rel_tol=0.001)
+
+
+def test_a_shorter_sequence_keeps_the_weights():
+    short = nets.get("gpt-small@256")
+    assert short.name == "gpt-small@256" and short.input_shape == (256,)
+    assert nets.parameter_count(short) == 124_439_808
+    assert nets.output_shape(short) == (256, 50257)
+    assert nets.context(short) == 1024
+
+
+@pytest.mark.parametrize("name, message", [
+    ("gpt-small@2048", "sequence length 2048 is above gpt-small's context "
+                       "of 1024 tokens"),
+    ("gpt-tiny@0", "must be a positive integer"),
+    ("gpt-tiny@x", "must be a positive integer"),
+    ("lstm@16", "lstm takes no sequence length"),
+    ("vgg@16", "unknown network 'vgg'"),
+])
+def test_bad_sequence_lengths_are_refused_in_one_line(name, message):
+    with pytest.raises(HarnessError, match=message) as info:
+        nets.get(name)
+    assert "\n" not in str(info.value)
+
+
+def test_largest_tensor_of_a_transformer_is_its_logits_or_scores():
+    # gpt-small: logits 1024 x 50257 beat the scores 12 x 1024 x 1024;
+    # gpt-tiny: the scores 4 x 64 x 64 = 16384 lose to 64 x 1000 logits.
+    assert nets.largest_tensor(nets.get("gpt-small")) == 1024 * 50257
+    assert nets.largest_tensor(nets.get("gpt-tiny")) == 64 * 1000
+    wide = nets.Network("wide", (64,), "int64", 10, [nets.Transformer(
+        10, 16, 64, 1, 8, 32, 1e-5)], 0.01, 0.0, "synthetic", "")
+    assert nets.largest_tensor(wide) == 8 * 64 * 64

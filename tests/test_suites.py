@@ -31,7 +31,9 @@ def test_smoke_suite_covers_every_network_once():
     from harness import networks
     groups = suites.load("smoke")["groups"]
     named = [n for g in groups for n in g["networks"]]
-    assert sorted(named) == sorted(networks.NETWORKS)
+    # The transformer at its smoke size only: gpt-small's build alone
+    # (124 M parameters) would outweigh the rest of the suite.
+    assert sorted(named) == sorted(set(networks.NETWORKS) - {"gpt-small"})
     assert all(len(g["batch_sizes"]) == 1 for g in groups)
 
 
@@ -68,7 +70,7 @@ def test_malformed_suites_name_the_file_and_the_problem(tmp_path, text, message)
 
 
 def test_unknown_suite_lists_the_shipped_ones():
-    with pytest.raises(UserError, match="valid suites: paper-multi-gpu, "):
+    with pytest.raises(UserError, match="valid suites: modern-cpu, modern-gpu, paper-multi-gpu, "):
         suites.load("nightly")
 
 

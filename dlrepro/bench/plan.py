@@ -271,9 +271,12 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
                         f"{', '.join(sorted(RUNTIMES))}")
     names = tuple(n for value in network or () for n in value.split(","))
     for name in names:
-        if name not in networks.NETWORKS:
-            raise UserError(f"unknown network {name!r}; valid networks: "
-                            f"{', '.join(sorted(networks.NETWORKS))}")
+        # A name, or a transformer's NAME@STEPS (a sequence above its
+        # context refused here): the harness's own check and words.
+        try:
+            networks.get(name)
+        except HarnessError as exc:
+            raise UserError(str(exc)) from None
     return Options(
         frameworks=select_frameworks(m, framework or (), all_frameworks),
         profile=profile, networks=names,

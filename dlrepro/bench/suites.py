@@ -131,9 +131,10 @@ def _check_group(group, where, needs_networks):
                 raise UserError(f"{where}: missing `{key}`")
         _string_list(group, "networks", where)
         for name in group["networks"]:
-            if name not in networks.NETWORKS:
-                raise UserError(f"{where}: unknown network {name!r}; valid "
-                                f"networks: {', '.join(sorted(networks.NETWORKS))}")
+            try:
+                networks.get(name)  # a name, or a transformer's NAME@STEPS
+            except HarnessError as exc:
+                raise UserError(f"{where}: {exc}") from None
         _int_list(group, "batch_sizes", where)
     if "device" in group and group["device"] not in ("cpu", "gpu"):
         raise UserError(f"{where}: device must be cpu or gpu, got "

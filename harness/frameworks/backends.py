@@ -158,6 +158,8 @@ class ShapeRules(object):
             return (shape[0], layer.dim)
         if kind is nets.LSTM:
             return (shape[0], layer.hidden)
+        if kind is nets.Transformer:
+            return (shape[0], layer.vocab)
         return shape  # BatchNorm, Activation
 
     def shapes(self, resolved_layers):
@@ -194,9 +196,11 @@ def check_cpu_fp16(framework, flags=None):
 class Session(object):
     """The network, the model and the mini-batch every backend's Session
     holds; a backend adds `parameters`, step() and output_shape(), and sets
-    `loss_scaling` and `precision_note` where it has something to say."""
+    `loss_scaling` and `precision_note` where it has something to say, and
+    `attention` (how a transformer's attention runs) for a transformer."""
     loss_scaling = None
     precision_note = None
+    attention = None
 
     def __init__(self, network, model, inputs, labels):
         self.network = network

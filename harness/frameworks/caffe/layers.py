@@ -6,7 +6,14 @@ import math
 
 from ... import networks as nets
 from .. import backends
+from ...errors import Unsupported
 from .load import _caffe
+
+# Why the transformer cannot be built (cells end `unsupported` with it).
+TRANSFORMER_REASON = (
+    "Caffe 1.0 has no batched product of two blobs (its InnerProduct "
+    "multiplies a blob by a weight), so attention's scores q.k and "
+    "weighted values cannot be expressed")
 
 NAME = "caffe"
 
@@ -198,6 +205,10 @@ def _lstm(L, r, x, ctx):
             num_output=r.layer.hidden, weight_filler=_xavier(),
             bias_filler=_zero()))
     return x
+
+
+def _transformer(L, r, x, ctx):
+    raise Unsupported(TRANSFORMER_REASON)
 
 
 # Layer kind -> translator(L, resolved, x, ctx) returning the output top:

@@ -49,6 +49,7 @@ import re
 from ... import cudalibs
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+from . import transformer
 # The translation and the training step live beside this module (one
 # concern each); their public names are the backend's.
 from .layers import (  # noqa: F401
@@ -315,6 +316,7 @@ class Session(backends.Session):
         self.device = device
         self.precision = precision
         self.parameters = count_parameters(model)
+        self.attention = transformer.attention(network)
         self.params, self.state = model.params, model.state
         optimizer = make_optimizer(network)
         self.opt_state = optimizer.init(self.params)

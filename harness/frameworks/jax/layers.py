@@ -287,6 +287,14 @@ def _lstm(r, build):
     return _stateless(apply, init)
 
 
+def _transformer(r, build):
+    # Its own module (the block, the tied table); it reads this module's
+    # initialisers, hence imported here, not at the top.
+    import sys
+    from . import transformer
+    return transformer.build(r, sys.modules[__name__])
+
+
 # Layer kind -> translator(resolved, build) returning a Layer: _dense for
 # nets.Dense and so on (backends.translator_name).
 TRANSLATORS = backends.translators(globals(), NAME)

@@ -35,6 +35,7 @@ from ... import cudalibs
 from ... import networks as nets
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+from . import transformer
 # The translation lives beside this module; its public names are the
 # backend's.
 from .layers import (  # noqa: F401
@@ -211,6 +212,7 @@ class Session(backends.Session):
         super(Session, self).__init__(network, model, inputs, labels)
         self.batch_size = batch_size
         self.parameters = count_parameters(model)
+        self.attention = transformer.attention(network)
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=-1)
         if compile_mode == "hybridize":
             self.loss = hybridize(self.loss)

@@ -6,6 +6,7 @@ import ctypes
 from ... import networks as nets
 from .. import backends, draws
 from ...errors import HarnessError
+from . import transformer
 from .load import _mx
 
 NAME = "mxnet"
@@ -148,6 +149,10 @@ def _lstm(r, build):
                      h2h_weight_initializer=_glorot(),
                      i2h_bias_initializer="zeros",
                      h2h_bias_initializer="zeros")]
+
+
+def _transformer(r, build):
+    return [transformer.block(r)]
 
 
 # Layer kind -> translator(resolved, build) returning a list of Gluon blocks:

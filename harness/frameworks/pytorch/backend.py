@@ -27,6 +27,7 @@ import sysconfig
 from ... import cudalibs
 from ... import networks as nets
 from .. import backends
+from . import transformer
 from ...errors import HarnessError, Unsupported, device_out_of_memory
 # What a group worker frees between cells (harness.worker).
 from .memory import release_memory  # noqa: F401
@@ -398,7 +399,7 @@ def build_model(network, batch_size, device, seed):
     """The network as an nn.Sequential on the CPU (the caller moves it),
     initialised as described from `seed` (PyTorch's global generator)."""
     _torch().manual_seed(seed)
-    return _build_module(nets.resolve(network))
+    return transformer.or_sequential(nets.resolve(network), _build_module)
 
 
 def count_parameters(model):
@@ -421,6 +422,7 @@ class Session(backends.Session):
         self.loss_scaling = ("dynamic (torch.amp.GradScaler)"
                              if self._scaler is not None else None)
         self.parameters = count_parameters(model)
+        self.attention = transformer.attention(network)
         self.optimizer = torch.optim.SGD(model.parameters(),
                                          lr=network.learning_rate,
                                          momentum=network.momentum)

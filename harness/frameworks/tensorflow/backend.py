@@ -34,6 +34,7 @@ import os
 from ... import cudalibs
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
+from . import transformer
 # The translation lives beside this module; its public names are the
 # backend's.
 from .layers import (  # noqa: F401
@@ -244,6 +245,7 @@ class Session(backends.Session):
         super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
         self.parameters = count_parameters(model)
+        self.attention = transformer.attention(network)
         self.optimizer = make_optimizer(network)
         self.loss_scaling = None
         if precision == "fp16":

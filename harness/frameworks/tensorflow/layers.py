@@ -5,6 +5,7 @@ versions it serves)."""
 from ... import networks as nets
 from .. import draws
 from ...errors import HarnessError
+from . import transformer
 from .load import _np, _tf
 
 
@@ -156,6 +157,8 @@ def _build(tf, resolved_layers, x, fmt):
                                 recurrent_initializer=_drawn(),
                                 unit_forget_bias=False,
                                 **_initializers())(x)
+        elif kind is nets.Transformer:
+            x = transformer.layer(r)(x)
         else:
             raise HarnessError("tensorflow backend cannot build {}".format(
                 kind.__name__))
@@ -317,7 +320,9 @@ def keras_model(network, fmt, seed):
         outputs = _build(tf, nets.resolve(network), inputs, fmt)
     finally:
         _KEYS.pop()
-    return tf.keras.Model(inputs, outputs, name=network.name.replace("-", "_"))
+    # Keras scope names take neither "-" nor a transformer's "@STEPS".
+    name = network.name.replace("-", "_").replace("@", "_")
+    return tf.keras.Model(inputs, outputs, name=name)
 
 
 def make_optimizer(network):
