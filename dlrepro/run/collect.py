@@ -28,9 +28,11 @@ def last_words(log_path):
     return lines[-1] if lines else "(empty log)"
 
 
-def collect(job, run_dir, exit, launch, container):
+def collect(job, run_dir, exit, launch, container, run_id=None):
     """(the job's final result, whether it differs from run_dir/<id>.json:
-    the caller must write it)."""
+    the caller must write it). `run_id`: the run's, which a result the
+    host writes carries (None: it names no run; a node's side folder
+    holds no run.json to ask)."""
     path = JobPaths(run_dir, job.id).result
     log = JobPaths(run_dir, job.id).log
     result, rewrite = None, True
@@ -49,9 +51,9 @@ def collect(job, run_dir, exit, launch, container):
         result = _timed_out(job, result, container)
     elif result is None:
         result = _died(job, exit, launch, log, container)
-    if rewrite and "run_id" not in result:
+    if rewrite and run_id and "run_id" not in result:
         # What the host writes belongs to this run as the harness's does.
-        result["run_id"] = store.run_id_of(run_dir)
+        result["run_id"] = run_id
     return result, rewrite
 
 

@@ -128,7 +128,7 @@ class JobLife:
         GPU clocks restored, written when the host changed it."""
         result_path = self.paths(job).result
         result, changed = collect.collect(job, self.run_dir, exit, launch,
-                                          container)
+                                          container, self.run_id)
         # A harness killed mid-job cannot restore the GPU clocks it
         # changed: the host does, from the state file it left on this side.
         message = gpu_restore.after_cell(result_path, spec["clock_state"])
