@@ -169,6 +169,7 @@ def _fold(tmp_path, own, side):
     or None: none written) folded as node 0 folds them."""
     from harness import resultfile
     from dlrepro.run import cluster as slurmnode, writer
+    from dlrepro.run.paths import JobPaths
     job, = _converge_jobs([2], 2)
     cluster = {"nodes": 2, "node_rank": 0, "hosts": ["n1", "n2"],
                "addresses": ["10.0.0.1", "10.0.0.2"], "interface": "eth0",
@@ -179,7 +180,7 @@ def _fold(tmp_path, own, side):
     if side:
         (tmp_path / "nodes").mkdir()
         resultfile.write_atomic(
-            str(slurmnode.side_path(tmp_path, job.id, 1)),
+            str(JobPaths(tmp_path, job.id).side(1)),
             writer.synthesized(job._replace(id=job.id + ".node1"), *side))
     status = slurmnode.fold(path, job, cluster, tmp_path, wait_s=0)
     result = json.loads(path.read_text())

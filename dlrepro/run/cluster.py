@@ -55,10 +55,6 @@ NETWORKS = {
 }
 
 
-def side_path(run_dir, job_id, rank):
-    return JobPaths(run_dir, job_id).side(rank)
-
-
 def port_of(job_id):
     """The job's base port, from its Slurm job id."""
     return PORT_BASE + (int(job_id) % PORT_SLOTS) * PORT_SPAN
@@ -191,7 +187,7 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S, result=None):
         entries[0]["interface"] = cluster["interface"]
     deadline = time.monotonic() + wait_s
     for rank in range(1, cluster["nodes"]):
-        side = side_path(run_dir, job.id, rank)
+        side = JobPaths(run_dir, job.id).side(rank)
         found, _ = store.read_result(side)
         while found is None and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -286,7 +286,7 @@ def _write_cell(run_dir, job, started, result, block, gpu_freq):
     """A group's cell's result with where it ran, written once (after the
     harness's own); a cell stopped before it wrote anything valid is left
     for the submitting side to end."""
-    path = writer.result_path(run_dir, job.id)
+    path = JobPaths(run_dir, job.id).result
     with _stop_deferred():
         result = annotated(path, block, gpu_freq, started, result)
         if result is not None:

@@ -12,10 +12,6 @@ from harness.blocks import new_result, utc_now
 from dlrepro.run.paths import JobPaths
 
 
-def result_path(run_dir, job_id):
-    return JobPaths(run_dir, job_id).result
-
-
 def write_result(path, result):
     """Write a result file atomically; returns the result."""
     resultfile.write_atomic(str(path), result)
@@ -50,7 +46,7 @@ def unrunnable(run_dir, job, reason=None, failure=None):
     """A job that cannot run here ends at once: `unsupported` (its own
     skip reason, or the runtime's `reason`) or `error` (its setup
     `failure`). Its result, written; None when it can run."""
-    path = result_path(run_dir, job.id)
+    path = JobPaths(run_dir, job.id).result
     if job.skip_reason or reason:
         return write_synthesized(path, job, "unsupported", "Unsupported",
                                  job.skip_reason or reason)

@@ -135,9 +135,9 @@ WORKER_ARGS = ["-s", "-m", "harness", "worker"]
 def harness_args(job, results_dir):
     """The harness's command line after the interpreter, for a job whose
     files are in `results_dir` as the harness sees it."""
+    seen = paths.seen_in(results_dir, job.id)
     return ["-s", "-m", "harness", job.harness_command,
-            "--spec", paths.seen_in(results_dir, job.id)["spec"],
-            "--out", paths.seen_in(results_dir, job.id)["result"]]
+            "--spec", seen["spec"], "--out", seen["result"]]
 
 
 def worker_argv(argv, job, results_dir):

@@ -133,7 +133,7 @@ class Watch:
         side wrote it, with its engine block, the moment it ended). Only a
         result no Slurm state could change ends it early (an `oom` one
         waits: Slurm's OUT_OF_MEMORY adds why to its message)."""
-        path = writer.result_path(self.context.run_dir, job.id)
+        path = JobPaths(self.context.run_dir, job.id).result
         if not path.exists():
             return False
         try:
@@ -229,7 +229,7 @@ def finish(job, run_dir, task, block):
     """The final result of a job whose task has ended: the task's own
     result, unless Slurm ended the task before it was final; then the
     status and reason come from Slurm and whatever was measured stays."""
-    path = writer.result_path(run_dir, job.id)
+    path = JobPaths(run_dir, job.id).result
     result, problem = task_result(path)
     deadline = time.monotonic() + RESULT_GRACE_S
     while result is None and time.monotonic() < deadline:
