@@ -56,3 +56,18 @@ def job(network, process=1, framework="pytorch", seed=0, isolation="group"):
                timeout_s=60, placement=Placement(framework, "cpu", "cpu", 1,
                                                  0, "observe"),
                process=process, isolation=isolation)
+
+
+def worker_pids(run_dir):
+    """PIDs of the run's workers (a fork server's children too): a
+    worker's command line names no run folder, but its standard error is
+    its `<first job id>.worker.log` there."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            log = os.readlink(proc / "fd" / "2")
+        except OSError:
+            continue
+        if log.startswith(f"{run_dir}/") and log.endswith(".worker.log"):
+            pids.append(int(proc.name))
+    return pids

@@ -15,7 +15,8 @@ from pathlib import Path
 import fake_harness
 import workercells
 from dlrepro.run import store
-from groupcells import BENCH, NETWORKS, alive, result, statuses
+from groupcells import (BENCH, NETWORKS, alive, result, statuses,
+                        worker_pids)
 from paths import INVOKE, ROOT, SCRIPTED
 from scripted import env_for, invoke, start
 from waits import wait_for
@@ -60,15 +61,7 @@ def parent_of(pid):
 def processes_of(run_dir):
     """{pid: parent pid} of the processes writing a server log of the run:
     its servers and their children."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        try:
-            log = os.readlink(proc / "fd" / "2")
-        except OSError:
-            continue
-        if log.startswith(f"{run_dir}/") and log.endswith(".worker.log"):
-            found[int(proc.name)] = parent_of(proc.name)
-    return found
+    return {pid: parent_of(pid) for pid in worker_pids(run_dir)}
 
 
 def child_and_server(run_dir):

@@ -16,6 +16,7 @@ import fake_harness
 import memcgroup
 import processes
 from dlrepro.run import store
+from groupcells import worker_pids
 from paths import INVOKE, ROOT
 from waits import wait_for
 
@@ -28,21 +29,6 @@ def bench(out, *networks, modes="", extra=()):
     return invoke(*BENCH, *GROUP, "--out", str(out),
                   *[a for n in networks for a in ("--network", n)], *extra,
                   modes=modes)
-
-
-def worker_pids(run_dir):
-    """PIDs of the run's workers: a worker's command line names no run
-    folder, but its standard error is its `<first job id>.worker.log`
-    there."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            log = os.readlink(proc / "fd" / "2")
-        except OSError:
-            continue
-        if log.startswith(f"{run_dir}/") and log.endswith(".worker.log"):
-            pids.append(int(proc.name))
-    return pids
 
 
 def slow_steps(run_dir):
