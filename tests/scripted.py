@@ -80,3 +80,13 @@ def row(text, network):
 def started_at(run_dir, network):
     path = Path(run_dir) / f"pytorch-cpu-{network}-cpu-b16-t1.json"
     return json.loads(path.read_text())["started_at"], path.stat().st_mtime_ns
+
+
+def one_line_error(proc):
+    """A refusal as the CLI gives it: exit 2, one `error:` line, no
+    traceback; the line."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: ") and \
+        proc.stderr.count("\n") == 1, proc.stderr
+    return proc.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dlrepro.run import store
-from scripted import bench, invoke, row
+from scripted import bench, invoke, one_line_error, row
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
 FCN8 = "pytorch-cpu-fcn8-cpu-b16-t1"
@@ -44,14 +44,6 @@ def report(out, *args):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.stdout
-
-
-def one_line_error(proc):
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("error: ") and \
-        proc.stderr.count("\n") == 1, proc.stderr
-    return proc.stderr
 
 
 # --- 5: the result file, not run.json, says how a job ended -----------------

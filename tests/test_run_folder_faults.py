@@ -14,8 +14,8 @@ import pytest
 from disks import fill
 import processes
 from paths import INVOKE, ROOT
-from scripted import (BENCH, bench, harness_pids, invoke, row, start,
-                         statuses)
+from scripted import (BENCH, bench, harness_pids, invoke, one_line_error,
+                      row, start, statuses)
 from waits import wait_for
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
@@ -59,14 +59,6 @@ def bench_signalled_at_run_json(tmp_path, out, signum, nth, *networks):
     return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env=env,
                           preexec_fn=processes.sigint_at_default)
-
-
-def one_line_error(proc):
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr, proc.stderr
-    assert proc.stderr.startswith("error: ") and \
-        proc.stderr.count("\n") == 1, proc.stderr
-    return proc.stderr
 
 
 def run_folders_under(out):
