@@ -181,6 +181,7 @@ def test_a_container_killed_while_another_process_is_oom_killed_is_not_oom(
         runtime.cleanup(job, tmp_path)
     assert death.oom is False, death.detail
     assert memcgroup.names_victim(death.detail, hog.pid), death.detail
+    assert death.detail.startswith("the container exited with status 137")
     assert death.detail.endswith("not this container")
 
 

@@ -220,12 +220,16 @@ class Runtime(docker.Runtime):
             # Podman on cgroup v1 does not see its containers' OOM kills
             # (State.OOMKilled stays false), and the machine's count rose
             # for any process's: the kernel log names the victim's cgroup.
-            return Death(*oomkills.victim_verdict(
+            oom, detail = oomkills.victim_verdict(
                 log.victims(), in_container(info.get("Id")),
                 "this container",
-                f"the container was SIGKILLed while the kernel's OOM killer "
-                f"ran (/proc/vmstat oom_kill {before} -> {after}); podman "
-                f"itself reports no OOM kill", log.why))
+                f"the kernel's OOM killer ran meanwhile (/proc/vmstat "
+                f"oom_kill {before} -> {after}); podman itself reports no "
+                f"OOM kill", log.why)
+            # The exit status leads: with another process's OOM kill in the
+            # same moment, it is what says how this container ended.
+            return Death(oom, f"the container exited with status 137; "
+                              f"{detail}")
         return docker.death(state, "podman")
 
     def _remove(self, name):
