@@ -3,36 +3,16 @@ behind tests/bin/scripted-python, its mode chosen per network through
 DLREPRO_FAKE_MODES): `invoke bench` run, started and read back, for the
 fault, hostile-run and grouping tests."""
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import fake_harness
-import processes
+from cli import env_for, invoke, start  # noqa: F401 (this module's callers')
 from dlrepro.run import store
-from paths import INVOKE, ROOT, SCRIPTED
+from paths import SCRIPTED
 
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
          "--threads", "1"]
-
-
-def env_for(modes):
-    return dict(os.environ, DLREPRO_FAKE_MODES=modes)
-
-
-def invoke(*args, modes="", timeout=120):
-    # SIGINT at its default: a fake mode interrupts the sweep, and a runner
-    # started in the background would hand the sweep SIGINT ignored.
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=env_for(modes),
-                          preexec_fn=processes.sigint_at_default)
-
-
-def start(*args, modes=""):
-    return processes.start([INVOKE, *args], cwd=ROOT, env=env_for(modes),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
 
 
 def bench(out, *networks, modes="", extra=()):

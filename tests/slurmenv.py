@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+import cli
 import fake_harness
 import needs
-import processes
 import waits
 from dlrepro.run import store
-from paths import INVOKE, ROOT, SCRIPTED
+from cli import invoke  # noqa: F401 (this module's callers')
+from paths import SCRIPTED
 
 FAKE = ["bench", "--framework", "pytorch", "--runtime", "native",
         "--python", SCRIPTED, "--warmup", "1", "--threads", "1",
@@ -118,18 +119,8 @@ def cluster_for(tmp_path):
         subprocess.run(["scancel"] + sorted(left))
 
 
-def invoke(*args, modes="", timeout=300, env=None):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout,
-                          env=dict(env or os.environ,
-                                   DLREPRO_FAKE_MODES=modes))
-
-
 def start(*args, modes=""):
-    proc = processes.start([INVOKE, *args], cwd=ROOT,
-                           env=dict(os.environ, DLREPRO_FAKE_MODES=modes),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)
+    proc = cli.start(*args, modes=modes)
     STARTED.append(proc)
     return proc
 

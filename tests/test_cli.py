@@ -2,13 +2,8 @@
 import subprocess
 
 import pytest
+from cli import invoke
 from paths import INVOKE, SCRIPTED
-
-
-
-def invoke(root, *args):
-    return subprocess.run([INVOKE, *args], cwd=root, capture_output=True,
-                          text=True, timeout=120)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -58,7 +53,7 @@ def invoke(root, *args):
      "most 41"),
 ])
 def test_bad_input_is_one_line_and_exit_2(root, args, message):
-    proc = invoke(root, "bench", "--dry-run", *args)
+    proc = invoke("bench", "--dry-run", *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(message), proc.stderr
     assert proc.stderr.count("\n") == 1
@@ -68,7 +63,7 @@ def test_bad_input_is_one_line_and_exit_2(root, args, message):
 def test_malformed_suite_file_is_named(root, tmp_path):
     bad = tmp_path / "broken.toml"
     bad.write_text('name = "broken"\n[[group]]\nnetworks = ["fcn5"]\n')
-    proc = invoke(root, "bench", "--framework", "pytorch", "--suite", str(bad),
+    proc = invoke("bench", "--framework", "pytorch", "--suite", str(bad),
                   "--dry-run")
     assert proc.returncode == 2
     assert proc.stderr == (f"error: {bad} [[group]] #1: missing "
@@ -78,7 +73,7 @@ def test_malformed_suite_file_is_named(root, tmp_path):
 def test_unwritable_output_folder(root, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    proc = invoke(root, "bench", "--framework", "pytorch", "--runtime",
+    proc = invoke("bench", "--framework", "pytorch", "--runtime",
                   "native", "--network", "fcn-r", "--out", str(blocker / "x"))
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: cannot write results to {blocker}/x:")
@@ -88,7 +83,7 @@ def test_dry_run_prints_the_plan(root):
     # Each framework's default mode: TensorFlow's cells share a worker,
     # PyTorch's run in processes of their own
     # (dlrepro.run.groups.GROUP_BY_DEFAULT).
-    proc = invoke(root, "bench", "--framework", "pytorch,tensorflow",
+    proc = invoke("bench", "--framework", "pytorch,tensorflow",
                   "--network",
                   "fcn-r", "--batch-size", "8", "--threads", "1",
                   "--dry-run")
@@ -104,7 +99,7 @@ def test_dry_run_prints_the_plan(root):
 
 def test_a_named_isolation_holds_for_every_framework(root):
     for mode in ("cell", "group"):
-        proc = invoke(root, "bench", "--framework", "pytorch,tensorflow",
+        proc = invoke("bench", "--framework", "pytorch,tensorflow",
                       "--network", "fcn-r", "--threads", "1", "--dry-run",
                       "--isolation", mode)
         assert proc.returncode == 0, proc.stderr
@@ -112,7 +107,7 @@ def test_a_named_isolation_holds_for_every_framework(root):
 
 
 def test_list_names_frameworks_networks_and_suites(root):
-    proc = invoke(root, "list")
+    proc = invoke("list")
     assert proc.returncode == 0, proc.stderr
     assert "  pytorch " in proc.stdout
     assert "  fcn5         117,997,696 params" in proc.stdout
@@ -131,14 +126,12 @@ def test_list_names_frameworks_networks_and_suites(root):
 def test_converge_bounds_are_checked_at_planning(root, args, message):
     """Issue 23, item 11: a global batch larger than --train-samples
     trained on no batch at all, and ended an error with exit 0."""
-    proc = invoke(root, "converge", "--framework", "pytorch", "--network",
+    proc = invoke("converge", "--framework", "pytorch", "--network",
                   "fcn-r", "--synthetic", "--workers", "1", "--dry-run",
                   *args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.startswith(message), proc.stderr
     assert proc.stderr.count("\n") == 1
-
-
 
 
 def _fake_bench(root, out, *args, modes=""):
@@ -172,7 +165,7 @@ def test_a_run_with_no_usable_result_exits_1(root, tmp_path):
 
 
 def test_a_convergence_run_with_no_usable_result_exits_1(root, tmp_path):
-    proc = invoke(root, "converge", "--framework", "pytorch", "--network",
+    proc = invoke("converge", "--framework", "pytorch", "--network",
                   "fcn-r", "--synthetic", "--train-samples", "256",
                   "--test-samples", "64", "--global-batch-size", "64",
                   "--epochs", "50", "--workers", "1", "--timeout", "1",
@@ -200,7 +193,7 @@ def test_converge_looks_for_its_runs_under_results_in_the_working_directory(
 
 
 def test_bench_and_converge_have_one_default_for_out(root):
-    helps = [invoke(root, "--help", task).stdout for task in
+    helps = [invoke("--help", task).stdout for task in
              ("bench", "converge", "report", "export")]
     for text in helps:
         assert "(default: results, under the working" in " ".join(

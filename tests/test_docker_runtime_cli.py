@@ -9,6 +9,7 @@ import subprocess
 
 import processes
 import waits
+from cli import invoke
 from paths import INVOKE
 from dlrepro import ROOT, matrix
 from dlrepro.run import store
@@ -20,11 +21,6 @@ from dockercells import containers, wait_for_running
 
 
 # --- the real command line ----------------------------------------------------------
-
-def invoke(root, *args, env, timeout=600):
-    return subprocess.run([INVOKE, *args], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
 
 def cli_env(**overrides):
     env = dict(os.environ, DLREPRO_IMAGE_PREFIX=PREFIX)
@@ -39,13 +35,13 @@ def test_build_bench_and_render_read_one_base_substitution(cntk_image, root,
     is the one `invoke bench` runs under the same setting; --base-image is
     the same mapping for one command, and says how to make bench see it."""
     env = cli_env(**{docker_runtime.BASE_OVERRIDES_ENV: BASE_OVERRIDES})
-    built = invoke(root, "build", "--framework=cntk", env=env)
+    built = invoke("build", "--framework=cntk", env=env)
     assert built.returncode == 0, built.stdout + built.stderr
     assert built.stdout.split()[-1] == cntk_image
     # The per-command forms name the same image.
-    mapped = invoke(root, "build", "--framework", "cntk", "--base-image",
+    mapped = invoke("build", "--framework", "cntk", "--base-image",
                     f"{UBUNTU_1804}={BIONIC_IMAGE}", env=cli_env())
-    plain = invoke(root, "build", "--framework", "cntk", "--base-image",
+    plain = invoke("build", "--framework", "cntk", "--base-image",
                    BIONIC_IMAGE, env=cli_env())
     for proc in (mapped, plain):
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -53,9 +49,9 @@ def test_build_bench_and_render_read_one_base_substitution(cntk_image, root,
         assert (f"{docker_runtime.BASE_OVERRIDES_ENV}="
                 f"{UBUNTU_1804}={BIONIC_IMAGE}") in proc.stderr
     assert "note:" not in built.stderr
-    rendered = invoke(root, "render", "--framework", "cntk", env=env)
+    rendered = invoke("render", "--framework", "cntk", env=env)
     assert f"FROM {BIONIC_IMAGE}" in rendered.stdout, rendered.stderr
-    bench = invoke(root, "bench", "--runtime", "docker", "--framework", "cntk",
+    bench = invoke("bench", "--runtime", "docker", "--framework", "cntk",
                    "--network", "fcn-r", "--iterations", "2", "--warmup", "1",
                    "--threads", "1", "--out", str(tmp_path), env=env)
     assert bench.returncode == 0, bench.stdout + bench.stderr
@@ -108,10 +104,10 @@ def test_invoke_bench_all_runs_every_cpu_framework_in_its_image(
     DLREPRO_BASE_OVERRIDES for both; then the JSON on the host."""
     images = dict(cpu_images, cntk=cntk_image, caffe=caffe_image)
     env = cli_env(**{docker_runtime.BASE_OVERRIDES_ENV: BASE_OVERRIDES})
-    built = invoke(root, "build", "--framework=cntk", env=env)
+    built = invoke("build", "--framework=cntk", env=env)
     assert built.returncode == 0, built.stdout + built.stderr
     assert built.stdout.split()[-1] == cntk_image
-    proc = invoke(root, "bench", "--all", "--network", "fcn-r", "--network",
+    proc = invoke("bench", "--all", "--network", "fcn-r", "--network",
                   "lstm", "--iterations", "3", "--warmup", "1", "--threads",
                   "1", "--out", str(tmp_path), env=env, timeout=1200)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,18 +1,10 @@
 """invoke export: one row per cell, as CSV and merged into SQLite."""
 import csv
 import sqlite3
-import subprocess
 
 from disks import fill
-from paths import INVOKE, ROOT, SCRIPTED
-
-
-
-def invoke(*args, modes=""):
-    import os
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120,
-                          env=dict(os.environ, DLREPRO_FAKE_MODES=modes))
+from cli import invoke
+from paths import SCRIPTED
 
 
 def bench(out, *extra, modes=""):

@@ -23,6 +23,7 @@ from sqlalchemy import create_engine, select, text
 
 from dlrepro.history import machines, schema, steps
 from browser import drawn, headless
+from cli import invoke
 from paths import INVOKE, ROOT, SCRIPTED
 
 POSTGRES = os.environ.get(
@@ -33,12 +34,6 @@ TWIN = "twin (this host's runs, relabelled)"
 # the paper's batch sizes (docs/measurements/h200-2026-11-30).
 H200_RUN = (ROOT / "docs" / "measurements" / "h200-2026-11-30"
             / "20261130T011657Z-paper-real-gpu-cff0")
-
-
-def invoke(*args, modes="", timeout=300):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout,
-                          env=dict(os.environ, DLREPRO_FAKE_MODES=modes))
 
 
 @pytest.fixture(scope="module")

@@ -12,22 +12,17 @@ import os
 import re
 import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from dlrepro.run import store
 from browser import drawn, headless
-from paths import INVOKE, ROOT
+from cli import invoke
+from paths import ROOT
 
 GOLDEN_CONVERGE = ROOT / "tests" / "golden" / "runs" / "converge-v0"
 WIDTH = 1600
-
-
-def invoke(*args, timeout=900):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

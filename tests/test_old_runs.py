@@ -5,21 +5,16 @@ previous version wrote them (tests/golden/runs/, made with that version's
 and --resume."""
 import json
 import shutil
-import subprocess
 
 import pytest
 
 from dlrepro.converge import runner as conv_runner, summary
 from dlrepro.errors import UserError
 from dlrepro.run import runfolder, store
-from paths import INVOKE, ROOT, SCRIPTED
+from cli import invoke
+from paths import ROOT, SCRIPTED
 
 GOLDEN = ROOT / "tests" / "golden" / "runs"
-
-
-def invoke(*args):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
 
 
 def copied(tmp_path, name, kind):

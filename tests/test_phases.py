@@ -2,9 +2,6 @@
 the real schema, and the harness's own clock reading (harness.phases)."""
 import datetime
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,6 +9,9 @@ from dlrepro.bench import phases
 from dlrepro.run import store
 from harness import blocks, networks, phases as harness_phases, provenance
 from harness.timing import Series
+
+from cli import invoke
+from paths import ROOT, SCRIPTED
 
 T0 = 1_800_000_000.0  # a whole second
 
@@ -200,16 +200,6 @@ def test_the_pause_before_a_resume_is_no_part_of_the_sweep(make_cell):
 
 
 # --- on the real command line ---------------------------------------------------
-
-ROOT = Path(__file__).resolve().parent.parent
-INVOKE = str(Path(sys.executable).parent / "invoke")
-SCRIPTED = str(ROOT / "tests" / "bin" / "scripted-python")
-
-
-def invoke(*args):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-
 
 def test_bench_and_report_say_where_the_time_went(tmp_path):
     """Two real harness processes (the scripted backend): the end of

@@ -30,16 +30,12 @@ from dlrepro.run import store
 from dockerenv import BASE_IMAGE, BASE_OVERRIDES, PREFIX as DOCKER_PREFIX
 from dockerenv import engine_or_skip
 from runtimeenv import FRAMEWORK, binary_or_skip, docker_image
+from cli import invoke
 
 PREFIX = "dlrepro-registry-test"
 INVOKE = [sys.executable, "-m", "invoke"]
 CELL = ["--framework", FRAMEWORK, "--network", "fcn-r", "--batch-size", "16",
         "--iterations", "3", "--warmup", "1", "--threads", "1"]
-
-
-def invoke(*args, env, timeout=900):
-    return subprocess.run(INVOKE + list(args), env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def one_line_error(proc):

@@ -4,14 +4,14 @@ import csv
 import json
 import math
 import sqlite3
-import subprocess
 
 import pytest
 
 from dlrepro.bench import aggregate, report
 from dlrepro.run import store
 from harness import stats as hstats
-from paths import INVOKE, ROOT, SCRIPTED
+from cli import invoke
+from paths import SCRIPTED
 
 
 def pair(framework, network, status="ok", times=(0.24, 0.25, 0.26),
@@ -93,12 +93,6 @@ def test_status_counts():
 
 
 # --- on the real command line ---------------------------------------------
-
-
-
-def invoke(*args):
-    return subprocess.run([INVOKE, *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
 
 
 def _retime(run_dir, network, series):
