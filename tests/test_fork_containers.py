@@ -200,10 +200,10 @@ def sweep_at_fcn_r(runtime, out, timeout_s):
 
 def test_a_child_killed_mid_cell_is_that_cell_alone_and_resume_measures_it(
         runtime, tmp_path):
-    # 40 s: ample to kill fcn-r's child once it times; the resumed fcn-r
+    # 25 s: ample to kill fcn-r's child once it times; the resumed fcn-r
     # ends by it, its child stopped through the engine
     out = tmp_path / "runs"
-    proc, run_dir = sweep_at_fcn_r(runtime, out, timeout_s=40)
+    proc, run_dir = sweep_at_fcn_r(runtime, out, timeout_s=25)
     server = server_here(runtime, run_dir)
     (child,) = children_of(server)
     os.kill(child, signal.SIGKILL)
@@ -223,7 +223,7 @@ def test_a_child_killed_mid_cell_is_that_cell_alone_and_resume_measures_it(
                                                          "lstm32")[3])
     kept = {n: result(run_dir, n) for n in ("lstm32", "lstm64")}
 
-    again = subprocess.run(bench_argv(runtime, out, timeout_s=40,
+    again = subprocess.run(bench_argv(runtime, out, timeout_s=25,
                                       endless=True) + ["--resume"],
                            cwd=ROOT, env=cli_env(), capture_output=True,
                            text=True, timeout=900)
