@@ -280,15 +280,6 @@ def test_a_child_the_kernel_kills_for_memory_is_its_own_oom(
     assert {n: result(run_dir, n) for n in NETWORKS} == kept
 
 
-def test_fork_elsewhere_than_native_and_local_is_one_line(tmp_path):
-    done = invoke(*[a if a != "native" else "docker" for a in FORK],
-                  "--out", str(tmp_path))
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "--isolation fork runs with --runtime native" in done.stderr
-    assert done.stderr.strip().count("\n") == 0
-    assert not list(tmp_path.iterdir())
-
-
 def test_compare_names_runs_measured_under_fork_and_cell(tmp_path):
     one = BENCH[:-4] + ["--out", str(tmp_path)]
     assert invoke(*one).returncode == 0

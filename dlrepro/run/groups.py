@@ -24,10 +24,10 @@ MODES = ("cell", "group", "fork")
 # started per worker key (engines/grouped.py): a group worker or a fork
 # server.
 SERVED = ("group", "fork")
-# Where a fork server runs for now: natively, locally or in a Slurm array
-# task, where the runner beside it signals a cell's child by its pid (a
-# container has a PID namespace of its own).
-FORK_RUNTIMES = ("native",)
+# Where a fork server runs: natively or in one container per key, locally
+# or in a Slurm array task; a container's children are signalled through
+# its engine (runtimes/forkchild.py).
+FORK_RUNTIMES = ("native", "docker", "podman", "charliecloud")
 DEFAULT = "cell"
 # run.json's word for a framework whose jobs ran under both modes.
 MIXED = "mixed"
@@ -68,10 +68,10 @@ def check(mode, runtime, executor):
     dlrepro.run.engines.ENGINES)."""
     if mode == "fork":
         if runtime not in FORK_RUNTIMES or not executor.runs_groups:
-            raise UserError(f"--isolation fork runs with --runtime native "
-                            f"only for now, not {runtime} with "
-                            f"{executor.name}; use --isolation cell or "
-                            f"group")
+            raise UserError(f"--isolation fork runs with --runtime "
+                            f"{' or '.join(FORK_RUNTIMES)} through an "
+                            f"executor that feeds workers, not {runtime} "
+                            f"with {executor.name}; use --isolation cell")
         return
     if mode != "group":
         return

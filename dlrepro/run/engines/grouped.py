@@ -143,8 +143,9 @@ class Grouped:
         # waits until their last cell's post-mortem is done.
         self.last = None
         self.ended = []
-        # The pid of the current cell's forked child (--isolation fork).
-        self.child = None
+        # The pid of the current cell's forked child (--isolation fork),
+        # as its server names it and on this host (a container's differ).
+        self.child = self.child_here = None
 
     def launch(self, job):
         """Run `job` in the group's worker to its final result; a cell
@@ -265,7 +266,7 @@ class Grouped:
         worker = self.worker
         self.position += 1
         offset = worker.log_size()
-        self.child = None
+        self.child = self.child_here = None
         try:
             status, timed_out = self._await_cell(job, launch, worker)
         except BaseException:
@@ -274,7 +275,7 @@ class Grouped:
         finally:
             self._copy_log(worker, offset, job)
         return Exit(status, timed_out, time.monotonic() - started,
-                    pid=self.child or worker.proc.pid)
+                    pid=self.child_here or worker.proc.pid)
 
     def _await_cell(self, job, launch, worker):
         """(exit status, timed out) of the cell: 0 once it is done, the
@@ -292,6 +293,7 @@ class Grouped:
                 return self._stop(launch), True
             if word == "cell-start" and job.isolation == "fork":
                 self.child = fields.get("pid")
+                self.child_here = self._here(worker, self.child)
             if word == "cell-done":
                 return fields.get("returncode", 0), False
             if word == "cell-invalid":
@@ -329,8 +331,9 @@ class Grouped:
         exit status; the server's, should it not answer (stopped too)."""
         for signum in (signal.SIGTERM, signal.SIGKILL):
             try:
-                os.kill(self.child, signum)
-            except ProcessLookupError:
+                (worker.launch.signal or os.kill)(self.child, signum)
+            except (ProcessLookupError, OSError,
+                    subprocess.SubprocessError):
                 pass  # ended meanwhile: its `cell-done` is on its way
             deadline = time.monotonic() + self.processes.grace_s
             while True:
@@ -343,6 +346,13 @@ class Grouped:
                 if word == "exit":
                     return self._gone()
         return self._stop(launch)
+
+    @staticmethod
+    def _here(worker, pid):
+        """The host's pid of the server's child `pid`."""
+        if pid is None or worker.launch.host_pid is None:
+            return pid
+        return worker.launch.host_pid(pid)
 
     def _say_invalid(self, job, message):
         # What `run` prints for a spec it refuses, so that collect's

@@ -42,6 +42,12 @@ class Launch(NamedTuple):
     # A group's worker only (Runtime.worker_launch): the run folder as the
     # worker sees it, which the spec paths fed on its stdin are under.
     results_dir: Optional[str] = None
+    # A fork server's worker only, where its children's pids are not this
+    # host's (a container's PID namespace): signal(pid, signum) sends a
+    # signal to one of them, host_pid(pid) finds its pid here while it
+    # runs (None: gone). None: the pids are this host's (os.kill).
+    signal: Optional[Callable[[int, int], None]] = None
+    host_pid: Optional[Callable[[int], Optional[int]]] = None
 
 
 class Runtime(abc.ABC):

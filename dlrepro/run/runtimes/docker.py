@@ -34,7 +34,7 @@ from dlrepro.errors import UserError
 from dlrepro.images import build as images, pulls
 from dlrepro.images.registry import REGISTRY_ENV
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
-from dlrepro.run.runtimes import worker_argv
+from dlrepro.run.runtimes import forkchild, worker_argv
 
 HARNESS_IN_CONTAINER = "/opt/dlrepro/harness"
 RESULTS_IN_CONTAINER = "/results"
@@ -109,6 +109,8 @@ class Runtime(Base):
         self.client = None
         self.images = {}
         self.descriptions = {}
+        # A fork server's children, by its container's name.
+        self.children = {}
 
     # -- the Runtime interface ------------------------------------------------
 
@@ -188,14 +190,32 @@ class Runtime(Base):
                              name)
         argv = worker_argv(argv, job, self.harness_results_dir(run_dir))
         argv[2:2] = ["--interactive"]
-        return self.container_launch(name, argv)._replace(
+        launch = self.container_launch(name, argv)._replace(
             results_dir=self.harness_results_dir(run_dir))
+        if job.isolation != "fork":
+            return launch
+        # A fork server: its cells are children in the container's PID
+        # namespace (runtimes/forkchild.py).
+        self._end_children(name)
+        children = self.children[name] = forkchild.Children(
+            lambda: self._state(name), launch.post_mortem)
+        return launch._replace(
+            signal=forkchild.signal_in(self.docker_bin, name,
+                                       PYTHON_IN_CONTAINER),
+            host_pid=children.host_pid, post_mortem=children.post_mortem)
 
     def harness_results_dir(self, run_dir):
         return RESULTS_IN_CONTAINER
 
     def worker_cleanup(self, job, run_dir):
-        self._remove(worker_container_name(Path(run_dir).resolve(), job.id))
+        name = worker_container_name(Path(run_dir).resolve(), job.id)
+        self._end_children(name)
+        self._remove(name)
+
+    def _end_children(self, name):
+        children = self.children.pop(name, None)
+        if children is not None:
+            children.close()
 
     def container_launch(self, name, argv):
         """The Launch of `argv`, which runs the container `name`: stopped
@@ -273,6 +293,11 @@ class Runtime(Base):
         container = self._container(name)
         if container is not None:
             container.stop(timeout=STOP_GRACE_S)
+
+    def _state(self, name):
+        """The container's State as the engine inspects it; None: gone."""
+        container = self._container(name)
+        return container.attrs.get("State", {}) if container else None
 
     def _post_mortem(self, name):
         container = self._container(name)

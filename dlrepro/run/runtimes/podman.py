@@ -182,6 +182,10 @@ class Runtime(docker.Runtime):
         self._podman("stop", "--time", str(docker.STOP_GRACE_S), name,
                      timeout=docker.STOP_GRACE_S + CLI_TIMEOUT_S)
 
+    def _state(self, name):
+        info = self._inspect(name)
+        return info.get("State", {}) if info is not None else None
+
     def _inspect(self, name):
         return podman_images.inspected(self.podman_bin, "container", name,
                                        CLI_TIMEOUT_S)

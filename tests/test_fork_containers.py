@@ -1,0 +1,298 @@
+"""--isolation fork in containers, on the real command line: `invoke bench
+--runtime docker|podman|charliecloud --isolation fork` runs a process
+key's cells as children forked by one fork server, the container's
+process (one container per key), each child's result on the host as in
+cell mode; a child killed mid-cell (kill -9) is that cell alone, and
+--resume measures it and nothing twice; Ctrl-C stops the container. The
+real harness in the Docker tests' MXNet CPU image (tests/runtimeenv.py),
+tiny cells."""
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import dockercells
+import processes
+import waits
+from dlrepro.run import store
+from dlrepro.run.runtimes import docker as docker_runtime
+from dockerenv import PREFIX
+from harness.timing import FIRST_TIMED
+from paths import INVOKE, ROOT
+from runtimeenv import binary_or_skip, cli_env, docker_image
+
+FRAMEWORK = "mxnet"
+BATCH = {"lstm32": 8, "fcn-r": 16, "lstm64": 8}
+NETWORKS = ("lstm32", "fcn-r", "lstm64")
+SUITE = """name = "fork-containers"
+description = "three tiny cells{endless}"
+[defaults]
+device = "cpu"
+iterations = 2
+warmup = 1
+[[group]]
+networks = ["lstm32"]
+batch_sizes = [8]
+[[group]]
+networks = ["fcn-r"]
+batch_sizes = [16]
+timeout_s = {timeout_s}
+{fcn_r}
+[[group]]
+networks = ["lstm64"]
+batch_sizes = [8]
+"""
+# fcn-r then never finishes its iterations: it ends by a kill, its
+# timeout or a Ctrl-C.
+ENDLESS = "iterations = 10000000\nwarmup = 0"
+# What differs between two runs of a cell whatever the mode: times, the
+# process and the host (a container's name), the run; the rest (the cell,
+# its model, its losses, the environment) must be equal.
+TIMED = ("timing", "phases", "compilation", "started_at", "finished_at",
+         "run_id", "isolation", "warnings")
+
+
+@pytest.fixture(params=["docker", "podman", "charliecloud"])
+def runtime(request):
+    """A runtime that can run here, its image ready."""
+    name = request.param
+    if name == "podman":
+        binary_or_skip("podman")
+    if name == "charliecloud":
+        request.getfixturevalue("converted")  # runtimeenv's, shared
+    else:
+        docker_image()
+    return name
+
+
+def bench_argv(runtime, out, isolation="fork", timeout_s=600,
+               endless=False):
+    suite = Path(out).parent / f"{Path(out).name}.toml"
+    suite.write_text(SUITE.format(
+        timeout_s=timeout_s, fcn_r=ENDLESS if endless else "",
+        endless="; fcn-r runs until it is stopped" if endless else ""))
+    return [INVOKE, "bench", "--suite", str(suite), "--framework", FRAMEWORK,
+            "--runtime", runtime, "--threads", "1", "--isolation", isolation,
+            "--out", str(out)]
+
+
+def job_id(network):
+    return f"{FRAMEWORK}-cpu-{network}-cpu-b{BATCH[network]}-t1"
+
+
+def result(run_dir, network):
+    return store.load_result(run_dir / f"{job_id(network)}.json")
+
+
+def forked(run_dir, network):
+    """(status, mode, position among its server's children, server pid,
+    child pid) of a cell."""
+    found = result(run_dir, network)
+    isolation = found.get("isolation") or {}
+    return (found["status"], isolation.get("mode"),
+            isolation.get("position"), isolation.get("worker_pid"),
+            isolation.get("pid"))
+
+
+def statuses(run_dir):
+    return {entry["id"]: entry["status"]
+            for entry in store.read_run(run_dir)["jobs"]}
+
+
+def untimed(found):
+    """A result less what differs between two runs of its cell."""
+    kept = {key: value for key, value in found.items() if key not in TIMED}
+    kept["model"] = {key: value for key, value in found["model"].items()
+                     if not key.startswith("achieved")}
+    kept["environment"] = {
+        key: value for key, value in found["environment"].items()
+        if key not in ("host", "python_gc")}
+    return kept
+
+
+def containers(runtime, run_dir):
+    """The run's containers (docker, podman) still there; charliecloud
+    makes none."""
+    if runtime not in ("docker", "podman"):
+        return []
+    proc = subprocess.run([runtime, "ps", "-a", "--filter",
+                           f"name={run_dir.name}", "--format",
+                           "{{.Names}}"], capture_output=True, text=True,
+                          check=True)
+    return proc.stdout.split()
+
+
+def children_of(pid):
+    """This host's processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path("/proc", entry, "stat").read_text()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def server_here(runtime, run_dir):
+    """The fork server's pid on this host: the child of the container's
+    first process (docker's and podman's --init); under charliecloud (no
+    PID namespace) the pid its first cell recorded."""
+    if runtime == "charliecloud":
+        return forked(run_dir, "lstm32")[3]
+    name = docker_runtime.worker_container_name(run_dir, job_id("lstm32"))
+    proc = subprocess.run([runtime, "inspect", "--format", "{{.State.Pid}}",
+                           name], capture_output=True, text=True, check=True)
+    (server,) = children_of(int(proc.stdout))
+    return server
+
+
+def test_a_fork_sweep_runs_in_one_container_as_cell_mode_does(runtime,
+                                                              tmp_path):
+    done = {}
+    for isolation in ("fork", "cell"):
+        ran = subprocess.run(bench_argv(runtime, tmp_path / isolation,
+                                        isolation), cwd=ROOT, env=cli_env(),
+                             capture_output=True, text=True, timeout=900)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        done[isolation] = (tmp_path / isolation / "latest").resolve()
+    run_dir = done["fork"]
+    cells = [forked(run_dir, n) for n in NETWORKS]
+    assert [c[:3] for c in cells] == [("ok", "fork", 1), ("ok", "fork", 2),
+                                      ("ok", "fork", 3)]
+    assert len({c[3] for c in cells}) == 1                  # one server
+    assert len({c[4] for c in cells} | {cells[0][3]}) == 4  # own children
+    assert store.read_run(run_dir)["isolation"] == "fork"
+    for network in NETWORKS:
+        fork, cell = result(run_dir, network), result(done["cell"], network)
+        assert store.validation_errors(fork) == []
+        assert fork["environment"]["container"]["runtime"] == runtime
+        # the same cell, model, losses and environment: only times differ
+        assert untimed(fork) == untimed(cell)
+    assert not containers(runtime, run_dir)
+
+
+def sweep_at_fcn_r(runtime, out, timeout_s):
+    """(the sweep, its run folder) once fcn-r, the key's second cell, is
+    timing in a child of the server that forked lstm32's."""
+    proc = processes.start(bench_argv(runtime, out, timeout_s=timeout_s,
+                                      endless=True),
+                           cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    latest = out / "latest"
+    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
+                   seconds=300, what="the run folder")
+    assert latest.exists(), proc.communicate()
+    run_dir = latest.resolve()
+    server_log = run_dir / f"{job_id('lstm32')}.worker.log"
+    waits.wait_for(lambda: proc.poll() is not None or
+                   waits.text_of(server_log).count(FIRST_TIMED) >= 2,
+                   seconds=600, what="fcn-r's first timed iteration")
+    assert proc.poll() is None, proc.communicate()
+    return proc, run_dir
+
+
+def test_a_child_killed_mid_cell_is_that_cell_alone_and_resume_measures_it(
+        runtime, tmp_path):
+    # 25 s: ample to kill fcn-r's child once it times; the resumed fcn-r
+    # ends by it, its child stopped through the engine
+    out = tmp_path / "runs"
+    proc, run_dir = sweep_at_fcn_r(runtime, out, timeout_s=25)
+    server = server_here(runtime, run_dir)
+    (child,) = children_of(server)
+    os.kill(child, signal.SIGKILL)
+    _out, err = proc.communicate(timeout=600)
+    assert "Traceback" not in err, err
+    assert statuses(run_dir) == {job_id("lstm32"): "ok",
+                                 job_id("fcn-r"): "error",
+                                 job_id("lstm64"): "ok"}, err
+    killed = result(run_dir, "fcn-r")
+    assert killed["error"]["type"] == "Killed"
+    message = killed["error"]["message"]
+    assert "killed by SIGKILL from outside" in message, message
+    # told by the child's death, not by its container's state (it ran on)
+    assert "container exited" not in message, message
+    # the server went on: lstm64 is its third child
+    assert forked(run_dir, "lstm64")[2:4] == (3, forked(run_dir,
+                                                         "lstm32")[3])
+    kept = {n: result(run_dir, n) for n in ("lstm32", "lstm64")}
+
+    again = subprocess.run(bench_argv(runtime, out, timeout_s=25,
+                                      endless=True) + ["--resume"],
+                           cwd=ROOT, env=cli_env(), capture_output=True,
+                           text=True, timeout=900)
+    assert "2 of 3 jobs already done" in again.stdout, \
+        again.stdout + again.stderr
+    assert {n: result(run_dir, n) for n in ("lstm32", "lstm64")} == kept
+    assert statuses(run_dir)[job_id("fcn-r")] == "timeout", again.stderr
+    stopped = result(run_dir, "fcn-r")
+    # measured again, in a fresh server's first child, which its timeout
+    # stopped (SIGTERM: what it timed is kept)
+    assert forked(run_dir, "fcn-r")[1:3] == ("fork", 1)
+    assert stopped["timing"]["per_iteration_s"]
+    assert not containers(runtime, run_dir)
+
+
+def test_a_timeout_stops_the_child_alone_and_the_server_goes_on(
+        runtime, tmp_path):
+    # 15 s: fcn-r times before it (a forked child starts in a second)
+    done = subprocess.run(bench_argv(runtime, tmp_path / "runs",
+                                     timeout_s=15, endless=True),
+                          cwd=ROOT, env=cli_env(), capture_output=True,
+                          text=True, timeout=900)
+    run_dir = (tmp_path / "runs" / "latest").resolve()
+    assert statuses(run_dir) == {job_id("lstm32"): "ok",
+                                 job_id("fcn-r"): "timeout",
+                                 job_id("lstm64"): "ok"}, done.stderr
+    # SIGTERM reached the child, which kept what it timed ...
+    assert result(run_dir, "fcn-r")["timing"]["per_iteration_s"]
+    # ... and the server forked lstm64 next: it was not stopped
+    server = forked(run_dir, "lstm32")[3]
+    assert [forked(run_dir, n)[2:4] for n in NETWORKS] == [
+        (1, server), (2, server), (3, server)]
+    assert not containers(runtime, run_dir)
+
+
+def test_a_child_out_of_memory_is_oom_alone_and_the_server_goes_on(
+        tmp_path):
+    """Under docker's --memory (the runtime's option, not a flag: the
+    pipeline as `invoke bench` runs it): fcn5's 118M parameters cannot fit
+    in 400 MB, so the kernel kills the child that builds them, never the
+    server (MXNet imported, a fraction of that); the cell is `oom` from
+    the kernel log's victim, the child's pid on this host, and the next
+    cell is the same server's next child."""
+    docker_image()
+    jobs = [dockercells.make_job(dockercells.make_cell(
+        FRAMEWORK, network, batch, iterations=2))._replace(isolation="fork")
+        for network, batch in (("fcn5", 64), ("fcn-r", 16))]
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in cli_env().items():
+            patch.setenv(name, value)
+        rt = docker_runtime.Runtime(memory="400m", name_prefix=PREFIX)
+        run_dir, entries, results = dockercells.run_pipeline(rt, jobs,
+                                                             tmp_path)
+    hog, small = (results[job.id] for job in jobs)
+    assert hog["status"] == "oom", hog["error"]
+    assert "its victim, as the kernel log says, was the cell's forked " \
+        "child" in hog["error"]["message"], hog["error"]["message"]
+    assert small["status"] == "ok", small["error"]
+    assert small["isolation"]["position"] == 2
+    assert not containers("docker", run_dir)
+
+
+def test_ctrl_c_stops_the_container_and_leaves_none(runtime, tmp_path):
+    proc, run_dir = sweep_at_fcn_r(runtime, tmp_path / "runs", timeout_s=900)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, err
+    assert "kept 1 finished job(s)" in err and "Traceback" not in err
+    stopped = result(run_dir, "fcn-r")
+    assert stopped["error"]["type"] == "Terminated"
+    assert forked(run_dir, "fcn-r")[1:3] == ("fork", 2)
+    assert not containers(runtime, run_dir)
