@@ -4,26 +4,23 @@ rounds of a tiny native PyTorch sweep (three cells of seconds, a short
 --timeout), attacked at random moments (seeded, the seed printed) by:
 
 - pause: SIGSTOP to invoke's process group (as Ctrl-Z), SIGCONT after 1 s
-  to 1.5 timeouts: a third outlast the timeout while the cell runs on;
+  to 1.5 timeouts (a third outlast the timeout) while the cell runs on;
 - Ctrl-C pair: two SIGINTs to invoke's process group, 0.05-1 s apart;
-- stalled Ctrl-C pair: the sweep's processes outside invoke's group
-  (harness, worker, fork server and child) stopped first, as one that does
-  not die at once on SIGTERM (in a long GPU kernel), then a Ctrl-C pair;
+- stalled Ctrl-C pair: the sweep's processes outside invoke's group stopped
+  first (as one that does not die at once on SIGTERM), then a Ctrl-C pair;
   what invoke leaves of them is continued once the run is complete.
 
-After --cuts Ctrl-C pairs, `--resume` runs it to completion undisturbed.
-The run folder is read every 0.2 s throughout. Per mode, goal 0 each:
-changed (results run.json and the file once said ok whose file differs at
-the end), relabelled (files once complete on disk, schema-valid and ok,
-that end saying anything else), outlived (processes alive once an
-`invoke` has exited: the sweep's orphans, this script being their
-subreaper, and any whose command line, cwd, stdout or stderr names the
-round's folder), incomplete (rounds whose run never ended complete).
-Exits 1 when a goal is missed.
+After --cuts Ctrl-C pairs, `--resume` runs it to completion undisturbed;
+the run folder is read every 0.2 s. Per mode, goal 0 each: changed
+(results once ok in run.json and the file whose file differs at the end),
+relabelled (files once complete on disk, schema-valid and ok, that end
+saying anything else), outlived (processes alive once an `invoke` has
+exited: the sweep's orphans, this script their subreaper, and any whose
+command line, cwd, stdout or stderr names the round's folder), incomplete
+(runs never complete). Exits 1 if one is missed.
 
-    .venv/bin/python benchmarks/kill_pause.py [--rounds 4] [--seed N]
-        [--mode cell --mode group --mode fork] [--cuts 2] [--timeout 20]
-        [--every 8] [--out results/kill-pause-bench]
+    .venv/bin/python benchmarks/kill_pause.py [--rounds 4] [--seed N] [--mode
+        cell ...] [--cuts 2] [--timeout 20] [--every 8] [--out DIR]
 """
 import argparse
 import ctypes
@@ -51,8 +48,7 @@ SWEEP = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--iterations", "10", "--warmup", "1", "--threads", "1"]
 GOALS = ("changed", "relabelled", "outlived", "incomplete")
 EVENTS = ("pause", "long pause", "ctrl-c", "stalled ctrl-c")
-# A stuck session is killed after this long; what invoke left stopped gets
-# this long (its grace and more) to write what it will once continued.
+# s: a stuck session is killed; what invoke left gets to end once continued.
 SESSION_LIMIT_S, RELEASE_S = 600, 40
 
 
@@ -71,11 +67,10 @@ def processes():
 
 
 def names_folder(pid, folder):
-    """Whether a process's command line, cwd, stdout or stderr do."""
+    """Whether a process's command line, cwd, stdout or stderr name it."""
     try:
-        if folder.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return True
-        return any(os.readlink(f"/proc/{pid}/{link}").startswith(folder)
+        return folder.encode() in Path(f"/proc/{pid}/cmdline").read_bytes() \
+            or any(os.readlink(f"/proc/{pid}/{link}").startswith(folder)
                    for link in ("cwd", "fd/1", "fd/2"))
     except OSError:
         return False
@@ -101,14 +96,18 @@ def signal_all(pids, signum):
             pass
 
 
+def record_of(out):
+    """The run.json of the run under `out`, empty while there is none."""
+    try:
+        return store.read_run(Path(out) / "latest")
+    except UserError:
+        return {"jobs": [], "status": None}
+
+
 def read_results(out):
     """[(run.json entry, valid result or None, bytes or None)] under `out`."""
-    try:
-        record = store.read_run(Path(out) / "latest")
-    except UserError:
-        return []
     found = []
-    for entry in record["jobs"]:
+    for entry in record_of(out)["jobs"]:
         try:  # one read: the bytes kept are those checked
             raw = (Path(out) / "latest" / entry["file"]).read_bytes()
             result = json.loads(raw)
@@ -120,9 +119,8 @@ def read_results(out):
 
 
 def watch(out, accepted, ever_ok, stopping):
-    """Read the run under `out` every 0.2 s until `stopping`, and once more:
-    into `accepted` {file: bytes} of results first seen ok in run.json and
-    on disk, into `ever_ok` every file ever schema-valid and ok on disk."""
+    """Every 0.2 s until `stopping`, then once more: into `ever_ok` files
+    ever ok on disk, into `accepted` {file: first bytes} once run.json too."""
     while True:
         for entry, result, raw in read_results(out):
             if (result or {}).get("status") == "ok":
@@ -135,16 +133,15 @@ def watch(out, accepted, ever_ok, stopping):
 
 
 class Round:
-    """One mode's round: sessions of `invoke bench` under attack until
-    --cuts Ctrl-C pairs have landed, then --resume to completion."""
+    """A mode's round: --cuts sessions cut short, then resumed to the end."""
 
     def __init__(self, mode, number, rng, args):
         self.mode, self.rng, self.args = mode, rng, args
         self.out = Path(args.out) / mode / f"round{number}"
         shutil.rmtree(self.out, ignore_errors=True)
         self.out.mkdir(parents=True)
-        self.events = dict.fromkeys(EVENTS, 0)
-        self.outlived, self.stalled = set(), set()
+        self.events, self.outlived, self.stalled = (
+            dict.fromkeys(EVENTS, 0), set(), set())
 
     def play(self):
         """{goal: [what missed it]} of the round."""
@@ -152,16 +149,18 @@ class Round:
         watcher = threading.Thread(target=watch, args=(
             self.out, accepted, ever_ok, stopping))
         watcher.start()
-        for _ in range(self.args.cuts + 3):
-            # No --resume before the first run folder: as a user would.
-            resume = (self.out / "latest").exists()
-            if self.session(resume, cuts < self.args.cuts):
-                cuts += 1
-            elif self.complete():
-                break
-        self.release()
-        stopping.set()
-        watcher.join()
+        try:
+            for _ in range(self.args.cuts + 3):
+                # No --resume before the first run folder, as a user would.
+                resume = (self.out / "latest").exists()
+                if self.session(resume, cuts < self.args.cuts):
+                    cuts += 1
+                elif record_of(self.out)["status"] == "complete":
+                    break
+        finally:  # also when this script is interrupted: nothing left
+            self.release()
+            stopping.set()
+            watcher.join()
         final = {entry["file"]: (result, raw)
                  for entry, result, raw in read_results(self.out)}
         return {"changed": sorted(f for f, raw in accepted.items()
@@ -169,13 +168,8 @@ class Round:
                 "relabelled": sorted(f for f in ever_ok if (
                     final.get(f, (0, 0))[0] or {}).get("status") != "ok"),
                 "outlived": sorted(self.outlived),
-                "incomplete": [] if self.complete() else [str(self.out)]}
-
-    def complete(self):
-        try:
-            return store.read_run(self.out / "latest")["status"] == "complete"
-        except UserError:
-            return False
+                "incomplete": [] if record_of(self.out)["status"] == "complete"
+                else [str(self.out)]}
 
     def session(self, resume, hostile):
         """One `invoke bench`, attacked at random moments while `hostile`
@@ -188,18 +182,20 @@ class Round:
                                     stderr=subprocess.STDOUT,
                                     start_new_session=True)
         cut, limit = False, time.monotonic() + SESSION_LIMIT_S
-        while proc.poll() is None and time.monotonic() < limit:
-            if not hostile or cut:
-                time.sleep(0.2)
-                continue
-            try:
-                proc.wait(self.rng.uniform(0.5, self.args.every))
-            except subprocess.TimeoutExpired:
-                cut = self.attack(proc)
-        if proc.poll() is None:  # stuck
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        self.outlived |= survivors(os.path.join(self.out, ""))
+        try:
+            while proc.poll() is None and time.monotonic() < limit:
+                if not hostile or cut:
+                    time.sleep(0.2)
+                    continue
+                try:
+                    proc.wait(self.rng.uniform(0.5, self.args.every))
+                except subprocess.TimeoutExpired:
+                    cut = self.attack(proc)
+        finally:
+            if proc.poll() is None:  # stuck, or this script interrupted
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            self.outlived |= survivors(os.path.join(self.out, ""))
         return cut
 
     def attack(self, proc):
@@ -273,27 +269,31 @@ def main():
     parser.add_argument("--out", default=str(ROOT / "results" /
                                              "kill-pause-bench"))
     args = parser.parse_args()
+    if min(args.rounds, args.cuts, args.timeout) < 1:
+        parser.error("--rounds, --cuts and --timeout must be at least 1")
     args.out = str(Path(args.out).resolve())
     print(f"seed {args.seed}", flush=True)
     rng = random.Random(args.seed)
-    # PR_SET_CHILD_SUBREAPER: the sweep's orphans become this script's
-    # children, seen and reaped here.
-    ctypes.CDLL(None).prctl(36, 1)
-    modes = args.mode or list(MODES)
-    tallies = {m: dict.fromkeys(GOALS + EVENTS, 0) for m in modes}
+    ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER: orphans here
+    # Started in the background (`&`, nohup), SIGINT is ignored, and so it
+    # would be in invoke: its Ctrl-C pairs would test nothing.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    tallies = {m: dict.fromkeys(GOALS + EVENTS, 0) for m in args.mode or MODES}
     for number in range(1, args.rounds + 1):
-        for mode in modes:
+        for mode in tallies:
             round_ = Round(mode, number, rng, args)
             found = round_.play()
-            for key, count in {**round_.events, **{
-                    g: len(found[g]) for g in GOALS}}.items():
-                tallies[mode][key] += count
-            print(f"round {number} {mode:<5}: " + json.dumps(
-                {**round_.events, **{g: found[g] for g in GOALS
-                                     if found[g]}}), flush=True)
+            missed = {g: found[g] for g in GOALS if found[g]}
+            print(f"round {number} {mode:<5}: "
+                  + json.dumps({**round_.events, **missed}), flush=True)
+            for key, count in {**round_.events, **found}.items():
+                tallies[mode][key] += count if key in EVENTS else len(count)
     print("\n" + "\n".join(table(tallies, args.rounds)))
     sys.exit(1 if any(t[g] for t in tallies.values() for g in GOALS) else 0)
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit("interrupted; every process the round started has ended")
