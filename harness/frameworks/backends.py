@@ -102,17 +102,13 @@ def memory_report(released, held, note):
     return {"released": list(released), "held": held, "note": note}
 
 
-def nothing_to_release(owner):
-    """The release_memory of a framework with no call that frees or counts
-    memory: it frees nothing and says why; `owner`: what holds the memory
-    until its last reference goes."""
-    note = ("{} go with its last reference (the worker then collects "
-            "Python's garbage); the process's RSS is what it "
-            "holds".format(owner))
-
-    def release_memory(device, collect):
-        return memory_report([], None, note)
-    return release_memory
+def nothing_released(owner):
+    """What release_memory returns for a framework with no call that frees
+    or counts memory: nothing freed, and why; `owner`: what holds the
+    memory until its last reference goes."""
+    return memory_report([], None, (
+        "{} go with its last reference (the worker then collects Python's "
+        "garbage); the process's RSS is what it holds".format(owner)))
 
 
 def attention_of(network, attention):
