@@ -19,19 +19,12 @@ packages=(
     "charliecloud-builders=0.31-1"
     "squashfs-tools=1:4.5.1-1"
 )
-missing=()
-for pinned in "${packages[@]}"; do
-    name=${pinned%%=*}
-    have=$(dpkg-query -W -f='${Status} ${Version}' "$name" 2>/dev/null || true)
-    if [ "$have" != "install ok installed ${pinned#*=}" ]; then
-        missing+=("$pinned")
-    fi
-done
+. "$(dirname "$0")/apt.sh"
+mapfile -t missing < <(not_at_pinned_version "${packages[@]}")
 if [ ${#missing[@]} -eq 0 ]; then
     echo "container-runtimes.sh: $(podman --version), ch-run $(ch-run --version 2>&1) present"
     exit 0
 fi
-. "$(dirname "$0")/apt.sh"
 started=$(date +%s)
 # No recommended packages: buildah's and dbus's are not needed to run.
 apt_install "${missing[@]}"

@@ -21,26 +21,12 @@ user=dlrepro
 password=opensesame-43
 state=/var/lib/dlrepro-registry
 packages=("docker-registry=2.8.2+ds1-1" "apache2-utils=2.4.71-1~deb12u1")
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then
-    sudo="sudo"
-fi
+. "$(dirname "$0")/apt.sh"
 started=$(date +%s)
 
-missing=()
-for pinned in "${packages[@]}"; do
-    name=${pinned%%=*}
-    have=$(dpkg-query -W -f='${Status} ${Version}' "$name" 2>/dev/null || true)
-    if [ "$have" != "install ok installed ${pinned#*=}" ]; then
-        missing+=("$pinned")
-    fi
-done
+mapfile -t missing < <(not_at_pinned_version "${packages[@]}")
 if [ ${#missing[@]} -gt 0 ]; then
-    # Other .ci scripts may hold apt's lock (they run beside this one).
-    $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get \
-        -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-        "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}"
 fi
 
 if ! grep -qE "^127\.0\.0\.1[[:space:]].*\b$host\b" /etc/hosts; then

@@ -4,7 +4,7 @@ import re
 import tomllib
 
 from dlrepro import ROOT
-from dlrepro.errors import UserError
+from dlrepro.errors import UserError, read_text
 
 MATRIX_PATH = ROOT / "dockerfiles" / "matrix.toml"
 LOCKS_DIR = ROOT / "dockerfiles" / "requirements"
@@ -43,9 +43,7 @@ def check_pinned(requirement, where):
 def load(path=MATRIX_PATH):
     """{framework: {profile: entry}}, validated; errors name file and key."""
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror}")
+        data = tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: {exc}")
     for framework, profiles in data.items():

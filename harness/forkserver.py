@@ -350,20 +350,6 @@ def _child(parent, spec, cell, out, isolation):
 def serve(commands, protocol, gpu_module=None):
     """Fork a child for each cell named on `commands` until it ends; the
     server's exit status."""
-    server = ForkServer(protocol, gpu_module)
-    previous = signal.signal(signal.SIGTERM, worker.lifecycle.on_sigterm)
-    try:
-        for line in iter(commands.readline, ""):
-            spec_path = line.rstrip("\r\n")
-            if not spec_path.strip():
-                continue
-            status = server.run_one(spec_path)
-            if status is not None:
-                return status
-    except Terminated:
-        return worker.EXIT_STATUS["Terminated"]
-    except KeyboardInterrupt:
-        return worker.EXIT_STATUS["KeyboardInterrupt"]
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 0
+    # Its end_group restores nothing: the server never takes the clocks
+    # (a forked child's cell sets its own).
+    return worker.serve_cells(commands, ForkServer(protocol, gpu_module))

@@ -328,7 +328,13 @@ def protocol_stream():
 def serve(commands, protocol, gpu_module=None):
     """Run the cells named on `commands` (a text stream) until it ends;
     the worker's exit status."""
-    worker = Worker(protocol, gpu_module)
+    return serve_cells(commands, Worker(protocol, gpu_module))
+
+
+def serve_cells(commands, worker):
+    """worker.run_one for each spec path named on `commands` until it ends
+    or a cell asks the worker to end; its exit status. A worker or the
+    fork server (harness.forkserver), which share this loop."""
     # Between cells a SIGTERM ends the worker at once; during a cell
     # harness.lifecycle takes it over, and it ends the cell first.
     previous = signal.signal(signal.SIGTERM, lifecycle.on_sigterm)

@@ -314,41 +314,39 @@ def nvmlDeviceSetDefaultAutoBoostedClocksEnabled(handle, enabled, flags):
         _save()
 
 
-def nvmlDeviceSetApplicationsClocks(handle, maxMemClockMHz,
-                                    maxGraphicsClockMHz):
+def _clocks_call(name, handle, feature, args, key, valid=None):
+    """A clock set (`args`: the clocks, which `valid(device)` checks) or
+    reset (no `args`) call: the device's `key` becomes the clocks, or None;
+    a call refused as invalid is not recorded as made."""
     with _LOCK:
-        device = _setter("nvmlDeviceSetApplicationsClocks", handle,
-                         "app_clocks", [maxMemClockMHz, maxGraphicsClockMHz])
-        allowed = device["supported"].get(str(maxMemClockMHz), [])
-        if maxGraphicsClockMHz not in allowed:
+        device = _setter(name, handle, feature, args)
+        if valid is not None and not valid(device):
             state()["calls"].pop()
             _fail(NVML_ERROR_INVALID_ARGUMENT)
-        device["app"] = [maxMemClockMHz, maxGraphicsClockMHz]
+        device[key] = list(args) or None
         _save()
+
+
+def nvmlDeviceSetApplicationsClocks(handle, maxMemClockMHz,
+                                    maxGraphicsClockMHz):
+    _clocks_call("nvmlDeviceSetApplicationsClocks", handle, "app_clocks",
+                 [maxMemClockMHz, maxGraphicsClockMHz], "app",
+                 lambda device: maxGraphicsClockMHz in device["supported"]
+                 .get(str(maxMemClockMHz), []))
 
 
 def nvmlDeviceResetApplicationsClocks(handle):
-    with _LOCK:
-        device = _setter("nvmlDeviceResetApplicationsClocks", handle,
-                         "app_clocks", [])
-        device["app"] = None
-        _save()
+    _clocks_call("nvmlDeviceResetApplicationsClocks", handle, "app_clocks",
+                 [], "app")
 
 
 def nvmlDeviceSetGpuLockedClocks(handle, minGpuClockMHz, maxGpuClockMHz):
-    with _LOCK:
-        device = _setter("nvmlDeviceSetGpuLockedClocks", handle,
-                         "locked_supported", [minGpuClockMHz, maxGpuClockMHz])
-        if not 0 < minGpuClockMHz <= maxGpuClockMHz <= device["max_graphics"]:
-            state()["calls"].pop()
-            _fail(NVML_ERROR_INVALID_ARGUMENT)
-        device["locked"] = [minGpuClockMHz, maxGpuClockMHz]
-        _save()
+    _clocks_call("nvmlDeviceSetGpuLockedClocks", handle, "locked_supported",
+                 [minGpuClockMHz, maxGpuClockMHz], "locked",
+                 lambda device: 0 < minGpuClockMHz <= maxGpuClockMHz
+                 <= device["max_graphics"])
 
 
 def nvmlDeviceResetGpuLockedClocks(handle):
-    with _LOCK:
-        device = _setter("nvmlDeviceResetGpuLockedClocks", handle,
-                         "locked_supported", [])
-        device["locked"] = None
-        _save()
+    _clocks_call("nvmlDeviceResetGpuLockedClocks", handle,
+                 "locked_supported", [], "locked")

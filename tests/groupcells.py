@@ -4,11 +4,14 @@ scripted harness (tests/fake_harness.py behind tests/bin/scripted-python)
 and its results read back by network; jobs for the pure functions."""
 import json
 import os
+import signal
+import subprocess
 from pathlib import Path
 
 from dlrepro.run import store
 from dlrepro.run.job import Job, Placement
-from paths import SCRIPTED
+from paths import INVOKE, ROOT, SCRIPTED
+from scripted import env_for, invoke
 
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--python", SCRIPTED, "--iterations", "20", "--warmup", "1",
@@ -71,3 +74,54 @@ def worker_pids(run_dir):
         if log.startswith(f"{run_dir}/") and log.endswith(".worker.log"):
             pids.append(int(proc.name))
     return pids
+
+
+def ctrl_c_keeps_fcn5(proc, run_dir):
+    """Ctrl-C to a sweep whose fcn8 is under way: exit 130, one line that
+    keeps the finished fcn5, the run `interrupted`; fcn8's result."""
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "kept 1 finished job(s)" in err and "Traceback" not in err
+    assert store.read_run(run_dir)["status"] == "interrupted"
+    stopped = result(run_dir, "fcn8")
+    assert stopped["error"]["type"] == "Terminated"
+    return stopped
+
+
+def sweep_in_memory_cgroup(args, modes, memory_cgroup):
+    """`invoke *args` run to its end inside the test's memory cgroup (the
+    kernel's OOM killer then picks among the sweep's processes only):
+    (the process, its stdout, its stderr)."""
+    proc = subprocess.Popen([INVOKE, *args], cwd=ROOT, env=env_for(modes),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=memory_cgroup.enter)
+    out, err = proc.communicate(timeout=300)
+    return proc, out, err
+
+
+def compare_names_the_isolation_modes(out, isolation):
+    """A run per cell, then one under `isolation`: `compare` says they were
+    measured under different modes."""
+    one = BENCH[:-4] + ["--out", str(out)]
+    assert invoke(*one).returncode == 0
+    base = (out / "latest").resolve().name
+    assert invoke(*one, "--isolation", isolation).returncode == 0
+    compared = invoke("compare", "--out", str(out), "--against", base)
+    assert compared.returncode == 0, compared.stderr
+    assert (f"different isolation modes (base: cell, this run: "
+            f"{isolation})") in compared.stdout
+
+
+def three_cells_in_one_worker(out, args, placement=placed):
+    """`invoke *args --out out` over NETWORKS: every cell ok, in order, in
+    one worker (or fork server). (The finished command, the run folder,
+    each cell's `placement`: status, position, worker pid first.)"""
+    done = invoke(*args, "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    run_dir = (out / "latest").resolve()
+    cells = [placement(run_dir, n) for n in NETWORKS]
+    assert [c[:2] for c in cells] == [("ok", 1), ("ok", 2), ("ok", 3)]
+    assert len({c[2] for c in cells}) == 1
+    return done, run_dir, cells

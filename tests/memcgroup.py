@@ -6,6 +6,8 @@ delegated); skips otherwise, and fails in CI."""
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -48,6 +50,17 @@ class MemoryCgroup:
 
     def processes(self):
         return (self.directory / "cgroup.procs").read_text().split()
+
+    def hog_killed_then_kill(self, pid):
+        """A hog in this cgroup is the kernel's OOM victim, then `pid` is
+        SIGKILLed from outside: whose kill was whose must be told apart.
+        The hog's pid."""
+        hog = subprocess.Popen([sys.executable, "-c", HOG],
+                               preexec_fn=self.enter)
+        assert hog.wait(120) == -signal.SIGKILL
+        assert self.oom_kills() == 1  # the kernel's doing, not ours
+        os.kill(pid, signal.SIGKILL)
+        return hog.pid
 
 
 def _cannot(reason):

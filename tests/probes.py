@@ -3,6 +3,7 @@ CNTK image's interpreter), with the repository on PYTHONPATH; it prints
 one JSON line last, which the tests read. Also the checks that the MXNet
 and CNTK backend tests share (BackendChecks): the same probes run in each
 framework must give the same answers."""
+import ast
 import json
 import math
 import os
@@ -29,6 +30,19 @@ def walk(resolved):
             yield from walk(body)
             if shortcut is not None:
                 yield from walk(shortcut)
+
+
+def backend_calls(backend, name):
+    """Every call of a function or method `name` in the backend and the
+    modules beside it (its translation in layers.py; not parallel.py), read
+    with ast: what the backend does, checked without its framework."""
+    modules = sorted(p for p in Path(backend.__file__).parent.glob("*.py")
+                     if p.name != "parallel.py")
+    tree = ast.Module(body=[n for m in modules
+                            for n in ast.parse(m.read_text()).body],
+                      type_ignores=[])
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "attr", None) == name]
 
 
 def check_python36(module, root):
@@ -78,6 +92,23 @@ def run_probe(python, root, code, *args):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def idiomatic_row(proc, other):
+    """The one row an idiomatic benchmark (benchmarks/idiomatic_*.py, run
+    with --json on alexnet-r for two rounds) reports: both loops timed,
+    the ratio of their means the harness's over `other`'s (the other
+    loop's mean). (The report, the row.)"""
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout)
+    assert report["threads"] == 1
+    (row,) = report["rows"]
+    assert row["network"] == "alexnet-r" and row["batch_size"] == 128
+    assert len(row["round_ratios"]) == 2
+    assert row["harness_mean_s"] > 0 and row[other] > 0
+    assert row["ratio_of_means"] == pytest.approx(
+        row["harness_mean_s"] / row[other])
+    return report, row
+
+
 def run_cell(python, root, folder, cell):
     """Run `cell` through `python -m harness run`; its result."""
     spec, out = folder / "spec.json", folder / "result.json"
@@ -88,6 +119,25 @@ def run_cell(python, root, folder, cell):
                           capture_output=True, text=True, timeout=TIMEOUT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
+
+
+def alexnet_cell(framework):
+    """The cell a backend's tests run through `python -m harness run`:
+    alexnet-r on CIFAR-10's shapes, batch 32, 8 iterations."""
+    return {"framework": framework, "network": "alexnet-r",
+            "dataset": "cifar10", "batch_size": 32, "global_batch_size": 32,
+            "iterations": 8}
+
+
+def alexnet_result_fixture(framework, python_fixture):
+    """A module fixture: the result of the framework's alexnet_cell, one
+    thread, run once by the Python the fixture `python_fixture` names."""
+    @pytest.fixture(scope="module")
+    def one_thread_result(make_cell, root, tmp_path_factory, request):
+        return run_cell(request.getfixturevalue(python_fixture), root,
+                        tmp_path_factory.mktemp("cell"),
+                        make_cell(alexnet_cell(framework)))
+    return one_thread_result
 
 
 def valid_and_pinned(result, schema, root):
@@ -194,6 +244,28 @@ CONVENTION_CASES = """
 def conventions_probe(setup):
     """`setup` (indented by four spaces, defining `run`) and the cases."""
     return setup + CONVENTION_CASES
+
+
+# The values each parameter of three networks starts with, summarised: the
+# backend's `arrays(model)` (defined by the code before this) yields
+# (fields naming a parameter, its values as a numpy array).
+INIT_SUMMARY = """
+    out = []
+    for name in ("alexnet-r", "lstm", "resnet-56"):
+        model = backend.build_model(nets.get(name), 1, "cpu", 0)
+        for fields, data in arrays(model):
+            fields.update(network=name, shape=list(data.shape),
+                          min=float(data.min()), max=float(data.max()),
+                          std=float(data.std()))
+            out.append(fields)
+    print(json.dumps(out))
+"""
+
+
+def init_probe(setup):
+    """`setup` (indented by four spaces: json, nets and the configured
+    backend imported, `arrays` defined) and the summary."""
+    return setup + INIT_SUMMARY
 
 
 class BackendChecks(object):

@@ -70,3 +70,26 @@ def one_line_error(proc):
     assert proc.stderr.startswith("error: ") and \
         proc.stderr.count("\n") == 1, proc.stderr
     return proc.stderr
+
+
+def fills_the_disk(bench, out):
+    """fcn5, fcn8 (which fills the disk under `out`) and fcn-r through
+    `bench`: one line that names --resume, exit 2; the run folder."""
+    proc = bench(out, "fcn5", "fcn8", "fcn-r", modes="fcn8=fill-disk")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert "is full" in proc.stderr and "--resume" in proc.stderr
+    return (out / "latest").resolve()
+
+
+def resumes_with_room(bench, out, run_dir):
+    """The disk's filler removed, --resume through `bench` measures the
+    rest and keeps fcn5's result as it was."""
+    before = started_at(run_dir, "fcn5")
+    (run_dir / "filler").unlink()
+    again = bench(out, "fcn5", "fcn8", "fcn-r", extra=["--resume"])
+    assert again.returncode == 0, again.stderr
+    assert "1 of 3 jobs already done" in again.stdout, again.stdout
+    assert started_at(run_dir, "fcn5") == before
+    assert set(statuses(run_dir).values()) == {"ok"}

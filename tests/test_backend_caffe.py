@@ -11,9 +11,6 @@ tests, as for CNTK:
   Docker engine or base image is available, failed instead in CI
   (DLREPRO_REQUIRE_DOCKER).
 """
-import ast
-from pathlib import Path
-
 import caffeenv
 import probes
 import pytest
@@ -22,27 +19,13 @@ from probes import run_probe
 from harness import networks as nets
 from harness.frameworks.caffe import backend
 
-# The backend and the modules beside it (its translation in layers.py).
-MODULES = sorted(p for p in Path(backend.__file__).parent.glob("*.py")
-                 if p.name != "parallel.py")
-
 
 # --- static: always run ------------------------------------------------------
 
 def test_training_is_the_solvers_own_step():
-    tree = ast.Module(body=[n for m in MODULES
-                            for n in ast.parse(m.read_text()).body],
-                      type_ignores=[])
-    steps = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-             and getattr(node.func, "attr", None) == "step"]
+    steps = probes.backend_calls(backend, "step")
     assert len(steps) == 1
     assert [a.value for a in steps[0].args] == [1]
-
-
-@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
-def test_planned_shapes_follow_the_description_layer_by_layer(name):
-    for r in probes.walk(nets.resolve(nets.get(name))):
-        assert backend.planned_shape(r) == r.out_shape, r.layer
 
 
 def test_only_alexnets_first_convolution_needs_spliced_padding():

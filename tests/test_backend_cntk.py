@@ -13,7 +13,6 @@ machines have only in the CNTK image. Two groups of tests:
 """
 import ast
 import math
-from pathlib import Path
 
 import cntkenv
 import probes
@@ -22,11 +21,6 @@ from probes import run_probe
 
 from harness import networks as nets
 from harness.frameworks.cntk import backend
-
-# The backend and the modules beside it (its translation in layers.py).
-MODULES = sorted(p for p in Path(backend.__file__).parent.glob("*.py")
-                 if p.name != "parallel.py")
-
 
 def _layers(kind):
     for network in nets.NETWORKS.values():
@@ -38,11 +32,7 @@ def _layers(kind):
 # --- static: always run ------------------------------------------------------
 
 def _calls(name):
-    tree = ast.Module(body=[n for m in MODULES
-                            for n in ast.parse(m.read_text()).body],
-                      type_ignores=[])
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-            and getattr(node.func, "attr", None) == name]
+    return probes.backend_calls(backend, name)
 
 
 def test_training_is_train_minibatch_with_classic_momentum():
@@ -61,12 +51,6 @@ def test_pooling_keeps_partial_windows_and_excludes_padding():
                     if isinstance(k.value, ast.Constant))
     assert keywords["ceil_out_dim"] is True
     assert keywords["include_pad"] is False
-
-
-@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
-def test_planned_shapes_follow_the_description_layer_by_layer(name):
-    for r in probes.walk(nets.resolve(nets.get(name))):
-        assert backend.planned_shape(r) == r.out_shape, r.layer
 
 
 def test_automatic_padding_only_where_it_equals_the_description():

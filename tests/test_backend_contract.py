@@ -46,6 +46,16 @@ def test_the_backend_imports_without_its_framework(framework, root):
         WATCHED[framework]) == []
 
 
+# Caffe and CNTK plan each layer's output shape themselves (the translation
+# sizes the next layer by it), without the framework.
+@pytest.mark.parametrize("framework", IN_PYTHON36_IMAGES)
+@pytest.mark.parametrize("name", sorted(nets.NETWORKS))
+def test_planned_shapes_follow_the_description_layer_by_layer(framework,
+                                                              name):
+    for r in probes.walk(nets.resolve(nets.get(name))):
+        assert backend(framework).planned_shape(r) == r.out_shape, r.layer
+
+
 def modules(framework):
     """Every module of the framework's folder (backend.py and what it
     imports from beside it)."""

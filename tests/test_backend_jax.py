@@ -4,7 +4,6 @@ JSON; the shared probes (tests/probes.py) check what every backend must
 agree on, the rest is JAX's own: initialisation, threads through the CPU
 affinity, what an allocation failure means, the idiomatic-loop benchmark.
 """
-import json
 import math
 import os
 import subprocess
@@ -110,26 +109,20 @@ class TestJaxProbes(probes.BackendChecks):
 
 # --- initialisation --------------------------------------------------------------
 
-INIT_PROBE = """
+INIT_PROBE = probes.init_probe("""
     import json
     import jax, numpy as np
     from harness import networks as nets
     from harness.frameworks.jax import backend
     backend.configure(1, "cpu", 0)
-    out = []
-    for name in ("alexnet-r", "lstm", "resnet-56"):
-        model = backend.build_model(nets.get(name), 1, "cpu", 0)
+
+    def arrays(model):
         for tree, kind in ((model.params, "param"), (model.state, "state")):
             leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
             for path, leaf in leaves:
-                data = np.asarray(leaf)
-                out.append({"network": name, "kind": kind,
-                            "name": jax.tree_util.keystr(path),
-                            "shape": list(data.shape),
-                            "min": float(data.min()), "max": float(data.max()),
-                            "std": float(data.std())})
-    print(json.dumps(out))
-"""
+                yield ({"kind": kind, "name": jax.tree_util.keystr(path)},
+                       np.asarray(leaf))
+""")
 
 
 @pytest.fixture(scope="module")
@@ -215,14 +208,8 @@ def test_model_build_compiles_nothing_and_the_step_compiles_once(jax_python,
 
 # --- cells through the harness entry point ---------------------------------------
 
-CELL = {"framework": "jax", "network": "alexnet-r", "dataset": "cifar10",
-        "batch_size": 32, "global_batch_size": 32, "iterations": 8}
-
-
-@pytest.fixture(scope="module")
-def one_thread_result(make_cell, jax_python, root, tmp_path_factory):
-    return run_cell(jax_python, root, tmp_path_factory.mktemp("cell"),
-                    make_cell(CELL))
+CELL = probes.alexnet_cell("jax")
+one_thread_result = probes.alexnet_result_fixture("jax", "jax_python")
 
 
 def test_cell_result_is_valid_and_complete(one_thread_result, schema, root):
@@ -314,15 +301,7 @@ def test_idiomatic_benchmark_reports_both_loops(jax_python, root):
     proc = _benchmark(jax_python, root, "--networks", "alexnet-r", "--rounds",
                       "2", "--block", "1", "--warmup", "1", "--threads", "1",
                       "--json")
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    report = json.loads(proc.stdout)
-    assert report["threads"] == 1
-    (row,) = report["rows"]
-    assert row["network"] == "alexnet-r" and row["batch_size"] == 128
-    assert len(row["round_ratios"]) == 2
-    assert row["harness_mean_s"] > 0 and row["plain_mean_s"] > 0
-    assert row["ratio_of_means"] == pytest.approx(
-        row["harness_mean_s"] / row["plain_mean_s"])
+    _report, row = probes.idiomatic_row(proc, "plain_mean_s")
     assert len(row["donated_round_ratios"]) == 2
     assert row["donated_ratio_of_means"] == pytest.approx(
         row["harness_mean_s"] / row["donated_mean_s"])

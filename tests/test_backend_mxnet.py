@@ -50,22 +50,16 @@ class TestMXNetProbes(probes.BackendChecks):
 
 # --- initialisation ----------------------------------------------------------
 
-INIT_PROBE = """
+INIT_PROBE = probes.init_probe("""
     import json
     from harness import networks as nets
     from harness.frameworks.mxnet import backend
     backend.configure(None, "cpu", 0)
-    out = []
-    for name in ("alexnet-r", "lstm", "resnet-56"):
-        model = backend.build_model(nets.get(name), 1, "cpu", 0)
+
+    def arrays(model):
         for pname, param in model.collect_params().items():
-            data = param.data().asnumpy()
-            out.append({"network": name, "name": pname,
-                        "shape": list(data.shape),
-                        "min": float(data.min()), "max": float(data.max()),
-                        "std": float(data.std())})
-    print(json.dumps(out))
-"""
+            yield {"name": pname}, param.data().asnumpy()
+""")
 
 
 @pytest.fixture(scope="module")
@@ -96,14 +90,8 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
 
 # --- cells through the harness entry point -----------------------------------
 
-CELL = {"framework": "mxnet", "network": "alexnet-r", "dataset": "cifar10",
-        "batch_size": 32, "global_batch_size": 32, "iterations": 8}
-
-
-@pytest.fixture(scope="module")
-def one_thread_result(make_cell, mxnet_python, root, tmp_path_factory):
-    return run_cell(mxnet_python, root, tmp_path_factory.mktemp("cell"),
-                    make_cell(CELL))
+CELL = probes.alexnet_cell("mxnet")
+one_thread_result = probes.alexnet_result_fixture("mxnet", "mxnet_python")
 
 
 def test_cell_result_is_valid_and_complete(one_thread_result, schema, root):

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,9 @@ from dlrepro.run import store
 from paths import INVOKE, ROOT
 from waits import wait_for
 
-from scripted import (BENCH, bench, env_for, harness_pids, invoke, row,
-                      slow_steps, start, started_at, statuses)
+from scripted import (BENCH, bench, env_for, fills_the_disk, harness_pids,
+                      invoke, resumes_with_room, row, slow_steps, start,
+                      started_at, statuses)
 
 
 def test_two_resumes_of_one_run_folder_exclude_each_other(tmp_path):
@@ -80,22 +80,10 @@ def test_a_full_disk_is_one_line_and_resume_keeps_what_was_measured(small_disk):
     """Fault 3: a full disk under --out gave an OSError traceback, left
     run.json `running` and a valid result listed `pending`, and resume
     measured it again."""
-    proc = bench(small_disk, "fcn5", "fcn8", "fcn-r",
-                 modes="fcn8=fill-disk")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.count("\n") == 1
-    assert "is full" in proc.stderr and "--resume" in proc.stderr
-    run_dir = (small_disk / "latest").resolve()
+    run_dir = fills_the_disk(bench, small_disk)
     report = invoke("report", "--out", str(small_disk))
     assert row(report.stdout, "fcn5")[5] == "ok"
-    before = started_at(run_dir, "fcn5")
-    (run_dir / "filler").unlink()
-    again = bench(small_disk, "fcn5", "fcn8", "fcn-r", extra=["--resume"])
-    assert again.returncode == 0, again.stderr
-    assert "1 of 3 jobs already done" in again.stdout, again.stdout
-    assert started_at(run_dir, "fcn5") == before
-    assert set(statuses(run_dir).values()) == {"ok"}
+    resumes_with_room(bench, small_disk, run_dir)
 
 
 def test_an_interpreter_without_the_framework_says_so(tmp_path, root):
@@ -287,11 +275,7 @@ def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        (tmp_path / "latest").resolve())
     pid = wait_for(lambda: harness_pids(run_dir))[0]
-    hog = subprocess.Popen([sys.executable, "-c", memcgroup.HOG],
-                           preexec_fn=memory_cgroup.enter)
-    assert hog.wait(120) == -signal.SIGKILL
-    assert memory_cgroup.oom_kills() == 1  # the kernel's doing, not ours
-    os.kill(pid, signal.SIGKILL)
+    hog = memory_cgroup.hog_killed_then_kill(pid)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err  # its one job failed
     result = store.load_result(run_dir / "pytorch-cpu-fcn8-cpu-b16-t1.json")
@@ -299,7 +283,7 @@ def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
     assert result["status"] == "error", message
     if knowing == "kernel-log":
         assert "killed by SIGKILL from outside; " in message
-        assert memcgroup.names_victim(message, hog.pid), message
+        assert memcgroup.names_victim(message, hog), message
         assert f"not the harness (pid {pid})" in message
     else:
         assert "by the OOM killer or from outside" in message

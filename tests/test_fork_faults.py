@@ -15,10 +15,12 @@ from pathlib import Path
 import fake_harness
 import workercells
 from dlrepro.run import store
-from groupcells import (BENCH, NETWORKS, alive, result, statuses,
-                        worker_pids)
-from paths import INVOKE, ROOT, SCRIPTED
-from scripted import env_for, invoke, start
+from groupcells import (BENCH, NETWORKS, alive,
+                        compare_names_the_isolation_modes, ctrl_c_keeps_fcn5,
+                        result, statuses, sweep_in_memory_cgroup,
+                        three_cells_in_one_worker, worker_pids)
+from paths import ROOT, SCRIPTED
+from scripted import invoke, start
 from waits import wait_for
 
 FORK = BENCH + ["--isolation", "fork"]
@@ -97,12 +99,7 @@ def resumed(tmp_path, run_dir, done_before):
 
 
 def test_each_cell_runs_in_a_child_forked_by_one_server(tmp_path):
-    done = invoke(*FORK, "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr
-    run_dir = (tmp_path / "latest").resolve()
-    cells = [forked(run_dir, n) for n in NETWORKS]
-    assert [c[:2] for c in cells] == [("ok", 1), ("ok", 2), ("ok", 3)]
-    assert len({c[2] for c in cells}) == 1          # one server
+    done, run_dir, cells = three_cells_in_one_worker(tmp_path, FORK, forked)
     assert len({c[3] for c in cells} | {cells[0][2]}) == 4  # own children
     assert store.read_run(run_dir)["isolation"] == "fork"
     assert store.read_run(run_dir)["workers"] == [[
@@ -241,13 +238,7 @@ def test_a_kill_of_the_sweep_ends_server_and_child_and_resume_loses_nothing(
 def test_ctrl_c_stops_server_and_child_and_resume_runs_the_rest(tmp_path):
     proc, run_dir = start_until_fcn8_is_under_way(tmp_path)
     child, server = child_and_server(run_dir)
-    os.killpg(proc.pid, signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "kept 1 finished job(s)" in err and "Traceback" not in err
-    assert store.read_run(run_dir)["status"] == "interrupted"
-    stopped = result(run_dir, "fcn8")
-    assert stopped["error"]["type"] == "Terminated"
+    ctrl_c_keeps_fcn5(proc, run_dir)
     assert not alive(server) and not alive(child)
     resumed(tmp_path, run_dir, ["fcn5"])
 
@@ -257,12 +248,8 @@ def test_a_child_the_kernel_kills_for_memory_is_its_own_oom(
     """The child outgrows the sweep's memory cgroup: the kernel kills the
     child, not its server; the verdict names the child's pid, the cell is
     `oom` (kept by --resume), and the server forks the next cell."""
-    proc = subprocess.Popen([INVOKE, *FORK, "--out", str(tmp_path)],
-                            cwd=ROOT, env=env_for("fcn8=hog"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=memory_cgroup.enter)
-    out, err = proc.communicate(timeout=300)
+    _proc, out, err = sweep_in_memory_cgroup(
+        [*FORK, "--out", str(tmp_path)], "fcn8=hog", memory_cgroup)
     run_dir = (tmp_path / "latest").resolve()
     assert memory_cgroup.oom_kills() == 1, out + err
     assert statuses(run_dir) == {"fcn5": "ok", "fcn8": "oom",
@@ -281,11 +268,4 @@ def test_a_child_the_kernel_kills_for_memory_is_its_own_oom(
 
 
 def test_compare_names_runs_measured_under_fork_and_cell(tmp_path):
-    one = BENCH[:-4] + ["--out", str(tmp_path)]
-    assert invoke(*one).returncode == 0
-    base = (tmp_path / "latest").resolve().name
-    assert invoke(*one, "--isolation", "fork").returncode == 0
-    compared = invoke("compare", "--out", str(tmp_path), "--against", base)
-    assert compared.returncode == 0, compared.stderr
-    assert "different isolation modes (base: cell, this run: fork)" in \
-        compared.stdout
+    compare_names_the_isolation_modes(tmp_path, "fork")

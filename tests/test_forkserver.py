@@ -10,31 +10,17 @@ import subprocess
 
 import pytest
 
-import processes
-from dlrepro.run import store
+from workercells import two_cells_in_one_worker, venv_python, write_spec
 
 WAIT_S = 600
 FRAMEWORKS = ("jax", "mxnet", "pytorch", "tensorflow")
-
-
-def python_of(root, framework):
-    python = root / ".venvs" / "{}-cpu".format(framework) / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no .venvs/{}-cpu".format(framework))
-    return str(python)
-
-
-def spec(folder, name, cell):
-    path = folder / "{}.spec.json".format(name)
-    path.write_text(json.dumps({"cell": cell, "container": None}))
-    return str(path)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_server_is_safe_to_fork_after_the_import_not_after_a_cell(
         root, framework):
     probe = subprocess.run(
-        [python_of(root, framework), str(root / "tests" / "fork_probe.py"),
+        [venv_python(root, framework), str(root / "tests" / "fork_probe.py"),
          framework], cwd=str(root), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, timeout=WAIT_S)
     assert probe.returncode == 0, probe.stderr[-3000:]
@@ -58,27 +44,14 @@ def test_the_server_is_safe_to_fork_after_the_import_not_after_a_cell(
     (framework, 2) for framework in FRAMEWORKS] + [("mxnet", 1)])
 def test_a_forked_child_trains_as_a_process_of_its_own(
         root, make_cell, tmp_path, framework, threads):
-    python = python_of(root, framework)
+    python = venv_python(root, framework)
     cells = [make_cell(framework=framework, network=network, batch_size=2,
                        global_batch_size=2, iterations=3, warmup=1,
                        threads=threads)
              for network in ("fcn5", "lstm32")]
-    paths = [spec(tmp_path, name, cell) for name, cell in zip("ab", cells)]
-    with open(str(tmp_path / "log"), "w") as err:
-        proc = processes.start(
-            [python, "-s", "-m", "harness", "worker", "--fork"],
-            cwd=str(root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=err, text=True)
-        out, _ = proc.communicate("".join(p + "\n" for p in paths),
-                                  timeout=WAIT_S)
-    log = (tmp_path / "log").read_text()[-3000:]
-    assert proc.returncode == 0, log
-    assert out.count("cell-done") == 2, out + log
-    forked = [json.loads((tmp_path / n).read_text())
-              for n in ("a.json", "b.json")]
+    forked = two_cells_in_one_worker(root, framework, tmp_path, cells,
+                                     "--fork", wait_s=WAIT_S)
     for found in forked:
-        assert store.validation_errors(found) == [], log
-        assert found["status"] == "ok", found["error"]
         assert found["isolation"]["mode"] == "fork", found["isolation"]
     isolations = [f["isolation"] for f in forked]
     assert isolations[0]["worker_pid"] == isolations[1]["worker_pid"]
@@ -87,7 +60,7 @@ def test_a_forked_child_trains_as_a_process_of_its_own(
     for name, cell in zip("ab", cells):
         alone = subprocess.run(
             [python, "-s", "-m", "harness", "run", "--spec",
-             spec(tmp_path, name + "-alone", cell), "--out",
+             write_spec(tmp_path, name + "-alone", cell), "--out",
              str(tmp_path / (name + "-alone.json"))], cwd=str(root),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             timeout=WAIT_S)

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import fake_harness
 from dlrepro.run import store
-from groupcells import (BENCH, GROUP, NETWORKS, alive, placed, result,
-                        statuses)
+from groupcells import (BENCH, GROUP, NETWORKS, alive,
+                        compare_names_the_isolation_modes, ctrl_c_keeps_fcn5,
+                        placed, result, statuses, three_cells_in_one_worker)
 from scripted import invoke, start
 from waits import wait_for
 
@@ -34,12 +35,7 @@ def start_until_fcn8_is_under_way(tmp_path):
 
 
 def test_a_group_runs_its_cells_one_after_another_in_one_worker(tmp_path):
-    done = invoke(*GROUP, "--out", str(tmp_path))
-    assert done.returncode == 0, done.stderr
-    run_dir = (tmp_path / "latest").resolve()
-    cells = [placed(run_dir, n) for n in NETWORKS]
-    assert [c[:2] for c in cells] == [("ok", 1), ("ok", 2), ("ok", 3)]
-    assert len({c[2] for c in cells}) == 1
+    _done, run_dir, _cells = three_cells_in_one_worker(tmp_path, GROUP)
     assert store.read_run(run_dir)["isolation"] == "group"
     # each job keeps its own log, with what its cell printed
     assert all((run_dir / f"pytorch-cpu-{n}-cpu-b16-t1.log").exists()
@@ -88,13 +84,7 @@ def test_a_worker_killed_mid_cell_ends_that_cell_and_the_group_goes_on(
 def test_ctrl_c_stops_the_worker_and_resume_runs_the_rest_grouped(
         tmp_path):
     proc, run_dir = start_until_fcn8_is_under_way(tmp_path)
-    os.killpg(proc.pid, signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "kept 1 finished job(s)" in err and "Traceback" not in err
-    assert store.read_run(run_dir)["status"] == "interrupted"
-    stopped = result(run_dir, "fcn8")
-    assert stopped["error"]["type"] == "Terminated"
+    stopped = ctrl_c_keeps_fcn5(proc, run_dir)
     assert not alive(stopped["isolation"]["worker_pid"])
     kept = result(run_dir, "fcn5")
 
@@ -116,14 +106,7 @@ def test_an_unknown_isolation_is_one_line_and_no_run(tmp_path):
 
 def test_compare_says_when_the_runs_were_measured_under_different_modes(
         tmp_path):
-    one = BENCH[:-4] + ["--out", str(tmp_path)]
-    assert invoke(*one).returncode == 0
-    base = (tmp_path / "latest").resolve().name
-    assert invoke(*one, "--isolation", "group").returncode == 0
-    compared = invoke("compare", "--out", str(tmp_path), "--against", base)
-    assert compared.returncode == 0, compared.stderr
-    assert "different isolation modes (base: cell, this run: group)" in \
-        compared.stdout
+    compare_names_the_isolation_modes(tmp_path, "group")
 
 
 def test_a_kill_of_the_sweep_stops_its_worker_and_resume_loses_nothing(

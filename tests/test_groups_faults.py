@@ -6,10 +6,8 @@ sweep killed or interrupted while the worker, not a process of the cell's
 own, has just written a result; a full disk; an OOM kill whose victim must
 be told from the worker's pid. Each ends as it does with a process per
 cell."""
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import fake_harness
@@ -20,7 +18,8 @@ from groupcells import worker_pids
 from paths import INVOKE, ROOT
 from waits import wait_for
 
-from scripted import BENCH, env_for, invoke, row, start, started_at, statuses
+from scripted import (BENCH, env_for, fills_the_disk, invoke,
+                      resumes_with_room, row, start, started_at, statuses)
 
 GROUP = ["--isolation", "group"]
 
@@ -92,20 +91,9 @@ def test_a_full_disk_in_a_group_is_one_line_and_resume_keeps_the_rest(
     """The worker fills the disk mid-cell and dies without a result: one
     line, exit 2; --resume (room made) measures the other two, grouped,
     and keeps fcn5."""
-    proc = bench(small_disk, "fcn5", "fcn8", "fcn-r", modes="fcn8=fill-disk")
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    assert proc.stderr.count("\n") == 1
-    assert "is full" in proc.stderr and "--resume" in proc.stderr
-    run_dir = (small_disk / "latest").resolve()
+    run_dir = fills_the_disk(bench, small_disk)
     assert result(run_dir, "fcn5")["status"] == "ok"
-    before = started_at(run_dir, "fcn5")
-    (run_dir / "filler").unlink()
-    again = bench(small_disk, "fcn5", "fcn8", "fcn-r", extra=["--resume"])
-    assert again.returncode == 0, again.stderr
-    assert "1 of 3 jobs already done" in again.stdout, again.stdout
-    assert started_at(run_dir, "fcn5") == before
-    assert set(statuses(run_dir).values()) == {"ok"}
+    resumes_with_room(bench, small_disk, run_dir)
 
 
 def test_another_process_oom_killed_during_a_cell_is_not_the_workers(
@@ -121,18 +109,14 @@ def test_another_process_oom_killed_during_a_cell_is_not_the_workers(
                        (tmp_path / "latest").resolve())
     wait_for(lambda: slow_steps(run_dir), what="the cell's first step")
     (pid,) = worker_pids(run_dir)
-    hog = subprocess.Popen([sys.executable, "-c", memcgroup.HOG],
-                           preexec_fn=memory_cgroup.enter)
-    assert hog.wait(120) == -signal.SIGKILL
-    assert memory_cgroup.oom_kills() == 1  # the kernel's doing, not ours
-    os.kill(pid, signal.SIGKILL)
+    hog = memory_cgroup.hog_killed_then_kill(pid)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, out + err  # its one job failed
     found = result(run_dir, "fcn8")
     message = found["error"]["message"]
     assert found["status"] == "error", message
     assert "killed by SIGKILL from outside; " in message
-    assert memcgroup.names_victim(message, hog.pid), message
+    assert memcgroup.names_victim(message, hog), message
     assert f"not the harness (pid {pid})" in message
     again = invoke(*args, "--resume")
     assert "0 of 1 jobs already done" in again.stdout, again.stdout

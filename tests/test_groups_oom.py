@@ -4,12 +4,10 @@ allocators keep what the cells before it took), on the real command line:
 `invoke bench --isolation group` with the scripted harness, whose cells in
 mode oom-in-group run out of memory only when they are not the first of
 their worker (tests/fake_harness.py)."""
-import subprocess
-
 from dlrepro.run import store
-from groupcells import GROUP, NETWORKS, placed, result, statuses
-from paths import INVOKE, ROOT
-from scripted import env_for, invoke
+from groupcells import (GROUP, NETWORKS, placed, result, statuses,
+                        sweep_in_memory_cgroup)
+from scripted import invoke
 
 
 def run_dir_of(tmp_path):
@@ -78,12 +76,8 @@ def test_a_worker_the_kernel_kills_for_memory_is_retried_alone(
     """The kernel's OOM killer ends the worker mid-cell (the sweep in a
     memory cgroup of its own, the kernel log readable): the cell is
     measured again alone, and fits."""
-    proc = subprocess.Popen([INVOKE, *GROUP, "--out", str(tmp_path)],
-                            cwd=ROOT, env=env_for("fcn8=hog-in-group"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True,
-                            preexec_fn=memory_cgroup.enter)
-    out, err = proc.communicate(timeout=300)
+    proc, out, err = sweep_in_memory_cgroup(
+        [*GROUP, "--out", str(tmp_path)], "fcn8=hog-in-group", memory_cgroup)
     run_dir = run_dir_of(tmp_path)
     assert memory_cgroup.oom_kills() == 1, out + err
     assert statuses(run_dir) == {n: "ok" for n in NETWORKS}, out + err

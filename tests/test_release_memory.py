@@ -10,8 +10,7 @@ import subprocess
 
 import pytest
 
-import processes
-from dlrepro.run import store
+from workercells import two_cells_in_one_worker
 
 WAIT_S = 600
 # What each framework's report says on the CPU: the calls it made, and
@@ -27,42 +26,14 @@ EXPECTED = {
 }
 
 
-def spec(folder, name, cell):
-    path = folder / "{}.spec.json".format(name)
-    path.write_text(json.dumps({"cell": cell, "container": None}))
-    return str(path)
-
-
-def run_worker(root, framework, paths, log):
-    python = root / ".venvs" / "{}-cpu".format(framework) / "bin" / "python"
-    if not python.exists():
-        pytest.skip("no .venvs/{}-cpu".format(framework))
-    with open(str(log), "w") as err:
-        proc = processes.start(
-            [str(python), "-s", "-m", "harness", "worker"], cwd=str(root),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-            text=True)
-        out, _ = proc.communicate("".join(p + "\n" for p in paths),
-                                  timeout=WAIT_S)
-    return proc.returncode, out
-
-
 @pytest.mark.parametrize("framework", sorted(EXPECTED))
 def test_the_framework_reports_what_it_freed_between_cells(
         root, make_cell, tmp_path, framework):
     cells = [make_cell(framework=framework, network=network, batch_size=1,
                        global_batch_size=1, iterations=2, warmup=1)
              for network in ("fcn5", "lstm32")]
-    paths = [spec(tmp_path, name, cell) for name, cell in zip("ab", cells)]
-    status, out = run_worker(root, framework, paths, tmp_path / "log")
-    log = (tmp_path / "log").read_text()[-3000:]
-    assert status == 0, log
-    assert out.count("cell-done") == 2, out + log
-    results = [json.loads((tmp_path / n).read_text())
-               for n in ("a.json", "b.json")]
-    for result in results:
-        assert store.validation_errors(result) == [], log
-        assert result["status"] == "ok", result["error"]
+    results = two_cells_in_one_worker(root, framework, tmp_path, cells,
+                                      wait_s=WAIT_S)
     held = results[1]["isolation"]["memory_held"]
     report = held["framework"]
     assert held["note"] is None, held["note"]

@@ -5,17 +5,15 @@ import ctypes
 import io
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import processes
 from workercells import (  # noqa: F401 (autouse fixtures)
-    commands, restore_thread_variables, write_spec)
+    ProtocolLines, commands, restore_thread_variables, write_spec)
 from harness import frameworks, gpu, worker
 from harness.errors import Terminated
 from harness.frameworks import backends
@@ -205,9 +203,11 @@ def test_gpu_memory_of_a_process_nvml_cannot_see_is_null(monkeypatch):
 
 # The real command, with native PyTorch.
 
-class Worker(object):
+class Worker(ProtocolLines):
     """`python -m harness worker` in the PyTorch venv; its protocol lines
     read with a bound on the wait."""
+
+    wait_s = WAIT_S
 
     def __init__(self, root, log):
         python = str(root / ".venvs" / "pytorch-cpu" / "bin" / "python")
@@ -217,27 +217,14 @@ class Worker(object):
         self.proc = processes.start(
             [python, "-s", "-m", "harness", "worker"], cwd=str(root),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
-        self.pending = b""
 
     def send(self, path):
         self.proc.stdin.write((path + "\n").encode())
         self.proc.stdin.flush()
 
-    def next_event(self):
-        deadline = time.monotonic() + WAIT_S
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            assert left > 0, "no event from the worker"
-            if select.select([fd], [], [], left)[0]:
-                chunk = os.read(fd, 4096)
-                assert chunk, "the worker ended ({}): {}".format(
-                    self.proc.wait(WAIT_S), open(
-                    self.log.name).read()[-2000:])
-                self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        word, fields = line.decode().split(" ", 1)
-        return word, json.loads(fields)
+    def ended(self):
+        return "the worker ended ({}): {}".format(
+            self.proc.wait(WAIT_S), open(self.log.name).read()[-2000:])
 
     def wait_for(self, word):
         event = self.next_event()

@@ -6,12 +6,9 @@ the worker in a real process with the GPU stand-in (tests/clockcells.py),
 SIGTERM and SIGKILL, and the host's restore (dlrepro/run/gpu_restore.py)."""
 import io
 import json
-import os
-import select
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -217,9 +214,11 @@ def test_no_permission_is_tried_once_and_said_in_every_cell(
 WAIT_S = 300
 
 
-class GpuWorker(object):
+class GpuWorker(workercells.ProtocolLines):
     """The worker with the GPU stand-in and the fake NVML (its state in a
     file), fed spec paths; its protocol lines read with a bound."""
+
+    wait_s = WAIT_S
 
     def __init__(self, folder, devices):
         env, self.fake = fake_nvml.child_env(folder, devices,
@@ -234,7 +233,6 @@ class GpuWorker(object):
             [torch_python(), "-c", standins.DRIVER, "worker"], cwd=str(ROOT),
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.log)
-        self.pending = b""
 
     def run(self, name, cell):
         """Feed the cell `name` and wait for its cell-start."""
@@ -246,19 +244,8 @@ class GpuWorker(object):
         self.proc.stdin.flush()
         assert self.next_event()[0] == "cell-start"
 
-    def next_event(self):
-        deadline = time.monotonic() + WAIT_S
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            assert left > 0, "no event from the worker"
-            if select.select([fd], [], [], left)[0]:
-                chunk = os.read(fd, 4096)
-                assert chunk, "the worker ended: " + self.log_text()
-                self.pending += chunk
-        line, self.pending = self.pending.split(b"\n", 1)
-        word, fields = line.decode().split(" ", 1)
-        return word, json.loads(fields)
+    def ended(self):
+        return "the worker ended: " + self.log_text()
 
     def log_text(self):
         return (self.folder / "worker.log").read_text()[-3000:]

@@ -3,8 +3,15 @@ name into the module: pytest then applies the autouse ones there), and
 the spec files and standard input a worker reads."""
 import io
 import json
+import os
+import select
+import subprocess
+import time
 
+import processes
 import pytest
+
+from dlrepro.run import store
 
 
 @pytest.fixture(autouse=True)
@@ -28,3 +35,61 @@ def write_spec(folder, name, cell, **more):
 def commands(paths):
     """A worker's standard input naming these spec files."""
     return io.StringIO("".join(p + "\n" for p in paths))
+
+
+class ProtocolLines(object):
+    """The `event {json}` lines a worker process (self.proc) writes on its
+    standard output, each waited for at most wait_s seconds; a subclass
+    says in ended() what went wrong when the worker ends instead."""
+
+    wait_s = 300
+    pending = b""   # read beyond the last line returned
+
+    def next_event(self):
+        deadline = time.monotonic() + self.wait_s
+        fd = self.proc.stdout.fileno()
+        pending = self.pending
+        while b"\n" not in pending:
+            left = deadline - time.monotonic()
+            assert left > 0, "no event from the worker"
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 4096)
+                assert chunk, self.ended()
+                pending += chunk
+        line, self.pending = pending.split(b"\n", 1)
+        word, fields = line.decode().split(" ", 1)
+        return word, json.loads(fields)
+
+
+def venv_python(root, framework):
+    """The Python of the framework's native CPU venv; the test skips where
+    that venv is not made."""
+    python = root / ".venvs" / "{}-cpu".format(framework) / "bin" / "python"
+    if not python.exists():
+        pytest.skip("no .venvs/{}-cpu".format(framework))
+    return str(python)
+
+
+def two_cells_in_one_worker(root, framework, folder, cells, *flags,
+                            wait_s=600):
+    """Cells a and b run by one `python -m harness worker` (`flags`: its
+    options, --fork) in the framework's venv, its standard error in
+    folder/log: both results, each schema-valid and ok."""
+    paths = [write_spec(folder, name, cell)
+             for name, cell in zip("ab", cells)]
+    with open(str(folder / "log"), "w") as err:
+        proc = processes.start(
+            [venv_python(root, framework), "-s", "-m", "harness", "worker",
+             *flags], cwd=str(root), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=err, text=True)
+        out, _ = proc.communicate("".join(p + "\n" for p in paths),
+                                  timeout=wait_s)
+    log = (folder / "log").read_text()[-3000:]
+    assert proc.returncode == 0, log
+    assert out.count("cell-done") == 2, out + log
+    results = [json.loads((folder / n).read_text())
+               for n in ("a.json", "b.json")]
+    for result in results:
+        assert store.validation_errors(result) == [], log
+        assert result["status"] == "ok", result["error"]
+    return results

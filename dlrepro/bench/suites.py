@@ -32,7 +32,7 @@ from harness import clocks, networks, spec
 from harness.errors import HarnessError
 
 from dlrepro import ROOT
-from dlrepro.errors import UserError
+from dlrepro.errors import UserError, read_text
 
 SUITES_DIR = ROOT / "benchmarks" / "suites"
 
@@ -72,9 +72,7 @@ def load(name_or_path):
     """Parse and validate a suite; returns a dict with resolved groups."""
     path = find(name_or_path)
     try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read suite {path}: {exc.strerror}")
+        data = tomllib.loads(read_text(path, f"suite {path}"))
     except UnicodeDecodeError:
         raise UserError(f"suite {path} is not UTF-8 text")
     except tomllib.TOMLDecodeError as exc:

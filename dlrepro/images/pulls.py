@@ -59,6 +59,14 @@ def entry_for(framework, profile, matrix, *, client=None, base_image=None,
     return found[0]
 
 
+def _refuse_unless_locked(entry, labels, image_id=None, where=None):
+    """UserError when an image already here (its labels and id) is not the
+    one the lock file's entry records: a pull never overwrites it."""
+    why = registry.refusal(entry, labels, image_id, where=where)
+    if why:
+        raise UserError(why)
+
+
 def _split(ref):
     repository, _, version = ref.rpartition(":")
     return repository, version
@@ -72,10 +80,8 @@ def docker_pull(client, entry, log=print):
     import docker
     present = images.local_image(client, entry["tag"])
     if present is not None:
-        why = registry.refusal(entry, present.labels, present.id,
-                               where=f"the local image {entry['tag']}")
-        if why:
-            raise UserError(why)
+        _refuse_unless_locked(entry, present.labels, present.id,
+                              where=f"the local image {entry['tag']}")
         return entry["tag"]
     reference = entry["reference"]
     log(f"pull: {reference}")
@@ -113,11 +119,9 @@ def podman_pull(store, entry, log=print):
     from dlrepro.images import podman as podman_images
     present = store.inspect(entry["tag"])
     if present is not None:
-        why = registry.refusal(entry, present.get("Labels"),
-                               podman_images.Image(present).id,
-                               where=f"the local image {entry['tag']}")
-        if why:
-            raise UserError(why)
+        _refuse_unless_locked(entry, present.get("Labels"),
+                              podman_images.Image(present).id,
+                              where=f"the local image {entry['tag']}")
         return entry["tag"]
     reference = entry["reference"]
     log(f"podman: pulling {reference}")
@@ -174,10 +178,8 @@ def charliecloud_pull(entry, folder=None, log=print):
     from harness.resultfile import write_atomic
     record = ch_images.converted(entry["tag"], folder)
     if record is not None and record.get("reference") == entry["reference"]:
-        why = registry.refusal(entry, record.get("labels"),
-                               where="the converted image")
-        if why:
-            raise UserError(why)
+        _refuse_unless_locked(entry, record.get("labels"),
+                              where="the converted image")
         return record
     env = ch_env()
     argv = ["ch-image", "pull", entry["reference"], entry["tag"]]

@@ -24,7 +24,7 @@ from harness.nvml import Nvml
 
 from dlrepro.run import store
 from dlrepro.run.paths import CLOCK_STATE_GLOB
-from dlrepro.errors import UserError
+from dlrepro.errors import UserError, read_text
 
 STATE_GLOB = CLOCK_STATE_GLOB
 
@@ -33,9 +33,7 @@ def load_state(path):
     """A state file as a dict; UserError when it is not one."""
     path = Path(path)
     try:
-        state = json.loads(path.read_text())
-    except OSError as exc:
-        raise UserError(f"cannot read {path}: {exc.strerror or exc}")
+        state = json.loads(read_text(path))
     except ValueError as exc:
         raise UserError(f"{path} is not valid JSON: {exc}")
     if not isinstance(state, dict) or \

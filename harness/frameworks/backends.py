@@ -102,6 +102,22 @@ def memory_report(released, held, note):
     return {"released": list(released), "held": held, "note": note}
 
 
+def nothing_released(owner):
+    """What release_memory returns for a framework with no call that frees
+    or counts memory: nothing freed, and why; `owner`: what holds the
+    memory until its last reference goes."""
+    return memory_report([], None, (
+        "{} go with its last reference (the worker then collects Python's "
+        "garbage); the process's RSS is what it holds".format(owner)))
+
+
+def attention_of(network, attention):
+    """What a result records of `network`'s attention: `attention`, how
+    the backend computes it, for a transformer, else None."""
+    return attention if nets.Transformer in nets.layer_kinds(network) \
+        else None
+
+
 def subsample_padding(size, stride):
     """Zeros appended so that `size` divides by `stride` (a subsample done
     as a reshape to (size // stride, stride) that keeps index 0)."""
@@ -191,6 +207,19 @@ def check_cpu_fp16(framework, flags=None):
             "fp16 on this CPU: it has no float16 arithmetic ({}), so {} "
             "would emulate it (oneDNN refuses fp16 LSTMs); bf16 is the CPU's "
             "reduced precision".format(" or ".join(FP16_CPU_FLAGS), framework))
+
+
+def check_precision_off_gpu(precision, device, framework, cpu_tf32):
+    """Unsupported for what a CPU does not compute as asked: tf32, a
+    tensor-core format (`cpu_tf32` says what the framework does on the CPU
+    instead), and fp16 without float16 arithmetic (check_cpu_fp16)."""
+    if device == "gpu":
+        return
+    if precision == "tf32":
+        raise Unsupported("tf32 is a tensor-core format of NVIDIA GPUs "
+                          "(Ampere and newer); " + cpu_tf32)
+    if precision == "fp16":
+        check_cpu_fp16(framework)
 
 
 class Session(object):

@@ -48,7 +48,7 @@ import re
 
 from ... import cudalibs
 from .. import backends
-from ...errors import HarnessError, Unsupported, device_out_of_memory
+from ...errors import HarnessError, device_out_of_memory
 from . import transformer
 # The translation and the training step live beside this module (one
 # concern each); their public names are the backend's.
@@ -212,12 +212,9 @@ def _has_tf32():
 def _set_math(precision, device):
     """Set jax_default_matmul_precision for `precision` (before anything is
     traced); Unsupported for what this device lacks."""
-    if precision == "tf32" and device != "gpu":
-        raise Unsupported("tf32 is a tensor-core format of NVIDIA GPUs "
-                          "(Ampere and newer); on the CPU XLA computes FP32 "
-                          "whatever the matmul precision says")
-    if precision == "fp16" and device != "gpu":
-        backends.check_cpu_fp16("JAX")
+    backends.check_precision_off_gpu(
+        precision, device, "JAX",
+        "on the CPU XLA computes FP32 whatever the matmul precision says")
     value = MATMUL_PRECISION.get(precision)
     if value is None:
         return
@@ -316,7 +313,8 @@ class Session(backends.Session):
         self.device = device
         self.precision = precision
         self.parameters = count_parameters(model)
-        self.attention = transformer.attention(network)
+        self.attention = backends.attention_of(network,
+                                                transformer.ATTENTION)
         self.params, self.state = model.params, model.state
         optimizer = make_optimizer(network)
         self.opt_state = optimizer.init(self.params)

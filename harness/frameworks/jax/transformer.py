@@ -1,19 +1,12 @@
 """JAX's translation of harness.networks' Transformer, in plain jax.numpy
 with attention by jax.nn.dot_product_attention, JAX's fused path (cuDNN's
 flash attention on the GPU where XLA can use it, XLA's own otherwise)."""
-from ... import networks as nets
 from ...errors import Unsupported
 from .load import _jax
 
 ATTENTION = ("jax.nn.dot_product_attention (is_causal=True, "
              "implementation=None: cuDNN's fused kernel where it applies, "
              "else XLA's)")
-
-
-def attention(network):
-    """What the result records for `network`: ATTENTION for a transformer,
-    else None."""
-    return ATTENTION if nets.Transformer in nets.layer_kinds(network) else None
 
 
 def _layer_norm(jnp, p, x, eps):

@@ -212,7 +212,8 @@ class Session(backends.Session):
         super(Session, self).__init__(network, model, inputs, labels)
         self.batch_size = batch_size
         self.parameters = count_parameters(model)
-        self.attention = transformer.attention(network)
+        self.attention = backends.attention_of(network,
+                                                transformer.ATTENTION)
         self.loss = mx.gluon.loss.SoftmaxCrossEntropyLoss(axis=-1)
         if compile_mode == "hybridize":
             self.loss = hybridize(self.loss)

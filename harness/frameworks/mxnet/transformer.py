@@ -5,19 +5,12 @@ interleaved_matmul_selfatt_* ops take no causal mask and need a layout
 of their own for q, k and v)."""
 import math
 
-from ... import networks as nets
 from .load import _mx
 
 ATTENTION = ("batch_dot, causal mask, softmax, batch_dot in the hybridized "
              "Gluon graph")
 
 _BLOCKS = {}
-
-
-def attention(network):
-    """What the result records for `network`: ATTENTION for a transformer,
-    else None."""
-    return ATTENTION if nets.Transformer in nets.layer_kinds(network) else None
 
 
 def _glorot():

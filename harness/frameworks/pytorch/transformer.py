@@ -6,16 +6,12 @@ import math
 
 from ... import networks as nets
 from ...errors import Unsupported
+from .load import _torch
 
 # What the result records as the attention's implementation.
 ATTENTION = ("torch.nn.functional.scaled_dot_product_attention "
              "(is_causal=True; PyTorch picks flash, memory-efficient or math "
              "per call)")
-
-
-def _torch():
-    import torch
-    return torch
 
 
 def _glorot(weight, fan_in, fan_out):
@@ -103,9 +99,3 @@ def build(r):
         raise Unsupported("PyTorch {} predates scaled_dot_product_attention "
                           "(2.0 and newer)".format(_torch().__version__))
     return _classes()[0](r.layer)
-
-
-def attention(network):
-    """What the result records for `network`: ATTENTION for a
-    transformer, else None."""
-    return ATTENTION if nets.Transformer in nets.layer_kinds(network) else None

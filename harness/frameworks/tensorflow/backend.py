@@ -245,7 +245,8 @@ class Session(backends.Session):
         super(Session, self).__init__(network, model, inputs, labels)
         self.device = device
         self.parameters = count_parameters(model)
-        self.attention = transformer.attention(network)
+        self.attention = backends.attention_of(network,
+                                                transformer.ATTENTION)
         self.optimizer = make_optimizer(network)
         self.loss_scaling = None
         if precision == "fp16":

@@ -4,19 +4,12 @@ attention is its matrix products, a causal mask and a softmax, fused by
 Grappler (or XLA with `compile xla`) inside the step's tf.function."""
 import math
 
-from ... import networks as nets
 from .load import _tf
 
 ATTENTION = ("tf.matmul, causal mask, tf.nn.softmax, tf.matmul (no fused "
              "attention op in TensorFlow) inside the step's tf.function")
 
 _CLASSES = {}
-
-
-def attention(network):
-    """What the result records for `network`: ATTENTION for a transformer,
-    else None."""
-    return ATTENTION if nets.Transformer in nets.layer_kinds(network) else None
 
 
 def _layer_norm(tf, x, gamma, beta, eps):
