@@ -54,6 +54,48 @@ def docker_image():
                          name_prefix=PREFIX, log=lambda _m: None)
 
 
+# Three of the smoke suite's cheapest cells in MXNet (model build and
+# iterations), swept through a runtime by the group and fork tests.
+THREE_CELLS = {"lstm32": 8, "fcn-r": 16, "lstm64": 8}
+# fcn-r, endless, never finishes its iterations: it ends by a kill, its
+# timeout or a Ctrl-C.
+ENDLESS = "iterations = 10000000\nwarmup = 0\n"
+
+
+def three_cells_argv(runtime, suite, out, isolation, timeout_s, endless):
+    """`invoke bench` of THREE_CELLS through `runtime`, in `isolation`,
+    into `out`; their suite written to the file `suite`."""
+    text = ('name = "three-cells"\ndescription = "three tiny cells"\n'
+            '[defaults]\ndevice = "cpu"\niterations = 2\nwarmup = 1\n')
+    for network, batch in THREE_CELLS.items():
+        text += (f'[[group]]\nnetworks = ["{network}"]\n'
+                 f'batch_sizes = [{batch}]\n')
+        if network == "fcn-r":
+            text += f"timeout_s = {timeout_s}\n" + (ENDLESS if endless
+                                                    else "")
+    Path(suite).write_text(text)
+    return INVOKE + ["bench", "--suite", str(suite), "--framework", FRAMEWORK,
+                     "--runtime", runtime, "--threads", "1", "--isolation",
+                     isolation, "--out", str(out)]
+
+
+def three_cells_job_id(network):
+    return f"{FRAMEWORK}-cpu-{network}-cpu-b{THREE_CELLS[network]}-t1"
+
+
+def ready(request):
+    """The runtime `request.param` names, its image ready, or a skip."""
+    name = request.param
+    if name == "podman":
+        binary_or_skip("podman")
+    if name == "charliecloud":
+        # converted: shared with the Charliecloud tests, one conversion
+        request.getfixturevalue("converted")
+    else:
+        docker_image()
+    return name
+
+
 def cli_env(**overrides):
     """The environment of an `invoke` command line that uses the test
     images (Docker's, Podman's copy, Charliecloud's conversion)."""

@@ -20,33 +20,11 @@ from dlrepro.run import store
 from dlrepro.run.runtimes import docker as docker_runtime
 from dockerenv import PREFIX
 from harness.timing import FIRST_TIMED
-from paths import INVOKE, ROOT
-from runtimeenv import binary_or_skip, cli_env, docker_image
+from paths import ROOT
+from runtimeenv import (FRAMEWORK, THREE_CELLS, cli_env, docker_image, ready,
+                        three_cells_argv, three_cells_job_id)
 
-FRAMEWORK = "mxnet"
-BATCH = {"lstm32": 8, "fcn-r": 16, "lstm64": 8}
-NETWORKS = ("lstm32", "fcn-r", "lstm64")
-SUITE = """name = "fork-containers"
-description = "three tiny cells{endless}"
-[defaults]
-device = "cpu"
-iterations = 2
-warmup = 1
-[[group]]
-networks = ["lstm32"]
-batch_sizes = [8]
-[[group]]
-networks = ["fcn-r"]
-batch_sizes = [16]
-timeout_s = {timeout_s}
-{fcn_r}
-[[group]]
-networks = ["lstm64"]
-batch_sizes = [8]
-"""
-# fcn-r then never finishes its iterations: it ends by a kill, its
-# timeout or a Ctrl-C.
-ENDLESS = "iterations = 10000000\nwarmup = 0"
+NETWORKS = tuple(THREE_CELLS)
 # What differs between two runs of a cell whatever the mode: times, the
 # process and the host (a container's name), the run; the rest (the cell,
 # its model, its losses, the environment) must be equal.
@@ -56,30 +34,17 @@ TIMED = ("timing", "phases", "compilation", "started_at", "finished_at",
 
 @pytest.fixture(params=["docker", "podman", "charliecloud"])
 def runtime(request):
-    """A runtime that can run here, its image ready."""
-    name = request.param
-    if name == "podman":
-        binary_or_skip("podman")
-    if name == "charliecloud":
-        request.getfixturevalue("converted")  # runtimeenv's, shared
-    else:
-        docker_image()
-    return name
+    return ready(request)
 
 
 def bench_argv(runtime, out, isolation="fork", timeout_s=600,
                endless=False):
     suite = Path(out).parent / f"{Path(out).name}.toml"
-    suite.write_text(SUITE.format(
-        timeout_s=timeout_s, fcn_r=ENDLESS if endless else "",
-        endless="; fcn-r runs until it is stopped" if endless else ""))
-    return [INVOKE, "bench", "--suite", str(suite), "--framework", FRAMEWORK,
-            "--runtime", runtime, "--threads", "1", "--isolation", isolation,
-            "--out", str(out)]
+    return three_cells_argv(runtime, suite, out, isolation, timeout_s,
+                            endless)
 
 
-def job_id(network):
-    return f"{FRAMEWORK}-cpu-{network}-cpu-b{BATCH[network]}-t1"
+job_id = three_cells_job_id
 
 
 def result(run_dir, network):

@@ -15,53 +15,19 @@ import processes
 import waits
 from dlrepro.run import store
 from harness.timing import FIRST_TIMED
-from paths import INVOKE, ROOT
-from runtimeenv import binary_or_skip, cli_env, docker_image
-
-FRAMEWORK = "mxnet"
-# The smoke suite's cheapest cells in MXNet (model build and iterations).
-BATCH = {"lstm32": 8, "fcn-r": 16, "lstm64": 8}
-# fcn-r never finishes its iterations: it ends by its timeout or a Ctrl-C.
-SUITE = """name = "group-containers"
-description = "three tiny cells; the middle one runs until it is stopped"
-[defaults]
-device = "cpu"
-iterations = 2
-warmup = 1
-[[group]]
-networks = ["lstm32"]
-batch_sizes = [8]
-[[group]]
-networks = ["fcn-r"]
-batch_sizes = [16]
-iterations = 10000000
-warmup = 0
-timeout_s = {timeout_s}
-[[group]]
-networks = ["lstm64"]
-batch_sizes = [8]
-"""
+from paths import ROOT
+from runtimeenv import (FRAMEWORK, binary_or_skip, cli_env, docker_image,
+                        ready, three_cells_argv, three_cells_job_id)
 
 @pytest.fixture(params=["docker", "podman", "charliecloud"])
 def runtime(request):
-    """A runtime that can run here, its image ready."""
-    name = request.param
-    if name == "podman":
-        binary_or_skip("podman")
-    if name == "charliecloud":
-        # runtimeenv's, shared with the Charliecloud tests: one conversion
-        request.getfixturevalue("converted")
-    else:
-        docker_image()
-    return name
+    return ready(request)
 
 
 def bench_argv(runtime, tmp_path, timeout_s):
-    suite = tmp_path / "suite.toml"
-    suite.write_text(SUITE.format(timeout_s=timeout_s))
-    return [INVOKE, "bench", "--suite", str(suite), "--framework", FRAMEWORK,
-            "--runtime", runtime, "--threads", "1", "--isolation", "group",
-            "--out", str(tmp_path / "runs")]
+    return three_cells_argv(runtime, tmp_path / "suite.toml",
+                            tmp_path / "runs", "group", timeout_s,
+                            endless=True)
 
 
 def run_folder_of(proc, tmp_path):
@@ -74,8 +40,7 @@ def run_folder_of(proc, tmp_path):
     return latest.resolve()
 
 
-def job_id(network):
-    return f"{FRAMEWORK}-cpu-{network}-cpu-b{BATCH[network]}-t1"
+job_id = three_cells_job_id
 
 
 def placed(run_dir, network):
