@@ -27,6 +27,7 @@ from dlrepro.images import build as images, charliecloud as ch_images
 
 from dockerenv import BASE_OVERRIDES, PREFIX, engine_or_skip, base_or_skip
 from harness import resultfile
+from harness.timing import FIRST_TIMED
 from harness.provenance import harness_digest
 
 FRAMEWORK = "mxnet"
@@ -81,6 +82,37 @@ def three_cells_argv(runtime, suite, out, isolation, timeout_s, endless):
 
 def three_cells_job_id(network):
     return f"{FRAMEWORK}-cpu-{network}-cpu-b{THREE_CELLS[network]}-t1"
+
+
+def three_cells_at_fcn_r(argv, out):
+    """(the sweep `argv` started, its run folder) once fcn-r, its key's
+    second cell, is timing in the worker or server that ran lstm32."""
+    proc = processes.start(argv, cwd=ROOT, env=cli_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)
+    latest = Path(out) / "latest"
+    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
+                   seconds=300, what="the run folder")
+    assert latest.exists(), proc.communicate()
+    run_dir = latest.resolve()
+    log = run_dir / f"{three_cells_job_id('lstm32')}.worker.log"
+    waits.wait_for(lambda: proc.poll() is not None or
+                   waits.text_of(log).count(FIRST_TIMED) >= 2,
+                   seconds=600, what="fcn-r's first timed iteration")
+    assert proc.poll() is None, proc.communicate()
+    return proc, run_dir
+
+
+def three_cells_fcn_r_timed_out(argv, out):
+    """The run folder of the sweep `argv`, run to its end: lstm32 and
+    lstm64 ok, fcn-r ended by its timeout."""
+    done = subprocess.run(argv, cwd=ROOT, env=cli_env(), capture_output=True,
+                          text=True, timeout=900)
+    run_dir = (Path(out) / "latest").resolve()
+    found = {e["id"]: e["status"] for e in store.read_run(run_dir)["jobs"]}
+    assert found == {three_cells_job_id(n): "timeout" if n == "fcn-r"
+                     else "ok" for n in THREE_CELLS}, done.stderr
+    return run_dir
 
 
 def ready(request):

@@ -14,15 +14,13 @@ from pathlib import Path
 import pytest
 
 import dockercells
-import processes
-import waits
 from dlrepro.run import store
 from dlrepro.run.runtimes import docker as docker_runtime
 from dockerenv import PREFIX
-from harness.timing import FIRST_TIMED
 from paths import ROOT
 from runtimeenv import (FRAMEWORK, THREE_CELLS, cli_env, docker_image, ready,
-                        three_cells_argv, three_cells_job_id)
+                        three_cells_argv, three_cells_at_fcn_r,
+                        three_cells_fcn_r_timed_out, three_cells_job_id)
 
 NETWORKS = tuple(THREE_CELLS)
 # What differs between two runs of a cell whatever the mode: times, the
@@ -145,22 +143,8 @@ def test_a_fork_sweep_runs_in_one_container_as_cell_mode_does(runtime,
 def sweep_at_fcn_r(runtime, out, timeout_s):
     """(the sweep, its run folder) once fcn-r, the key's second cell, is
     timing in a child of the server that forked lstm32's."""
-    proc = processes.start(bench_argv(runtime, out, timeout_s=timeout_s,
-                                      endless=True),
-                           cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    latest = out / "latest"
-    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
-                   seconds=300, what="the run folder")
-    assert latest.exists(), proc.communicate()
-    run_dir = latest.resolve()
-    server_log = run_dir / f"{job_id('lstm32')}.worker.log"
-    waits.wait_for(lambda: proc.poll() is not None or
-                   waits.text_of(server_log).count(FIRST_TIMED) >= 2,
-                   seconds=600, what="fcn-r's first timed iteration")
-    assert proc.poll() is None, proc.communicate()
-    return proc, run_dir
+    return three_cells_at_fcn_r(
+        bench_argv(runtime, out, timeout_s=timeout_s, endless=True), out)
 
 
 # Charliecloud makes no PID namespace: its child is signalled and its end
@@ -216,14 +200,9 @@ def test_a_child_killed_mid_cell_is_that_cell_alone_and_resume_measures_it(
 def test_a_timeout_stops_the_child_alone_and_the_server_goes_on(
         runtime, tmp_path):
     # 15 s: fcn-r times before it (a forked child starts in a second)
-    done = subprocess.run(bench_argv(runtime, tmp_path / "runs",
-                                     timeout_s=15, endless=True),
-                          cwd=ROOT, env=cli_env(), capture_output=True,
-                          text=True, timeout=900)
-    run_dir = (tmp_path / "runs" / "latest").resolve()
-    assert statuses(run_dir) == {job_id("lstm32"): "ok",
-                                 job_id("fcn-r"): "timeout",
-                                 job_id("lstm64"): "ok"}, done.stderr
+    run_dir = three_cells_fcn_r_timed_out(
+        bench_argv(runtime, tmp_path / "runs", timeout_s=15, endless=True),
+        tmp_path / "runs")
     # SIGTERM reached the child, which kept what it timed ...
     assert result(run_dir, "fcn-r")["timing"]["per_iteration_s"]
     # ... and the server forked lstm64 next: it was not stopped

@@ -11,13 +11,11 @@ import subprocess
 
 import pytest
 
-import processes
-import waits
 from dlrepro.run import store
-from harness.timing import FIRST_TIMED
 from paths import ROOT
 from runtimeenv import (FRAMEWORK, binary_or_skip, cli_env, docker_image,
-                        ready, three_cells_argv, three_cells_job_id)
+                        ready, three_cells_argv, three_cells_at_fcn_r,
+                        three_cells_fcn_r_timed_out, three_cells_job_id)
 
 @pytest.fixture(params=["docker", "podman", "charliecloud"])
 def runtime(request):
@@ -28,16 +26,6 @@ def bench_argv(runtime, tmp_path, timeout_s):
     return three_cells_argv(runtime, tmp_path / "suite.toml",
                             tmp_path / "runs", "group", timeout_s,
                             endless=True)
-
-
-def run_folder_of(proc, tmp_path):
-    """The run folder of the sweep `proc` once it exists; fails at once,
-    with what it said, should the sweep end first."""
-    latest = tmp_path / "runs" / "latest"
-    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
-                   seconds=300, what="the run folder")
-    assert latest.exists(), proc.communicate()
-    return latest.resolve()
 
 
 job_id = three_cells_job_id
@@ -74,13 +62,8 @@ def left_behind(runtime, run_dir):
 
 def test_a_group_shares_one_container_and_a_timeout_goes_on_in_a_fresh_one(
         runtime, tmp_path):
-    done = subprocess.run(bench_argv(runtime, tmp_path, timeout_s=10),
-                          cwd=ROOT, env=cli_env(), capture_output=True,
-                          text=True, timeout=900)
-    run_dir = (tmp_path / "runs" / "latest").resolve()
-    assert statuses(run_dir) == {job_id("lstm32"): "ok",
-                                 job_id("fcn-r"): "timeout",
-                                 job_id("lstm64"): "ok"}, done.stderr
+    run_dir = three_cells_fcn_r_timed_out(
+        bench_argv(runtime, tmp_path, timeout_s=10), tmp_path / "runs")
     # lstm32 and fcn-r in one worker (so one container), each its own result
     assert placed(run_dir, "lstm32") == ("ok", 1, [])
     assert placed(run_dir, "fcn-r")[1:] == (2, [job_id("lstm32")])
@@ -93,17 +76,8 @@ def test_a_group_shares_one_container_and_a_timeout_goes_on_in_a_fresh_one(
 def sweep_at_fcn_r(runtime, tmp_path, timeout_s):
     """(the sweep, its run folder) once fcn-r, the group's second cell, is
     timing in the worker that timed lstm32."""
-    proc = processes.start(bench_argv(runtime, tmp_path, timeout_s=timeout_s),
-                           cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    run_dir = run_folder_of(proc, tmp_path)
-    worker_log = run_dir / f"{job_id('lstm32')}.worker.log"
-    waits.wait_for(lambda: proc.poll() is not None or
-                   waits.text_of(worker_log).count(FIRST_TIMED) >= 2,
-                   seconds=600, what="fcn-r's first timed iteration")
-    assert proc.poll() is None, proc.communicate()
-    return proc, run_dir
+    return three_cells_at_fcn_r(
+        bench_argv(runtime, tmp_path, timeout_s=timeout_s), tmp_path / "runs")
 
 
 def test_ctrl_c_stops_the_groups_container_and_leaves_none(runtime,
