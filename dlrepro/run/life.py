@@ -19,6 +19,7 @@ from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import collect, gpu_restore, store, writer
 from dlrepro.run.paths import JobPaths
+from dlrepro.run.process import interrupts_held
 
 STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
               "ptx", "min_driver")
@@ -120,7 +121,9 @@ class JobLife:
                                       job.timeout_s)
             return self.finish(job, exit, launch, container, spec)
         finally:
-            self.runtime.cleanup(job, self.run_dir)
+            # A container's removal is not cut short by a Ctrl-C.
+            with interrupts_held():
+                self.runtime.cleanup(job, self.run_dir)
 
     def finish(self, job, exit, launch, container, spec):
         """A job's final result once its process ended (`exit`, an Exit),

@@ -20,6 +20,7 @@ from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
 from dlrepro.run.life import JobLife
+from dlrepro.run.process import interrupts_held
 
 
 class Run(NamedTuple):
@@ -187,8 +188,12 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
             jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
             life=life, events=events, isolation=record["isolation"]))
     except KeyboardInterrupt:
-        _close(run_dir, record, "interrupted")
-        raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
+        # A further Ctrl-C must not cut short the run's last word, nor
+        # turn it into "nothing to keep".
+        with interrupts_held(then_raise=False):
+            _close(run_dir, record, "interrupted")
+            kept = _kept(run_dir, record)
+        raise Interrupted(run_dir, kept, engine.stopped())
     if status == "submitted":
         record["status"] = status
         runfolder.write_run(run_dir, record)

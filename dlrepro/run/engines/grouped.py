@@ -37,7 +37,7 @@ from harness import clocks
 from dlrepro.run import gpu_restore, groups, writer
 from dlrepro.run.events import Events
 from dlrepro.run.paths import JobPaths
-from dlrepro.run.process import Exit
+from dlrepro.run.process import Exit, interrupts_held
 
 OOM = "oom"
 
@@ -110,18 +110,17 @@ class Process:
         except OSError:
             return 0
 
-    def end(self, grace_s):
-        """End of input: the worker exits after its cell; killed if it has
-        not after `grace_s`."""
+    def end(self, processes):
+        """End of input: the worker exits after its cell; killed (its
+        container too) if it has not after the grace, or at a Ctrl-C
+        meanwhile (run.process.Processes.stop)."""
+        processes.stop(self.proc, self.launch, ask=self._close_input)
+
+    def _close_input(self):
         try:
             self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 class Grouped:
@@ -176,7 +175,8 @@ class Grouped:
             return self.life.finish(job, exit, self._told_by(launch),
                                     container, spec), exit
         finally:
-            self.life.runtime.cleanup(job, run_dir)
+            with interrupts_held():
+                self.life.runtime.cleanup(job, run_dir)
 
     def _alone_after(self, job, attempt):
         """`job` measured again in a process of its own, as --isolation
@@ -202,7 +202,7 @@ class Grouped:
         ended."""
         worker, self.worker = self.worker, None
         if worker is not None:
-            worker.end(self.processes.grace_s)
+            worker.end(self.processes)
             self._check_clocks(worker)
             self.ended.append(worker)
         self._clean_up_ended()
@@ -216,9 +216,11 @@ class Grouped:
 
     def _clean_up_ended(self):
         ended, self.ended = self.ended, []
-        for worker in ended:
-            self.life.runtime.worker_cleanup(worker.first,
-                                             self.life.run_dir)
+        # A container's removal is not cut short by a Ctrl-C.
+        with interrupts_held():
+            for worker in ended:
+                self.life.runtime.worker_cleanup(worker.first,
+                                                 self.life.run_dir)
 
     def _told_by(self, launch):
         """The launch whose post_mortem tells how `launch`'s cell died: its

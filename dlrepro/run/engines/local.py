@@ -53,3 +53,9 @@ class LocalEngine(Engine):
             if grouped:
                 grouped.close()
         return "complete"
+
+    def stopped(self):
+        if self.processes.killed_on_interrupt:
+            return ("the running job was killed at a second Ctrl-C, before "
+                    "it could write what it had measured")
+        return super().stopped()

@@ -182,6 +182,10 @@ class Runtime(docker.Runtime):
         self._podman("stop", "--time", str(docker.STOP_GRACE_S), name,
                      timeout=docker.STOP_GRACE_S + CLI_TIMEOUT_S)
 
+    def _kill(self, name):
+        # Not running any more is no failure: podman kill then says so.
+        self._podman("kill", name)
+
     def _inspect(self, name):
         return podman_images.inspected(self.podman_bin, "container", name,
                                        CLI_TIMEOUT_S)

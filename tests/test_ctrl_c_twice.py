@@ -1,0 +1,70 @@
+"""Ctrl-C twice while a cell's process does not end at SIGTERM (here it is
+stopped, SIGSTOP; on a GPU it may sit in a long kernel): the second Ctrl-C
+cuts the stop's grace short and kills it, so no process of the sweep
+outlives `invoke bench`, its last line says the job was killed, and no
+process of that session writes over the result of a later --resume
+(issue 42, item 1). Every isolation mode, natively with the scripted
+harness (tests/fake_harness.py); the docker runtime's in
+test_ctrl_c_twice_containers.py."""
+import os
+import signal
+
+import pytest
+
+from groupcells import BENCH, result
+from fake_harness import SLOW_STEP
+from processes import pending, signal_each, stop_each, wait_gone
+from scripted import invoke, start, sweep_pids
+from waits import text_of, wait_for
+
+KILLED = "the running job was killed at a second Ctrl-C"
+
+
+def measuring(proc, run_dir):
+    """Once the sweep's first cell is timing (its slow steps have begun):
+    every process of the sweep."""
+    wait_for(lambda: proc.poll() is not None or any(
+        SLOW_STEP in text_of(log) for log in run_dir.glob("*.log")),
+        what="the slow cell's first step")
+    assert proc.poll() is None, proc.communicate()
+    return sweep_pids(run_dir)
+
+
+def ctrl_c(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.parametrize("isolation", ["cell", "group", "fork"])
+def test_a_second_ctrl_c_kills_a_stopped_cell_and_nothing_outlives_it(
+        isolation, tmp_path):
+    argv = [*BENCH, "--isolation", isolation, "--out", str(tmp_path)]
+    proc = start(*argv, modes="fcn5=slow")
+    wait_for(lambda: (tmp_path / "latest").exists() or
+             proc.poll() is not None, what="the run folder")
+    run_dir = (tmp_path / "latest").resolve()
+    stopped = measuring(proc, run_dir)
+    stop_each(stopped)
+    ctrl_c(proc)
+    # the stop's SIGTERM, held by the stopped process: the sweep is in
+    # the stop's grace
+    wait_for(lambda: any(pending(pid, signal.SIGTERM) for pid in stopped),
+             what="the stop's SIGTERM")
+    ctrl_c(proc)
+    ctrl_c(proc)  # and a third, at once: it must not cut the kill short
+    _out, err = proc.communicate(timeout=120)
+    survivors = sweep_pids(run_dir)
+
+    again = invoke(*argv, "--resume")
+    assert again.returncode == 0, again.stdout + again.stderr
+    finished = result(run_dir, "fcn5")
+    # what an earlier session's process left running does when it goes on
+    signal_each(survivors, signal.SIGCONT)
+    wait_gone(survivors)
+    assert result(run_dir, "fcn5") == finished
+    assert finished["status"] == "ok"
+    assert not survivors, f"outlived the sweep: {survivors}"
+    assert proc.returncode == 130, err
+    assert KILLED in err and "Traceback" not in err, err
