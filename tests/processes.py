@@ -90,12 +90,17 @@ def _status(pid):
     return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
 
 
+def is_stopped(pid):
+    """Whether `pid` is stopped (SIGSTOP taken, not just sent), or gone."""
+    return _status(pid).get("State", "T").startswith(("T", "Z", "X"))
+
+
 def stop_each(pids):
     """SIGSTOP to each of `pids`, and wait until each is stopped (not just
     sent the signal: one sent SIGTERM meanwhile would still take it)."""
     signal_each(pids, signal.SIGSTOP)
-    waits.wait_for(lambda: all(_status(pid).get("State", "T").startswith(
-        ("T", "Z", "X")) for pid in pids), what=f"{pids} stopped")
+    waits.wait_for(lambda: all(is_stopped(pid) for pid in pids),
+                   what=f"{pids} stopped")
 
 
 def pending(pid, signum):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from harness import clocks
 
-from dlrepro.run import gpu_restore, groups, writer
+from dlrepro.run import collect, gpu_restore, groups, writer
 from dlrepro.run.events import Events
 from dlrepro.run.paths import JobPaths
 from dlrepro.run.process import Exit, interrupts_held
@@ -283,12 +283,21 @@ class Grouped:
         worker's own status once it has gone."""
         spec_path = self.life.paths(job).spec
         deadline = time.monotonic() + job.timeout_s
+        late = False
         if not worker.feed(spec_path):
             return self._gone(), False
         while True:
             try:
                 word, fields = worker.next_event(deadline)
             except queue.Empty:
+                if not late and collect.ended_on_disk(
+                        self.life.paths(job).result):
+                    # The deadline passed while this side could not read
+                    # (Ctrl-Z, SIGSTOP: paused), the worker meanwhile
+                    # ended the cell: its `cell-done` is on its way.
+                    late = True
+                    deadline = time.monotonic() + self.processes.grace_s
+                    continue
                 if self.child is not None:
                     return self._stop_child(worker, launch), True
                 return self._stop(launch), True
