@@ -14,7 +14,7 @@ import pytest
 from groupcells import BENCH, result
 from fake_harness import SLOW_STEP
 from processes import pending, signal_each, stop_each, wait_gone
-from scripted import invoke, start, sweep_pids
+from scripted import invoke, one_line_error, start, sweep_pids
 from waits import text_of, wait_for
 
 KILLED = "the running job was killed at a second Ctrl-C"
@@ -68,3 +68,31 @@ def test_a_second_ctrl_c_kills_a_stopped_cell_and_nothing_outlives_it(
     assert not survivors, f"outlived the sweep: {survivors}"
     assert proc.returncode == 130, err
     assert KILLED in err and "Traceback" not in err, err
+
+
+def test_a_stopped_cell_of_a_killed_sweep_keeps_its_folder_from_a_resume(
+        tmp_path):
+    """kill -9 of the sweep while its cell is stopped: the cell lives on
+    (told SIGTERM, which it takes when it goes on) and the run folder stays
+    locked until it has ended, so a --resume is refused (one line) instead
+    of having its result overwritten; once the cell has ended, the resume
+    runs it again."""
+    argv = [*BENCH, "--out", str(tmp_path)]
+    proc = start(*argv, modes="fcn5=slow")
+    wait_for(lambda: (tmp_path / "latest").exists() or
+             proc.poll() is not None, what="the run folder")
+    run_dir = (tmp_path / "latest").resolve()
+    stopped = measuring(proc, run_dir)
+    stop_each(stopped)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+
+    refused = invoke(*argv, "--resume")
+    signal_each(stopped, signal.SIGCONT)
+    wait_gone(stopped)
+    one_line_error(refused)
+    assert "is being run by" in refused.stderr
+    assert result(run_dir, "fcn5")["error"]["type"] == "Terminated"
+    again = invoke(*argv, "--resume")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert result(run_dir, "fcn5")["status"] == "ok"

@@ -90,9 +90,10 @@ class Processes:
     def grace_s(self):
         return GRACE_S  # read when asked: a test may shorten it
 
-    def run(self, launch, log_path, timeout_s):
+    def run(self, launch, log_path, timeout_s, inherited=()):
         """Run one launch to its end; an Exit. KeyboardInterrupt stops the
-        process first, then propagates."""
+        process first, then propagates. `inherited`: descriptors the
+        process keeps open (the run folder's lock)."""
         started = time.monotonic()
         with open(log_path, "ab") as log:
             try:
@@ -101,6 +102,7 @@ class Processes:
                                         stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL,
                                         start_new_session=True,
+                                        pass_fds=inherited,
                                         preexec_fn=self.child_setup)
             except OSError as exc:
                 return Exit(None, False, time.monotonic() - started,

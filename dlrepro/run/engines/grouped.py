@@ -244,7 +244,7 @@ class Grouped:
                     worker_launch.argv, env=worker_launch.env,
                     cwd=worker_launch.cwd, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                    start_new_session=True,
+                    start_new_session=True, pass_fds=self.life.inherited,
                     preexec_fn=self.processes.child_setup)
         except OSError:
             runtime.worker_cleanup(job, run_dir)
