@@ -17,17 +17,24 @@ from processes import pending, signal_each, stop_each, wait_gone
 from scripted import invoke, one_line_error, start, sweep_pids
 from waits import text_of, wait_for
 
-KILLED = "the running job was killed at a second Ctrl-C"
+KILLED = "the running job was killed (Ctrl-C during its stop's grace)"
 
 
-def measuring(proc, run_dir):
-    """Once the sweep's first cell is timing (its slow steps have begun):
-    every process of the sweep."""
+def stopped_mid_cell(argv, tmp_path):
+    """`invoke ARGV` started with fcn5 slow, and once fcn5 is timing (its
+    slow steps have begun) every process of the sweep stopped (SIGSTOP):
+    (the sweep, its run folder, the stopped pids)."""
+    proc = start(*argv, modes="fcn5=slow")
+    wait_for(lambda: (tmp_path / "latest").exists() or
+             proc.poll() is not None, what="the run folder")
+    run_dir = (tmp_path / "latest").resolve()
     wait_for(lambda: proc.poll() is not None or any(
         SLOW_STEP in text_of(log) for log in run_dir.glob("*.log")),
         what="the slow cell's first step")
     assert proc.poll() is None, proc.communicate()
-    return sweep_pids(run_dir)
+    stopped = sweep_pids(run_dir)
+    stop_each(stopped)
+    return proc, run_dir, stopped
 
 
 def ctrl_c(proc):
@@ -41,12 +48,7 @@ def ctrl_c(proc):
 def test_a_second_ctrl_c_kills_a_stopped_cell_and_nothing_outlives_it(
         isolation, tmp_path):
     argv = [*BENCH, "--isolation", isolation, "--out", str(tmp_path)]
-    proc = start(*argv, modes="fcn5=slow")
-    wait_for(lambda: (tmp_path / "latest").exists() or
-             proc.poll() is not None, what="the run folder")
-    run_dir = (tmp_path / "latest").resolve()
-    stopped = measuring(proc, run_dir)
-    stop_each(stopped)
+    proc, run_dir, stopped = stopped_mid_cell(argv, tmp_path)
     ctrl_c(proc)
     # the stop's SIGTERM, held by the stopped process: the sweep is in
     # the stop's grace
@@ -78,12 +80,7 @@ def test_a_stopped_cell_of_a_killed_sweep_keeps_its_folder_from_a_resume(
     of having its result overwritten; once the cell has ended, the resume
     runs it again."""
     argv = [*BENCH, "--out", str(tmp_path)]
-    proc = start(*argv, modes="fcn5=slow")
-    wait_for(lambda: (tmp_path / "latest").exists() or
-             proc.poll() is not None, what="the run folder")
-    run_dir = (tmp_path / "latest").resolve()
-    stopped = measuring(proc, run_dir)
-    stop_each(stopped)
+    proc, run_dir, stopped = stopped_mid_cell(argv, tmp_path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
 

@@ -56,6 +56,7 @@ class LocalEngine(Engine):
 
     def stopped(self):
         if self.processes.killed_on_interrupt:
-            return ("the running job was killed at a second Ctrl-C, before "
-                    "it could write what it had measured")
+            # A second Ctrl-C, or the first during a timeout's stop.
+            return ("the running job was killed (Ctrl-C during its stop's "
+                    "grace) before it could write what it had measured")
         return super().stopped()
