@@ -5,6 +5,8 @@ import os
 import signal
 import subprocess
 
+import waits
+
 _STARTED = []
 
 
@@ -76,3 +78,41 @@ def signal_each(pids, signum):
             os.kill(pid, signum)
         except OSError:
             pass
+
+
+def _status(pid):
+    """{field: value} of /proc/PID/status; empty once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return {}
+    return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def is_stopped(pid):
+    """Whether `pid` is stopped (SIGSTOP taken, not just sent), or gone."""
+    return _status(pid).get("State", "T").startswith(("T", "Z", "X"))
+
+
+def stop_each(pids):
+    """SIGSTOP to each of `pids`, and wait until each is stopped (not just
+    sent the signal: one sent SIGTERM meanwhile would still take it)."""
+    signal_each(pids, signal.SIGSTOP)
+    waits.wait_for(lambda: all(is_stopped(pid) for pid in pids),
+                   what=f"{pids} stopped")
+
+
+def pending(pid, signum):
+    """Whether `signum` waits, not yet delivered, for process `pid` (as a
+    stopped process keeps the SIGTERM sent to it); False once it is gone."""
+    status = _status(pid)
+    return any(int(status.get(field, "0"), 16) & (1 << (signum - 1))
+               for field in ("SigPnd", "ShdPnd"))
+
+
+def wait_gone(pids, seconds=120):
+    """Wait until none of `pids` is alive (a process another one reaps)."""
+    waits.wait_for(lambda: not [pid for pid in pids
+                                if os.path.exists(f"/proc/{pid}")],
+                   seconds, what=f"processes {pids} to end")

@@ -36,6 +36,13 @@ def harness_pids(run_dir):
     return pids
 
 
+def sweep_pids(run_dir):
+    """Every process of a sweep on the run folder: its harness processes
+    and its workers (a fork server's children too)."""
+    from groupcells import worker_pids
+    return sorted(set(harness_pids(run_dir)) | set(worker_pids(run_dir)))
+
+
 def slow_steps(run_dir, network):
     """How many steps the cell of `network`, in mode slow, has begun."""
     try:

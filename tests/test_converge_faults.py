@@ -45,9 +45,9 @@ class TimeoutInTraining(Processes):
     loaded machine takes to start them (a timeout of 20 s from the start
     can strike before they train)."""
 
-    def run(self, launch, log_path, timeout_s):
+    def run(self, launch, log_path, timeout_s, inherited=()):
         self.log_path = log_path
-        return super().run(launch, log_path, timeout_s)
+        return super().run(launch, log_path, timeout_s, inherited)
 
     def wait(self, proc, timeout_s):
         deadline = time.monotonic() + timeout_s

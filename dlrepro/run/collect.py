@@ -12,6 +12,25 @@ from dlrepro.run.writer import set_aside, synthesized
 
 HARNESS_ERROR = "harness: error:"
 KILLED = (-signal.SIGKILL, 128 + signal.SIGKILL)
+# The errors of a result whose measurement a stop cut short (the harness's
+# SIGTERM and SIGINT handlers).
+CUT_SHORT = ("Terminated", "KeyboardInterrupt")
+
+
+def ended_by_itself(result):
+    """Whether `result` (read back, valid) is one the harness ended on its
+    own, not one a stop cut short: a timeout never rewrites it, whatever
+    the wall clock says (a host paused past the deadline, a process that
+    hangs in its teardown after its result was written)."""
+    return result is not None and \
+        (result.get("error") or {}).get("type") not in CUT_SHORT
+
+
+def ended_on_disk(path):
+    """Whether the result file at `path` holds a result its harness ended
+    on its own (ended_by_itself)."""
+    result, _ = store.read_result(path)
+    return ended_by_itself(result)
 
 
 def last_words(log_path):
@@ -46,7 +65,7 @@ def collect(job, run_dir, exit, launch, container, run_id=None):
                 f"{last_words(log)}", container)
         else:
             rewrite = False
-    if exit.timed_out:
+    if exit.timed_out and not ended_by_itself(result):
         rewrite = True
         result = _timed_out(job, result, container)
     elif result is None:

@@ -19,6 +19,7 @@ from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import collect, gpu_restore, store, writer
 from dlrepro.run.paths import JobPaths
+from dlrepro.run.process import interrupts_held
 
 STACK_KEYS = ("framework_version", "python", "cuda", "cudnn", "nccl", "sass",
               "ptx", "min_driver")
@@ -71,11 +72,16 @@ class JobLife:
     result it changed (False on a node, whose entry adds where the job ran
     and writes it once); `run_id`: the run's, which every spec file and so
     every result carries (run.json's in `run_dir` where not given: a node's
-    part of a job on several nodes writes into a folder below the run's)."""
+    part of a job on several nodes writes into a folder below the run's);
+    `held`: the descriptor that holds the run folder (runfolder.locked),
+    which every process a job starts here inherits (`inherited`): the
+    folder stays locked while one of them lives, so that a later session
+    never takes it while a process of this one may still write there."""
 
     def __init__(self, runtime, run_dir, matrix, processes, cannot=None,
-                 write=True, run_id=None):
+                 write=True, run_id=None, held=None):
         self.runtime = runtime
+        self.inherited = () if held is None else (held,)
         self.run_id = run_id or run_id_in(run_dir)
         self.run_dir = Path(run_dir)
         self.matrix = matrix
@@ -117,10 +123,12 @@ class JobLife:
         launch = self.runtime.launch(job, self.run_dir)
         try:
             exit = self.processes.run(launch, self.paths(job).log,
-                                      job.timeout_s)
+                                      job.timeout_s, self.inherited)
             return self.finish(job, exit, launch, container, spec)
         finally:
-            self.runtime.cleanup(job, self.run_dir)
+            # A container's removal is not cut short by a Ctrl-C.
+            with interrupts_held():
+                self.runtime.cleanup(job, self.run_dir)
 
     def finish(self, job, exit, launch, container, spec):
         """A job's final result once its process ended (`exit`, an Exit),

@@ -20,6 +20,7 @@ from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
 from dlrepro.run.life import JobLife
+from dlrepro.run.process import interrupts_held
 
 
 class Run(NamedTuple):
@@ -49,13 +50,13 @@ def start(run, runtime, matrix=None, events=None, executor=None):
         run_dir = runfolder.create_run(run.out, run.name)
     published = False
     try:
-        with runfolder.locked(run_dir):
+        with runfolder.locked(run_dir) as held:
             record, done = _open_record(run, run_dir, runtime, events,
                                         engine)
             _publish(run, run_dir, record)
             published = True
             _execute_or_fail(run, runtime, engine, run_dir, record, matrix,
-                             events, done)
+                             events, done, held)
     except OSError as exc:
         if published or exc.errno not in runfolder.WRITE_FAILURES:
             raise
@@ -80,10 +81,10 @@ def _publish(run, run_dir, record):
 
 
 def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
-                     done):
+                     done, held):
     try:
         _execute(run.jobs, runtime, engine, run_dir, record, matrix,
-                 events, done)
+                 events, done, held)
     except OSError as exc:
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
@@ -170,9 +171,12 @@ def _close(run_dir, record, status):
         pass  # a full disk: resume reads the result files themselves
 
 
-def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
+def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
+             held):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
-    ends with the engine's status ("submitted" leaves it open)."""
+    ends with the engine's status ("submitted" leaves it open). `held`:
+    the descriptor that holds the run folder (runfolder.locked), which the
+    jobs' processes inherit."""
     jobs = groups.order(jobs)
     workers = groups.planned_workers(jobs)
     if workers:
@@ -182,13 +186,17 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
     try:
         life = JobLife(runtime, run_dir, matrix, engine.processes,
                        cannot=_prepare(jobs, runtime, events, done),
-                       run_id=record.get("run_id"))
+                       run_id=record.get("run_id"), held=held)
         status = engine.execute(Context(
             jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
             life=life, events=events, isolation=record["isolation"]))
     except KeyboardInterrupt:
-        _close(run_dir, record, "interrupted")
-        raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
+        # A further Ctrl-C must not cut short the run's last word, nor
+        # turn it into "nothing to keep".
+        with interrupts_held(then_raise=False):
+            _close(run_dir, record, "interrupted")
+            kept = _kept(run_dir, record)
+        raise Interrupted(run_dir, kept, engine.stopped())
     if status == "submitted":
         record["status"] = status
         runfolder.write_run(run_dir, record)

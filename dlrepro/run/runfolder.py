@@ -194,17 +194,21 @@ def locked(run_dir):
     same job at the same time. The lock is on the folder itself, which
     cannot be unlinked from under its holder as a file can; `.lock` only
     says who holds it. The kernel drops the lock when the holder dies, even
-    by SIGKILL."""
+    by SIGKILL, and every process it hands the descriptor (yielded) to has
+    ended: a job's processes inherit it (run.life.JobLife), so that no
+    session takes the folder while a process of an earlier one, stopped or
+    hung past its sweep, may still write its result there."""
     folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         try:
             fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"{run_dir} is being run by {_holder(run_dir)}; "
-                            f"wait for it to finish (or stop it) before "
-                            f"running this folder")
+            raise UserError(f"{run_dir} is being run by {_holder(run_dir)}, "
+                            f"or a job process it started still runs; wait "
+                            f"for it to finish (or stop it) before running "
+                            f"this folder")
         _describe_holder(run_dir)
-        yield
+        yield folder
     finally:
         os.close(folder)  # releases the lock
 

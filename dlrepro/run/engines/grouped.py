@@ -34,10 +34,10 @@ from pathlib import Path
 
 from harness import clocks
 
-from dlrepro.run import gpu_restore, groups, writer
+from dlrepro.run import collect, gpu_restore, groups, writer
 from dlrepro.run.events import Events
 from dlrepro.run.paths import JobPaths
-from dlrepro.run.process import Exit
+from dlrepro.run.process import Exit, interrupts_held
 
 OOM = "oom"
 
@@ -110,18 +110,17 @@ class Process:
         except OSError:
             return 0
 
-    def end(self, grace_s):
-        """End of input: the worker exits after its cell; killed if it has
-        not after `grace_s`."""
+    def end(self, processes):
+        """End of input: the worker exits after its cell; killed (its
+        container too) if it has not after the grace, or at a Ctrl-C
+        meanwhile (run.process.Processes.stop)."""
+        processes.stop(self.proc, self.launch, ask=self._close_input)
+
+    def _close_input(self):
         try:
             self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 class Grouped:
@@ -177,7 +176,8 @@ class Grouped:
             return self.life.finish(job, exit, self._told_by(launch),
                                     container, spec), exit
         finally:
-            self.life.runtime.cleanup(job, run_dir)
+            with interrupts_held():
+                self.life.runtime.cleanup(job, run_dir)
 
     def _alone_after(self, job, attempt):
         """`job` measured again in a process of its own, as --isolation
@@ -203,7 +203,7 @@ class Grouped:
         ended."""
         worker, self.worker = self.worker, None
         if worker is not None:
-            worker.end(self.processes.grace_s)
+            worker.end(self.processes)
             self._check_clocks(worker)
             self.ended.append(worker)
         self._clean_up_ended()
@@ -217,9 +217,11 @@ class Grouped:
 
     def _clean_up_ended(self):
         ended, self.ended = self.ended, []
-        for worker in ended:
-            self.life.runtime.worker_cleanup(worker.first,
-                                             self.life.run_dir)
+        # A container's removal is not cut short by a Ctrl-C.
+        with interrupts_held():
+            for worker in ended:
+                self.life.runtime.worker_cleanup(worker.first,
+                                                 self.life.run_dir)
 
     def _told_by(self, launch):
         """The launch whose post_mortem tells how `launch`'s cell died: its
@@ -243,7 +245,7 @@ class Grouped:
                     worker_launch.argv, env=worker_launch.env,
                     cwd=worker_launch.cwd, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                    start_new_session=True,
+                    start_new_session=True, pass_fds=self.life.inherited,
                     preexec_fn=self.processes.child_setup)
         except OSError:
             runtime.worker_cleanup(job, run_dir)
@@ -282,12 +284,21 @@ class Grouped:
         worker's own status once it has gone."""
         spec_path = self.life.paths(job).spec
         deadline = time.monotonic() + job.timeout_s
+        late = False
         if not worker.feed(spec_path):
             return self._gone(), False
         while True:
             try:
                 word, fields = worker.next_event(deadline)
             except queue.Empty:
+                if not late and collect.ended_on_disk(
+                        self.life.paths(job).result):
+                    # The deadline passed while this side could not read
+                    # (Ctrl-Z, SIGSTOP: paused), the worker meanwhile
+                    # ended the cell: its `cell-done` is on its way.
+                    late = True
+                    deadline = time.monotonic() + self.processes.grace_s
+                    continue
                 if self.child is not None:
                     return self._stop_child(worker, launch), True
                 return self._stop(launch), True

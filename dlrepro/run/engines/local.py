@@ -53,3 +53,10 @@ class LocalEngine(Engine):
             if grouped:
                 grouped.close()
         return "complete"
+
+    def stopped(self):
+        if self.processes.killed_on_interrupt:
+            # A second Ctrl-C, or the first during a timeout's stop.
+            return ("the running job was killed (Ctrl-C during its stop's "
+                    "grace) before it could write what it had measured")
+        return super().stopped()

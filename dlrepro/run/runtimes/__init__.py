@@ -36,6 +36,11 @@ class Launch(NamedTuple):
     # process (a container must be stopped through its engine). None:
     # SIGTERM the child, then SIGKILL after a grace period.
     stop: Optional[Callable[[], None]] = None
+    # Called when the process must end now (its grace is over, or Ctrl-C
+    # came again) before its client process is killed: a container is
+    # killed through its engine, which the client's death does not do.
+    # None: SIGKILL to the process's group is all.
+    kill: Optional[Callable[[], None]] = None
     # Called with the process's pid after it exited without a result
     # file: a Death.
     post_mortem: Optional[Callable[[Optional[int]], Death]] = None

@@ -224,6 +224,7 @@ class Runtime(Base):
         self._remove(name)
         return Launch(argv=argv, env=None, cwd=str(ROOT),
                       stop=lambda: self._stop(name),
+                      kill=lambda: self._kill(name),
                       post_mortem=lambda _pid=None: self._post_mortem(name))
 
     # -- the command line -----------------------------------------------------
@@ -298,6 +299,17 @@ class Runtime(Base):
         """The container's State as the engine inspects it; None: gone."""
         container = self._container(name)
         return container.attrs.get("State", {}) if container else None
+
+    def _kill(self, name):
+        # Ctrl-C again during the stop's grace: the container itself, which
+        # outlives its killed client.
+        import docker
+        container = self._container(name)
+        try:
+            if container is not None:
+                container.kill()
+        except docker.errors.APIError:
+            pass  # not running any more
 
     def _post_mortem(self, name):
         container = self._container(name)

@@ -186,6 +186,10 @@ class Runtime(docker.Runtime):
         info = self._inspect(name)
         return info.get("State", {}) if info is not None else None
 
+    def _kill(self, name):
+        # Not running any more is no failure: podman kill then says so.
+        self._podman("kill", name)
+
     def _inspect(self, name):
         return podman_images.inspected(self.podman_bin, "container", name,
                                        CLI_TIMEOUT_S)

@@ -1,0 +1,50 @@
+"""A docker sweep paused (SIGSTOP and SIGCONT to `invoke bench`, as Ctrl-Z
+then `fg`) for longer than a cell's timeout while its cell goes on in its
+container and ends: the cell is `ok` with its whole result, not rewritten
+as a timeout (issue 42, item 2; natively: test_paused_sweep.py). The real
+harness in the Docker tests' MXNet CPU image, two small cells."""
+import subprocess
+
+import pytest
+
+import processes
+from dlrepro.run import store
+from paths import INVOKE, ROOT
+from runtimeenv import cli_env, docker_image
+from test_groups_containers import FRAMEWORK, job_id, run_folder_of
+from test_paused_sweep import paused_past_the_timeout
+
+# Enough for a container's start and MXNet's import on a loaded machine.
+TIMEOUT_S = 60
+SUITE = """name = "paused-containers"
+description = "two small cells, long enough to be paused mid-cell"
+[defaults]
+device = "cpu"
+iterations = 50
+warmup = 1
+[[group]]
+networks = ["lstm32", "lstm64"]
+batch_sizes = [8]
+"""
+
+
+@pytest.mark.parametrize("isolation", ["group", "cell"])
+def test_a_cell_that_ended_during_a_pause_is_ok_not_a_timeout(isolation,
+                                                              tmp_path):
+    docker_image()
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE)
+    proc = processes.start(
+        [INVOKE, "bench", "--suite", str(suite), "--framework", FRAMEWORK,
+         "--runtime", "docker", "--threads", "1", "--isolation", isolation,
+         "--timeout", str(TIMEOUT_S), "--out", str(tmp_path / "runs")],
+        cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run_dir = run_folder_of(proc, tmp_path)
+    paused_past_the_timeout(proc, run_dir, TIMEOUT_S)
+    _out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    for network in ("lstm32", "lstm64"):
+        found = store.load_result(run_dir / f"{job_id(network)}.json")
+        assert found["status"] == "ok", (network, found["error"], err)
+        assert len(found["timing"]["per_iteration_s"]) == 50
