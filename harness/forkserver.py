@@ -317,6 +317,7 @@ def _child(parent, spec, cell, out, isolation):
     """The forked child: the cell as `run` runs it, then exit without the
     interpreter's teardown (as `run` leaves, harness.__main__.leave).
     Never returns into the server's loop."""
+    phases.forked_now()
     status = 1
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
