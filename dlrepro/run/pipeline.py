@@ -16,6 +16,7 @@ from harness.blocks import utc_now
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import groups, runfolder, store
+from dlrepro.run.folderwatch import FolderGone, HeldFolder, watched
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
@@ -49,12 +50,13 @@ def start(run, runtime, matrix=None, events=None, executor=None):
         run_dir = runfolder.create_run(run.out, run.name)
     published = False
     try:
-        with runfolder.locked(run_dir):
+        with runfolder.locked(run_dir) as folder:
             record, done = _open_record(run, run_dir, runtime, events,
                                         engine)
             _publish(run, run_dir, record)
             published = True
-            _execute_or_fail(run, runtime, engine, run_dir, record, matrix,
+            _execute_or_fail(run, runtime, engine,
+                             HeldFolder(run_dir, folder), record, matrix,
                              events, done)
     except OSError as exc:
         if published or exc.errno not in runfolder.WRITE_FAILURES:
@@ -79,11 +81,12 @@ def _publish(run, run_dir, record):
     runfolder.point_latest(run.out, run_dir, run.kind)
 
 
-def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
+def _execute_or_fail(run, runtime, engine, held, record, matrix, events,
                      done):
+    run_dir = held.run_dir
     try:
-        _execute(run.jobs, runtime, engine, run_dir, record, matrix,
-                 events, done)
+        _execute(run.jobs, runtime, engine, held, record, matrix, events,
+                 done)
     except OSError as exc:
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
@@ -170,9 +173,12 @@ def _close(run_dir, record, status):
         pass  # a full disk: resume reads the result files themselves
 
 
-def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
+def _execute(jobs, runtime, engine, held, record, matrix, events, done):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
-    ends with the engine's status ("submitted" leaves it open)."""
+    ends with the engine's status ("submitted" leaves it open). The run
+    folder (`held`, a HeldFolder) moved or deleted meanwhile stops the run
+    as Ctrl-C does, in one line (_gone)."""
+    run_dir = held.run_dir
     jobs = groups.order(jobs)
     workers = groups.planned_workers(jobs)
     if workers:
@@ -180,20 +186,42 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
     else:  # a group run resumed under --isolation cell
         record.pop("workers", None)
     try:
-        life = JobLife(runtime, run_dir, matrix, engine.processes,
-                       cannot=_prepare(jobs, runtime, events, done),
-                       run_id=record.get("run_id"))
-        status = engine.execute(Context(
-            jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
-            life=life, events=events, isolation=record["isolation"]))
+        with watched(held):
+            life = JobLife(runtime, run_dir, matrix, engine.processes,
+                           cannot=_prepare(jobs, runtime, events, done),
+                           run_id=record.get("run_id"))
+            status = engine.execute(Context(
+                jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
+                life=life, events=events, isolation=record["isolation"]))
+            if status == "submitted":
+                record["status"] = status
+                runfolder.write_run(run_dir, record)
+            else:
+                _close(run_dir, record, status)
     except KeyboardInterrupt:
+        if held.gone():
+            raise _gone(held, record, engine)
         _close(run_dir, record, "interrupted")
         raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
-    if status == "submitted":
-        record["status"] = status
-        runfolder.write_run(run_dir, record)
-    else:
-        _close(run_dir, record, status)
+    except FolderGone:
+        raise _gone(held, record, engine)
+    except OSError:
+        if held.gone():  # a write met the folder gone before the watch did
+            raise _gone(held, record, engine)
+        raise
+
+
+def _gone(held, record, engine):
+    """The UserError of a run whose folder was moved or deleted: its jobs
+    here stopped (a detached engine's left to it), its run.json, in the
+    folder wherever it went, `interrupted`; nothing written by the old
+    path, which another folder may hold now."""
+    record["status"] = "interrupted"
+    record["finished_at"] = utc_now()
+    written = held.write_run(record)
+    became = (f"its jobs handed to {engine.name} were left as they are"
+              if engine.detached else engine.stopped())
+    return UserError(held.message(became, written))
 
 
 def _kept(run_dir, record):
