@@ -353,10 +353,7 @@ def serve(commands, protocol, gpu_module=None):
     server = ForkServer(protocol, gpu_module)
     previous = signal.signal(signal.SIGTERM, worker.lifecycle.on_sigterm)
     try:
-        for line in iter(commands.readline, ""):
-            spec_path = line.rstrip("\r\n")
-            if not spec_path.strip():
-                continue
+        for spec_path in worker.spec_paths(commands, server.say):
             status = server.run_one(spec_path)
             if status is not None:
                 return status

@@ -12,6 +12,7 @@ import pytest
 
 import processes
 from dlrepro.run import store
+from harness import worker
 
 WAIT_S = 600
 FRAMEWORKS = ("jax", "mxnet", "pytorch", "tensorflow")
@@ -69,8 +70,8 @@ def test_a_forked_child_trains_as_a_process_of_its_own(
             [python, "-s", "-m", "harness", "worker", "--fork"],
             cwd=str(root), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=err, text=True)
-        out, _ = proc.communicate("".join(p + "\n" for p in paths),
-                                  timeout=WAIT_S)
+        out, _ = proc.communicate(
+            "".join(worker.command_line(p) for p in paths), timeout=WAIT_S)
     log = (tmp_path / "log").read_text()[-3000:]
     assert proc.returncode == 0, log
     assert out.count("cell-done") == 2, out + log

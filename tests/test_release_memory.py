@@ -12,6 +12,7 @@ import pytest
 
 import processes
 from dlrepro.run import store
+from harness import worker
 
 WAIT_S = 600
 # What each framework's report says on the CPU: the calls it made, and
@@ -42,8 +43,8 @@ def run_worker(root, framework, paths, log):
             [str(python), "-s", "-m", "harness", "worker"], cwd=str(root),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
             text=True)
-        out, _ = proc.communicate("".join(p + "\n" for p in paths),
-                                  timeout=WAIT_S)
+        out, _ = proc.communicate(
+            "".join(worker.command_line(p) for p in paths), timeout=WAIT_S)
     return proc.returncode, out
 
 

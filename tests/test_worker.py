@@ -220,7 +220,7 @@ class Worker(object):
         self.pending = b""
 
     def send(self, path):
-        self.proc.stdin.write((path + "\n").encode())
+        self.proc.stdin.write(worker.command_line(path).encode())
         self.proc.stdin.flush()
 
     def next_event(self):

@@ -241,8 +241,8 @@ class GpuWorker(object):
         mark = self.folder / "timing"
         if mark.exists():
             mark.unlink()
-        self.proc.stdin.write((write_spec(self.folder, name, cell) +
-                               "\n").encode())
+        self.proc.stdin.write(worker.command_line(
+            write_spec(self.folder, name, cell)).encode())
         self.proc.stdin.flush()
         assert self.next_event()[0] == "cell-start"
 

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from harness import worker
+
 
 @pytest.fixture(autouse=True)
 def restore_thread_variables(monkeypatch):
@@ -27,4 +29,4 @@ def write_spec(folder, name, cell, **more):
 
 def commands(paths):
     """A worker's standard input naming these spec files."""
-    return io.StringIO("".join(p + "\n" for p in paths))
+    return io.StringIO("".join(worker.command_line(p) for p in paths))

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from harness import clocks
+from harness import worker as worker_protocol
 
 from dlrepro.run import gpu_restore, groups, writer
 from dlrepro.run.events import Events
@@ -86,7 +87,7 @@ class Process:
         as the worker sees it); False when the worker is gone."""
         seen = f"{self.launch.results_dir}/{Path(spec_path).name}"
         try:
-            self.proc.stdin.write(f"{seen}\n")
+            self.proc.stdin.write(worker_protocol.command_line(seen))
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
