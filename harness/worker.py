@@ -12,7 +12,7 @@ run_cell, as `run` runs it: its own model, warm-up, timing and result file,
 written atomically the moment the cell ends. The worker answers on standard
 output with one line per event, a word and a JSON object:
 
-    cell-start {"spec": PATH}                      (its spec read and valid)
+    cell-start {"spec": PATH, "worker_pid": PID}   (its spec read and valid)
     cell-done {"result": PATH, "status": STATUS}   (its result written)
     cell-invalid {"spec": PATH, "message": TEXT}   (no result: as `run`'s exit 2)
 
@@ -267,7 +267,7 @@ class Worker(object):
         self.fixed = self.fixed or settings
         isolation = self.isolation_block()
         try:
-            self.say("cell-start", spec=spec_path)
+            self.say("cell-start", spec=spec_path, worker_pid=os.getpid())
             self.clocks_for(out, spec)
             self.hold_less(isolation["memory_held"])
             refusal = mismatch(self.fixed, settings)
