@@ -12,7 +12,7 @@ import pytest
 
 from dlrepro.run import store
 from groupcells import BENCH, result
-from scripted import invoke, row
+from scripted import BENCH as SCRIPTED_BENCH, invoke, row
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
 
@@ -43,3 +43,16 @@ def test_a_host_written_result_of_a_workers_cell_says_where_it_stood(
         assert block["memory_held"]["rss_bytes"] is None
     # the rest of the sweep is as it was
     assert result(run_dir, "fcn-r")["status"] == "ok"
+
+
+def test_a_resume_with_a_smaller_repeat_counts_every_process(tmp_path):
+    """Fault: after `--resume --repeat 1` of a --repeat 3 run, bench's
+    table said procs 1 while `report` said 3, for the same run."""
+    args = (*SCRIPTED_BENCH, "--out", str(tmp_path), "--network", "fcn5")
+    first = invoke(*args, "--repeat", "3")
+    assert first.returncode == 0, first.stdout + first.stderr
+    again = invoke(*args, "--repeat", "1", "--resume")
+    assert again.returncode == 0, again.stdout + again.stderr
+    report = invoke("report", "--out", str(tmp_path))
+    for text in (first.stdout, again.stdout, report.stdout):
+        assert row(text, "fcn5")[6] == "3", text
