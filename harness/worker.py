@@ -7,10 +7,11 @@ spec file exactly as `python -m harness run --spec` takes it, as a JSON
 string (command_line: a path may hold a newline, or bytes the locale
 cannot decode), named `<id>.spec.json`; the result goes beside it as
 `<id>.json` (the names the host's pipeline gives them). A line that is not
-a JSON string is answered `cell-invalid`, as a spec that cannot be read. Each cell runs through harness.throughput.
-run_cell, as `run` runs it: its own model, warm-up, timing and result file,
-written atomically the moment the cell ends. The worker answers on standard
-output with one line per event, a word and a JSON object:
+a JSON string is answered `cell-invalid`, as a spec that cannot be read.
+Each cell runs through harness.throughput.run_cell, as `run` runs it: its
+own model, warm-up, timing and result file, written atomically the moment
+the cell ends. The worker answers on standard output with one line per
+event, a word and a JSON object:
 
     cell-start {"spec": PATH, "worker_pid": PID}   (its spec read and valid)
     cell-done {"result": PATH, "status": STATUS}   (its result written)
