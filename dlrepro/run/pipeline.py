@@ -83,17 +83,38 @@ def _publish(run, run_dir, record):
 
 def _execute_or_fail(run, runtime, engine, held, record, matrix, events,
                      done):
+    """_execute, and a one-line error where it cannot go on: a full disk,
+    or the run folder (`held`, a HeldFolder) moved or deleted meanwhile,
+    which stops the run as Ctrl-C does (folderwatch, _gone)."""
     run_dir = held.run_dir
     try:
-        _execute(run.jobs, runtime, engine, held, record, matrix, events,
-                 done)
+        with watched(held):
+            _execute(run.jobs, runtime, engine, run_dir, record, matrix,
+                     events, done)
+    except FolderGone:
+        raise _gone(held, record, engine)
     except OSError as exc:
+        if held.gone():  # a write met the folder gone before the watch did
+            raise _gone(held, record, engine)
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
         _close(run_dir, record, "failed")
         raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
                         f"every finished result in {run_dir} is kept: "
                         f"make room, then rerun with --resume")
+
+
+def _gone(held, record, engine):
+    """The UserError of a run whose folder was moved or deleted: its jobs
+    here stopped (a detached engine's left to it), its run.json, in the
+    folder wherever it went, `interrupted`; nothing written by the old
+    path, which another folder may hold now."""
+    record["status"] = "interrupted"
+    record["finished_at"] = utc_now()
+    written = held.write_run(record)
+    became = (f"its jobs handed to {engine.name} were left as they are"
+              if engine.detached else engine.stopped())
+    return UserError(held.message(became, written))
 
 
 def resumable(out, kind):
@@ -173,12 +194,9 @@ def _close(run_dir, record, status):
         pass  # a full disk: resume reads the result files themselves
 
 
-def _execute(jobs, runtime, engine, held, record, matrix, events, done):
+def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done):
     """Prepare the jobs' runtimes, then let the engine run them; run.json
-    ends with the engine's status ("submitted" leaves it open). The run
-    folder (`held`, a HeldFolder) moved or deleted meanwhile stops the run
-    as Ctrl-C does, in one line (_gone)."""
-    run_dir = held.run_dir
+    ends with the engine's status ("submitted" leaves it open)."""
     jobs = groups.order(jobs)
     workers = groups.planned_workers(jobs)
     if workers:
@@ -186,42 +204,20 @@ def _execute(jobs, runtime, engine, held, record, matrix, events, done):
     else:  # a group run resumed under --isolation cell
         record.pop("workers", None)
     try:
-        with watched(held):
-            life = JobLife(runtime, run_dir, matrix, engine.processes,
-                           cannot=_prepare(jobs, runtime, events, done),
-                           run_id=record.get("run_id"))
-            status = engine.execute(Context(
-                jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
-                life=life, events=events, isolation=record["isolation"]))
-            if status == "submitted":
-                record["status"] = status
-                runfolder.write_run(run_dir, record)
-            else:
-                _close(run_dir, record, status)
+        life = JobLife(runtime, run_dir, matrix, engine.processes,
+                       cannot=_prepare(jobs, runtime, events, done),
+                       run_id=record.get("run_id"))
+        status = engine.execute(Context(
+            jobs=jobs, run_dir=Path(run_dir), record=record, done=done,
+            life=life, events=events, isolation=record["isolation"]))
     except KeyboardInterrupt:
-        if held.gone():
-            raise _gone(held, record, engine)
         _close(run_dir, record, "interrupted")
         raise Interrupted(run_dir, _kept(run_dir, record), engine.stopped())
-    except FolderGone:
-        raise _gone(held, record, engine)
-    except OSError:
-        if held.gone():  # a write met the folder gone before the watch did
-            raise _gone(held, record, engine)
-        raise
-
-
-def _gone(held, record, engine):
-    """The UserError of a run whose folder was moved or deleted: its jobs
-    here stopped (a detached engine's left to it), its run.json, in the
-    folder wherever it went, `interrupted`; nothing written by the old
-    path, which another folder may hold now."""
-    record["status"] = "interrupted"
-    record["finished_at"] = utc_now()
-    written = held.write_run(record)
-    became = (f"its jobs handed to {engine.name} were left as they are"
-              if engine.detached else engine.stopped())
-    return UserError(held.message(became, written))
+    if status == "submitted":
+        record["status"] = status
+        runfolder.write_run(run_dir, record)
+    else:
+        _close(run_dir, record, status)
 
 
 def _kept(run_dir, record):
