@@ -2,8 +2,8 @@
 the real command line with tests/bin/scripted-python as the interpreter
 (tests/test_faults.py): a one-line error, the running job stopped,
 nothing written by the old path, and a moved folder's run.json saying
-`interrupted`, not `running`, in both isolation modes that hold a cell in
-a process of the host's."""
+`interrupted`, not `running`, in every isolation mode (a process per
+cell, a group's worker, a fork server's child)."""
 import json
 import shutil
 from pathlib import Path
@@ -29,7 +29,7 @@ def measuring(out):
                           for log in logs) else None
 
 
-@pytest.mark.parametrize("isolation", ["cell", "group"])
+@pytest.mark.parametrize("isolation", ["cell", "group", "fork"])
 @pytest.mark.parametrize("how", ["moved", "deleted"])
 def test_a_run_folder_gone_mid_run_stops_it_in_one_line(tmp_path, how,
                                                          isolation):
