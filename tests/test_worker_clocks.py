@@ -170,7 +170,7 @@ class EndsAfter(object):
 
     def readline(self):
         if self.lines:
-            return self.lines.pop(0) + "\n"
+            return worker.command_line(self.lines.pop(0))
         raise self.exc
 
 
