@@ -13,7 +13,6 @@ process on Ctrl-C stops it on this too, with no check of its own."""
 import os
 import signal
 import threading
-from contextlib import contextmanager
 
 from harness import resultfile
 
@@ -83,39 +82,42 @@ class HeldFolder:
                 f"rerun with --resume to finish it")
 
 
-@contextmanager
-def watched(held):
-    """Raise FolderGone in this (the main) thread once `held` is gone,
-    while the block runs. Outside the main thread, where no signal
-    handler can be set, nothing is watched."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    armed = [True]
+class Watch:
+    """Raise FolderGone in this (the main) thread once `held` (a
+    HeldFolder) is gone, from now until stop(). Outside the main thread,
+    where no signal handler can be set, nothing is watched."""
 
-    def raise_gone(signum, frame):
-        if armed[0]:
-            armed[0] = False
-            raise FolderGone(str(held.run_dir))
+    def __init__(self, held):
+        self.held = held
+        self.armed = threading.current_thread() is threading.main_thread()
+        self.thread = None
+        if not self.armed:
+            return
+        self.main = threading.get_ident()
+        self.done = threading.Event()
+        self.previous = signal.signal(SIGNAL, self._raise_gone)
+        self.thread = threading.Thread(target=self._watch, daemon=True,
+                                       name="run-folder-watch")
+        self.thread.start()
 
-    main = threading.get_ident()
-    stop = threading.Event()
+    def _raise_gone(self, signum, frame):
+        if self.armed:
+            self.armed = False
+            raise FolderGone(str(self.held.run_dir))
 
-    def watch():
-        while not stop.wait(POLL_S):
-            if held.gone():
-                signal.pthread_kill(main, SIGNAL)
+    def _watch(self):
+        while not self.done.wait(POLL_S):
+            if self.held.gone():
+                signal.pthread_kill(self.main, SIGNAL)
                 return
-    previous = signal.signal(SIGNAL, raise_gone)
-    thread = threading.Thread(target=watch, daemon=True,
-                              name="run-folder-watch")
-    thread.start()
-    try:
-        yield
-    finally:
-        armed[0] = False
-        stop.set()
-        thread.join()
+
+    def stop(self):
+        if self.thread is None:
+            return
+        self.armed = False
+        self.done.set()
+        self.thread.join()
         # Joined: a signal it sent has reached this thread's handler,
         # which, disarmed, lets it pass.
-        signal.signal(SIGNAL, previous)
+        signal.signal(SIGNAL, self.previous)
+        self.thread = None

@@ -16,7 +16,7 @@ from harness.blocks import utc_now
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import groups, runfolder, store
-from dlrepro.run.folderwatch import FolderGone, HeldFolder, watched
+from dlrepro.run.folderwatch import FolderGone, HeldFolder, Watch
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
@@ -50,14 +50,13 @@ def start(run, runtime, matrix=None, events=None, executor=None):
         run_dir = runfolder.create_run(run.out, run.name)
     published = False
     try:
-        with runfolder.locked(run_dir) as folder:
+        with runfolder.locked(run_dir) as held:
             record, done = _open_record(run, run_dir, runtime, events,
                                         engine)
             _publish(run, run_dir, record)
             published = True
-            _execute_or_fail(run, runtime, engine,
-                             HeldFolder(run_dir, folder), record, matrix,
-                             events, done)
+            _execute_or_fail(run, runtime, engine, run_dir, record, matrix,
+                             events, done, held)
     except OSError as exc:
         if published or exc.errno not in runfolder.WRITE_FAILURES:
             raise
@@ -81,40 +80,43 @@ def _publish(run, run_dir, record):
     runfolder.point_latest(run.out, run_dir, run.kind)
 
 
-def _execute_or_fail(run, runtime, engine, held, record, matrix, events,
-                     done):
-    """_execute, and a one-line error where it cannot go on: a full disk,
-    or the run folder (`held`, a HeldFolder) moved or deleted meanwhile,
-    which stops the run as Ctrl-C does (folderwatch, _gone)."""
-    run_dir = held.run_dir
+def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
+                     done, held):
     try:
-        with watched(held):
-            _execute(run.jobs, runtime, engine, run_dir, record, matrix,
-                     events, done)
+        # The run folder (held by the descriptor `held`) moved or deleted
+        # meanwhile stops the run as Ctrl-C does, in one line
+        # (folderwatch, _gone).
+        watch = Watch(HeldFolder(run_dir, held))
+        _execute(run.jobs, runtime, engine, run_dir, record, matrix,
+                 events, done)
     except FolderGone:
-        raise _gone(held, record, engine)
+        watch.stop()
+        raise _gone(watch.held, record, engine)
     except OSError as exc:
-        if held.gone():  # a write met the folder gone before the watch did
-            raise _gone(held, record, engine)
+        watch.stop()
+        if watch.held.gone():  # a write met it gone before the watch did
+            raise _gone(watch.held, record, engine)
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
         _close(run_dir, record, "failed")
         raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
                         f"every finished result in {run_dir} is kept: "
                         f"make room, then rerun with --resume")
+    finally:
+        watch.stop()
 
 
-def _gone(held, record, engine):
-    """The UserError of a run whose folder was moved or deleted: its jobs
-    here stopped (a detached engine's left to it), its run.json, in the
-    folder wherever it went, `interrupted`; nothing written by the old
-    path, which another folder may hold now."""
+def _gone(folder, record, engine):
+    """The UserError of a run whose folder (a HeldFolder) was moved or
+    deleted: its jobs here stopped (a detached engine's left to it), its
+    run.json, in the folder wherever it went, `interrupted`; nothing
+    written by the old path, which another folder may hold now."""
     record["status"] = "interrupted"
     record["finished_at"] = utc_now()
-    written = held.write_run(record)
+    written = folder.write_run(record)
     became = (f"its jobs handed to {engine.name} were left as they are"
               if engine.detached else engine.stopped())
-    return UserError(held.message(became, written))
+    return UserError(folder.message(became, written))
 
 
 def resumable(out, kind):

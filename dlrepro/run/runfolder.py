@@ -194,8 +194,7 @@ def locked(run_dir):
     same job at the same time. The lock is on the folder itself, which
     cannot be unlinked from under its holder as a file can; `.lock` only
     says who holds it. The kernel drops the lock when the holder dies, even
-    by SIGKILL. Yields the folder's descriptor, which follows the folder
-    wherever it is moved (run/folderwatch.py)."""
+    by SIGKILL."""
     folder = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         try:

@@ -35,7 +35,7 @@ from pathlib import Path
 from harness import clocks
 from harness import worker as worker_protocol
 
-from dlrepro.run import gpu_restore, groups, paths, writer
+from dlrepro.run import gpu_restore, groups, writer
 from dlrepro.run.events import Events
 from dlrepro.run.paths import JobPaths
 from dlrepro.run.process import Exit
@@ -113,7 +113,6 @@ class Process:
         """Ask for the next cell (its spec, a file of the run folder, named
         as the worker sees it); False when the worker is gone."""
         seen = f"{self.launch.results_dir}/{Path(spec_path).name}"
-        self.fed.append(Path(spec_path).name[:-len(paths.SPEC)])
         try:
             self.proc.stdin.write(worker_protocol.command_line(seen))
             self.proc.stdin.flush()
@@ -205,6 +204,8 @@ class Grouped:
         launch = self.life.runtime.launch(job, run_dir)
         try:
             exit = self._run_cell(job, launch)
+            if self.last is not None:
+                self.last.fed.append(job.id)
             return self.life.finish(
                 job, exit, self._told_by(launch), container, spec,
                 host_isolation(job, self.last, self.child)), exit
