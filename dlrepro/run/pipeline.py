@@ -89,9 +89,6 @@ def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
         watch = Watch(HeldFolder(run_dir, held))
         _execute(run.jobs, runtime, engine, run_dir, record, matrix,
                  events, done)
-    except FolderGone:
-        watch.stop()
-        raise _gone(watch.held, record, engine)
     except OSError as exc:
         watch.stop()
         if watch.held.gone():  # a write met it gone before the watch did
@@ -102,6 +99,9 @@ def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
         raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
                         f"every finished result in {run_dir} is kept: "
                         f"make room, then rerun with --resume")
+    except FolderGone:
+        watch.stop()
+        raise _gone(watch.held, record, engine)
     finally:
         watch.stop()
 
