@@ -1,7 +1,8 @@
 """Entry point inside a container or a framework's virtual environment.
 
     python -m harness run --spec SPEC --out RESULT.json
-    python -m harness worker < SPEC PATHS (one a line; harness.worker)
+    python -m harness worker < SPEC PATHS (one a line, as JSON strings:
+                                          harness.worker)
     python -m harness worker --fork < SPEC PATHS (harness.forkserver)
     python -m harness converge --spec SPEC --out RESULT.json
     python -m harness networks
@@ -108,7 +109,7 @@ def main(argv=None):
     run.set_defaults(func=_run)
     worker = commands.add_parser(
         "worker", help="run the cells whose spec files stdin names, one a "
-        "line, in this one process")
+        "line as a JSON string, in this one process")
     worker.add_argument(
         "--fork", action="store_true", help="run each cell in a child "
         "forked after the framework's import (harness.forkserver)")

@@ -14,7 +14,7 @@ it ends), so no cell inherits what another built, ran or freed.
 
 The lines are the worker's, with the child's pid:
 
-    cell-start {"spec": PATH, "pid": CHILD}
+    cell-start {"spec": PATH, "pid": CHILD, "worker_pid": SERVER}
     cell-done {"result": PATH, "status": STATUS or null,
                "returncode": the child's exit status (-N: signal N),
                "pid": CHILD}
@@ -238,7 +238,8 @@ class ForkServer(worker.Worker):
         refusal = worker.mismatch(self.fixed, settings)
         if refusal:
             # No child: the server writes the refusal itself.
-            self.say("cell-start", spec=spec_path, pid=None)
+            self.say("cell-start", spec=spec_path, pid=None,
+                     worker_pid=os.getpid())
             result = worker.write_unrun(spec, cell, out, isolation, {
                 "type": "GroupMismatch", "message": refusal})
             self.say("cell-done", result=out, status=result["status"],
@@ -274,7 +275,8 @@ class ForkServer(worker.Worker):
         """Wait for the cell's child; its `cell-done` said. The host
         removed any earlier result before it named the spec, so a result
         there now is this child's."""
-        self.say("cell-start", spec=spec_path, pid=pid)
+        self.say("cell-start", spec=spec_path, pid=pid,
+                 worker_pid=os.getpid())
         status = self._reap(pid)
         found = None
         try:

@@ -3,14 +3,17 @@ in one warm process (a group), so that the interpreter, the framework's
 import and the device's start are paid once.
 
 The host writes one command per line on standard input: the path of a
-spec file exactly as `python -m harness run --spec` takes it, named
-`<id>.spec.json`; the result goes beside it as `<id>.json` (the names the
-host's pipeline gives them). Each cell runs through harness.throughput.
-run_cell, as `run` runs it: its own model, warm-up, timing and result file,
-written atomically the moment the cell ends. The worker answers on standard
-output with one line per event, a word and a JSON object:
+spec file exactly as `python -m harness run --spec` takes it, as a JSON
+string (command_line: a path may hold a newline, or bytes the locale
+cannot decode), named `<id>.spec.json`; the result goes beside it as
+`<id>.json` (the names the host's pipeline gives them). A line that is not
+a JSON string is answered `cell-invalid`, as a spec that cannot be read.
+Each cell runs through harness.throughput.run_cell, as `run` runs it: its
+own model, warm-up, timing and result file, written atomically the moment
+the cell ends. The worker answers on standard output with one line per
+event, a word and a JSON object:
 
-    cell-start {"spec": PATH}                      (its spec read and valid)
+    cell-start {"spec": PATH, "worker_pid": PID}   (its spec read and valid)
     cell-done {"result": PATH, "status": STATUS}   (its result written)
     cell-invalid {"spec": PATH, "message": TEXT}   (no result: as `run`'s exit 2)
 
@@ -51,6 +54,30 @@ SPEC_SUFFIX = ".spec.json"
 RESULT_SUFFIX = ".json"
 MODE = "group"
 EXIT_STATUS = {"Terminated": 143, "KeyboardInterrupt": 130}
+
+
+def command_line(spec_path):
+    """The line of a worker's standard input that names `spec_path`."""
+    return json.dumps(spec_path) + "\n"
+
+
+def spec_paths(commands, say):
+    """The spec paths the lines of `commands` (a text stream) name, until
+    it ends; a line that names none is answered `cell-invalid` through
+    `say` (a worker's), and a blank one skipped."""
+    for line in iter(commands.readline, ""):
+        if not line.strip():
+            continue
+        try:
+            spec_path = json.loads(line)
+        except ValueError:
+            spec_path = None
+        if not isinstance(spec_path, str):
+            say("cell-invalid", spec=line.rstrip("\r\n"),
+                message="a worker's command is a spec path as a JSON "
+                        "string, got {!r}".format(line.rstrip("\r\n")))
+            continue
+        yield spec_path
 
 
 def result_path(spec_path):
@@ -241,7 +268,7 @@ class Worker(object):
         self.fixed = self.fixed or settings
         isolation = self.isolation_block()
         try:
-            self.say("cell-start", spec=spec_path)
+            self.say("cell-start", spec=spec_path, worker_pid=os.getpid())
             self.clocks_for(out, spec)
             self.hold_less(isolation["memory_held"])
             refusal = mismatch(self.fixed, settings)
@@ -339,10 +366,7 @@ def serve_cells(commands, worker):
     # harness.lifecycle takes it over, and it ends the cell first.
     previous = signal.signal(signal.SIGTERM, lifecycle.on_sigterm)
     try:
-        for line in iter(commands.readline, ""):
-            spec_path = line.rstrip("\r\n")
-            if not spec_path.strip():
-                continue
+        for spec_path in spec_paths(commands, worker.say):
             status = worker.run_one(spec_path)
             if status is not None:
                 return status

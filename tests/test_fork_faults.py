@@ -15,6 +15,7 @@ from pathlib import Path
 import fake_harness
 import workercells
 from dlrepro.run import store
+from harness import worker
 from groupcells import (BENCH, NETWORKS, alive,
                         compare_names_the_isolation_modes, ctrl_c_keeps_fcn5,
                         result, statuses, sweep_in_memory_cgroup,
@@ -135,7 +136,7 @@ def test_a_gpu_key_never_holds_nvml_across_a_fork(tmp_path, make_cell):
     with open(tmp_path / "server.log", "w") as log:
         proc = subprocess.run(
             [SCRIPTED, "-s", "-m", "harness", "worker", "--fork"],
-            cwd=ROOT, input="".join(p + "\n" for p in paths),
+            cwd=ROOT, input="".join(worker.command_line(p) for p in paths),
             stdout=subprocess.PIPE, stderr=log, text=True, timeout=120,
             env=dict(os.environ, FAKE_NVML_STATE=str(state)))
     said = (tmp_path / "server.log").read_text()

@@ -72,7 +72,7 @@ def exit_marks(root, tmp_path, make_cell, *command, stdin=None):
 
 @pytest.mark.parametrize("command,stdin", [
     (["run", "--spec", "SPEC", "--out", "OUT"], None),
-    (["worker"], "SPEC\n")], ids=["run", "worker"])
+    (["worker"], '"SPEC"\n')], ids=["run", "worker"])
 def test_run_and_worker_skip_the_teardown_but_not_atexit(
         root, tmp_path, make_cell, command, stdin):
     command = [str(tmp_path / "cell.json") if part == "OUT" else part

@@ -105,10 +105,12 @@ def make_symlink(lock, tmp_path):
     return precious
 
 
-@pytest.mark.parametrize("kind", ["symlink", "directory", "fifo"])
+@pytest.mark.parametrize("kind", ["symlink", "hardlink", "directory",
+                                  "fifo"])
 def test_a_lock_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
     """Fault: a .lock symlink made --resume truncate and overwrite the file
-    it pointed to; a .lock directory gave IsADirectoryError."""
+    it pointed to; a .lock directory gave IsADirectoryError. Issue 42 item
+    6: so did a .lock hard-linked to another file."""
     out = tmp_path / "out"
     assert bench(out, "fcn5").returncode == 0
     run_dir = (out / "latest").resolve()
@@ -117,13 +119,19 @@ def test_a_lock_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
     precious = None
     if kind == "symlink":
         precious = make_symlink(lock, tmp_path)
+    elif kind == "hardlink":
+        precious = tmp_path / "precious"
+        precious.write_bytes(b"not yours to truncate\n")
+        os.link(precious, lock)
     elif kind == "directory":
         lock.mkdir()
     else:
         os.mkfifo(lock)
     proc = bench(out, "fcn5", extra=["--resume"])
     message = one_line_error(proc)
-    assert str(lock) in message and "not a regular file" in message
+    wanted = ("a hard link to another file" if kind == "hardlink"
+              else "not a regular file")
+    assert str(lock) in message and wanted in message, message
     if precious is not None:
         assert precious.read_bytes() == b"not yours to truncate\n"
 

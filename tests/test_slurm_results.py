@@ -231,9 +231,13 @@ def test_resume_after_the_submitting_process_was_killed(tmp_path):
     wait_for(lambda: task_of(out, "alexnet"))
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    # The tasks run on without it; report shows the run as it stands.
+    # The tasks run on without it; report shows the run as it stands:
+    # submitted, its tasks in Slurm (issue 42 item 22: it said
+    # "(interrupted)" while they ran).
     report = invoke("report", "--out", str(out))
     assert report.returncode == 0, report.stderr
+    assert report.stdout.splitlines()[0].endswith("(submitted)"), \
+        report.stdout
     resumed = invoke(*args, "--resume", modes=modes)
     assert resumed.returncode == 0, resumed.stderr
     rec = record(out)

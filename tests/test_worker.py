@@ -219,7 +219,7 @@ class Worker(ProtocolLines):
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
 
     def send(self, path):
-        self.proc.stdin.write((path + "\n").encode())
+        self.proc.stdin.write(worker.command_line(path).encode())
         self.proc.stdin.flush()
 
     def ended(self):

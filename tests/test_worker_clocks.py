@@ -167,7 +167,7 @@ class EndsAfter(object):
 
     def readline(self):
         if self.lines:
-            return self.lines.pop(0) + "\n"
+            return worker.command_line(self.lines.pop(0))
         raise self.exc
 
 
@@ -239,8 +239,8 @@ class GpuWorker(workercells.ProtocolLines):
         mark = self.folder / "timing"
         if mark.exists():
             mark.unlink()
-        self.proc.stdin.write((write_spec(self.folder, name, cell) +
-                               "\n").encode())
+        self.proc.stdin.write(worker.command_line(
+            write_spec(self.folder, name, cell)).encode())
         self.proc.stdin.flush()
         assert self.next_event()[0] == "cell-start"
 

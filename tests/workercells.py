@@ -12,6 +12,7 @@ import processes
 import pytest
 
 from dlrepro.run import store
+from harness import worker
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +35,7 @@ def write_spec(folder, name, cell, **more):
 
 def commands(paths):
     """A worker's standard input naming these spec files."""
-    return io.StringIO("".join(p + "\n" for p in paths))
+    return io.StringIO("".join(worker.command_line(p) for p in paths))
 
 
 class ProtocolLines(object):
@@ -82,8 +83,8 @@ def two_cells_in_one_worker(root, framework, folder, cells, *flags,
             [venv_python(root, framework), "-s", "-m", "harness", "worker",
              *flags], cwd=str(root), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=err, text=True)
-        out, _ = proc.communicate("".join(p + "\n" for p in paths),
-                                  timeout=wait_s)
+        out, _ = proc.communicate(
+            "".join(worker.command_line(p) for p in paths), timeout=wait_s)
     log = (folder / "log").read_text()[-3000:]
     assert proc.returncode == 0, log
     assert out.count("cell-done") == 2, out + log

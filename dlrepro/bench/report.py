@@ -27,22 +27,32 @@ def status_of(members):
     return f"{worst} {statuses.count(worst)}/{len(statuses)}"
 
 
-def _note(members, stats):
-    """A failed process's message, else a retry alone, else the first
-    warning: the cell's own (its interval, its pooled CV) before its
-    processes', whose CV warnings are each one process's and would
-    contradict the CV column."""
-    for entry, result in members:
-        if entry["status"] != "ok" and entry.get("message"):
-            return entry["message"]
+def _retried_alone(members):
+    """What the note says of a cell measured again alone after its group's
+    worker ran out of memory with it, or None."""
     for _, result in members:
         retry = ((result or {}).get("isolation") or {}).get(
             "retried_alone_after")
         if retry:
-            # Its group's worker ran out of memory with it: a reader
-            # comparing it with its neighbours should know it ran alone.
             return (f"measured alone after {retry.get('status')} in its "
                     f"group's worker (cell {retry.get('position')})")
+    return None
+
+
+def _note(members, stats):
+    """A retry alone and a failed process's message, or either, else the
+    first warning: the cell's own (its interval, its pooled CV) before its
+    processes', whose CV warnings are each one process's and would
+    contradict the CV column."""
+    # Its group's worker ran out of memory with it: a reader comparing it
+    # with its neighbours should know it ran alone, whatever it ended as.
+    retried = _retried_alone(members)
+    for entry, result in members:
+        if entry["status"] != "ok" and entry.get("message"):
+            return (f"{retried}: {entry['message']}" if retried
+                    else entry["message"])
+    if retried:
+        return retried
     notes = aggregate.warnings(stats) if stats else []
     for _, result in members:
         notes += [w for w in (result or {}).get("warnings") or ()

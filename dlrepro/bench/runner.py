@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dlrepro import hostinfo, matrix as matrix_mod
-from dlrepro.bench import phases, plan as plan_mod, report, suites
+from dlrepro.bench import aggregate, phases, plan as plan_mod, report, suites
 from dlrepro.errors import NoUsableResult
 from dlrepro.run import command, groups, pipeline, runtimes, store
 
@@ -62,7 +62,7 @@ def bench(flags, command_line="", echo=print):
     run_dir = command.start(run_of(suite, jobs, flags.out, command_line,
                                    flags.resume), runtime, m,
                             executor)
-    record, pairs = summary(run_dir, {j.id for j in jobs})
+    record, pairs = summary(run_dir, [j.spec for j in jobs])
     if record["status"] == "submitted":
         echo(command.submitted_line(run_dir, record))
         return run_dir
@@ -107,11 +107,15 @@ def run_of(suite, jobs, out, command, resume=False):
                                "description": suite["description"]})
 
 
-def summary(run_dir, only_ids=None):
-    """(record, [(entry, result)]) of a run, in plan order."""
+def summary(run_dir, only_cells=None):
+    """(record, [(entry, result)]) of a run, in plan order; with
+    `only_cells` (specs), every process of those cells the run holds: a
+    resume with a smaller --repeat counts the processes before it, as
+    `report` does."""
     record, pairs = store.load_run(run_dir)
-    if only_ids is not None:
-        pairs = [p for p in pairs if p[0]["id"] in only_ids]
+    if only_cells is not None:
+        keys = {aggregate.cell_key(spec) for spec in only_cells}
+        pairs = [p for p in pairs if aggregate.cell_key(p[0]["spec"]) in keys]
     return record, pairs
 
 

@@ -130,13 +130,18 @@ class JobLife:
             with interrupts_held():
                 self.runtime.cleanup(job, self.run_dir)
 
-    def finish(self, job, exit, launch, container, spec):
+    def finish(self, job, exit, launch, container, spec, isolation=None):
         """A job's final result once its process ended (`exit`, an Exit),
         or once a group's worker said its cell was done: collected, its
-        GPU clocks restored, written when the host changed it."""
+        GPU clocks restored, written when the host changed it. A worker's
+        cell whose result the host writes gets `isolation`, where the
+        cell stood in its worker."""
         result_path = self.paths(job).result
         result, changed = collect.collect(job, self.run_dir, exit, launch,
                                           container, self.run_id)
+        if isolation and not result.get("isolation"):
+            result["isolation"] = isolation
+            changed = True
         # A harness killed mid-job cannot restore the GPU clocks it
         # changed: the host does, from the state file it left on this side.
         message = gpu_restore.after_cell(result_path, spec["clock_state"])

@@ -16,6 +16,7 @@ from harness.blocks import utc_now
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.run import groups, runfolder, store
+from dlrepro.run.folderwatch import FolderGone, HeldFolder, Watch
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
 from dlrepro.run.kinds import KINDS
@@ -83,15 +84,40 @@ def _publish(run, run_dir, record):
 def _execute_or_fail(run, runtime, engine, run_dir, record, matrix, events,
                      done, held):
     try:
+        # The run folder (held by the descriptor `held`) moved or deleted
+        # meanwhile stops the run as Ctrl-C does, in one line
+        # (folderwatch, _gone).
+        watch = Watch(HeldFolder(run_dir, held))
         _execute(run.jobs, runtime, engine, run_dir, record, matrix,
                  events, done, held)
     except OSError as exc:
+        watch.stop()
+        if watch.held.gone():  # a write met it gone before the watch did
+            raise _gone(watch.held, record, engine)
         if exc.errno not in runfolder.WRITE_FAILURES:
             raise
         _close(run_dir, record, "failed")
         raise UserError(f"{runfolder.full_disk_message(exc, run.out)}; "
                         f"every finished result in {run_dir} is kept: "
                         f"make room, then rerun with --resume")
+    except FolderGone:
+        watch.stop()
+        raise _gone(watch.held, record, engine)
+    finally:
+        watch.stop()
+
+
+def _gone(folder, record, engine):
+    """The UserError of a run whose folder (a HeldFolder) was moved or
+    deleted: its jobs here stopped (a detached engine's left to it), its
+    run.json, in the folder wherever it went, `interrupted`; nothing
+    written by the old path, which another folder may hold now."""
+    record["status"] = "interrupted"
+    record["finished_at"] = utc_now()
+    written = folder.write_run(record)
+    became = (f"its jobs handed to {engine.name} were left as they are"
+              if engine.detached else engine.stopped())
+    return UserError(folder.message(became, written))
 
 
 def resumable(out, kind):

@@ -215,7 +215,8 @@ def locked(run_dir):
 
 def _open_lock_file(run_dir, flags):
     """The descriptor of `.lock`, never through a symlink; UserError when
-    it is there but not a regular file."""
+    it is there but not a regular file, or a hard link to another name
+    (what the holder writes there would overwrite that file too)."""
     path = Path(run_dir) / LOCK_NAME
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
@@ -228,6 +229,10 @@ def _open_lock_file(run_dir, flags):
             os.close(fd)
         raise UserError(f"{path} is not a regular file; remove it, then run "
                         f"again")
+    if os.fstat(fd).st_nlink > 1:
+        os.close(fd)
+        raise UserError(f"{path} is a hard link to another file; remove it, "
+                        f"then run again")
     return fd
 
 

@@ -414,17 +414,30 @@ def _canonical(value):
     return json.dumps(value, sort_keys=True)
 
 
+def unheld_status(record):
+    """What a run that says `running` while no process holds it is:
+    `submitted` when its engine is detached (a batch queue's: its jobs
+    run on in the queue after the process that waited for them was
+    killed, and --resume waits for them again), else `interrupted`."""
+    # The engines import this module: their registry is looked up here.
+    from dlrepro.run.engines import ENGINES
+    engine = ENGINES.get(record.get("executor") or "local")
+    return "submitted" if engine is not None and engine.detached \
+        else "interrupted"
+
+
 def load_run(run_dir):
     """(record, [(entry, result or None)]) in job order. A job whose result
     file is damaged, or is not its own (not_its_own), keeps result None and
     says why in its entry's message; the others are read as usual. An
     entry takes the status (and message) of its valid result on disk,
     whatever run.json says, and a run that says `running` while no
-    process holds it is shown `interrupted`."""
+    process holds it is shown `interrupted` (`submitted` where its engine
+    is detached: its jobs run on without the process that waited)."""
     record = read_run(run_dir)
     if record["status"] == "running" and not held(run_dir):
         # Its process died without closing it (a kill, a full disk).
-        record["status"] = "interrupted"
+        record["status"] = unheld_status(record)
     kind = kind_of(record)
     pairs = []
     for entry in record["jobs"]:

@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from harness import clocks
+from harness import worker as worker_protocol
 
 from dlrepro.run import collect, gpu_restore, groups, writer
 from dlrepro.run.events import Events
@@ -63,16 +64,43 @@ def attempt_in_group(result, worker_pid, position):
             "message": (result.get("error") or {}).get("message")}
 
 
+def host_isolation(job, worker, child):
+    """The isolation block of a worker's cell whose result the host wrote
+    (the worker, or the cell's forked child, ended without one): where the
+    cell stood, as the host knows it; what only the worker could say (the
+    memory it held, the fork server's imports) null. None for a fork
+    server's cell that no child ran: it had no process to name."""
+    if worker is None:  # it could not be started
+        return None
+    fed = worker.fed
+    pid = worker.said_pid or worker.proc.pid
+    block = {"mode": job.isolation, "position": len(fed), "worker_pid": pid,
+             "cells_before": fed[:-1]}
+    if job.isolation == "fork":
+        if child is None:
+            return None
+        return dict(block, pid=child, parent={
+            "pid": pid, "process_start": None, "preloaded_at": None,
+            "preload": None})
+    return dict(block, memory_held={
+        "rss_bytes": None, "gpus": None, "framework": None,
+        "note": "not known: the worker ended without this cell's result"})
+
+
 class Process:
     """One running worker: its process, its protocol lines as they come,
-    its log, its launch (how it is stopped and told dead) and the group's
-    first job (what the runtime cleans up after it by)."""
+    its log, its launch (how it is stopped and told dead), the group's
+    first job (what the runtime cleans up after it by), the job ids fed to
+    it and its pid as it says it (in its container's namespace, as its
+    results name it)."""
 
     def __init__(self, proc, log_path, launch, first):
         self.proc = proc
         self.log_path = log_path
         self.launch = launch
         self.first = first
+        self.fed = []
+        self.said_pid = None
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -86,7 +114,7 @@ class Process:
         as the worker sees it); False when the worker is gone."""
         seen = f"{self.launch.results_dir}/{Path(spec_path).name}"
         try:
-            self.proc.stdin.write(f"{seen}\n")
+            self.proc.stdin.write(worker_protocol.command_line(seen))
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
@@ -100,9 +128,12 @@ class Process:
             return "exit", {}
         word, _, rest = line.strip().partition(" ")
         try:
-            return word, json.loads(rest or "{}")
+            fields = json.loads(rest or "{}")
         except ValueError:
             return "noise", {"line": line}
+        if word == "cell-start" and isinstance(fields, dict):
+            self.said_pid = fields.get("worker_pid") or self.said_pid
+        return word, fields
 
     def log_size(self):
         try:
@@ -173,8 +204,11 @@ class Grouped:
         launch = self.life.runtime.launch(job, run_dir)
         try:
             exit = self._run_cell(job, launch)
-            return self.life.finish(job, exit, self._told_by(launch),
-                                    container, spec), exit
+            if self.last is not None:
+                self.last.fed.append(job.id)
+            return self.life.finish(
+                job, exit, self._told_by(launch), container, spec,
+                host_isolation(job, self.last, self.child)), exit
         finally:
             with interrupts_held():
                 self.life.runtime.cleanup(job, run_dir)
