@@ -49,35 +49,13 @@ from .clockstate import signals_deferred
 from .errors import HarnessError, Terminated
 from .spec import PROCESS_FIELDS, PROCESS_SPEC_KEYS, validate_cell
 from .throughput import run_cell
+# command_line: the tests write a worker's commands as the host does.
+from .workerlines import command_line, spec_paths  # noqa: F401
 
 SPEC_SUFFIX = ".spec.json"
 RESULT_SUFFIX = ".json"
 MODE = "group"
 EXIT_STATUS = {"Terminated": 143, "KeyboardInterrupt": 130}
-
-
-def command_line(spec_path):
-    """The line of a worker's standard input that names `spec_path`."""
-    return json.dumps(spec_path) + "\n"
-
-
-def spec_paths(commands, say):
-    """The spec paths the lines of `commands` (a text stream) name, until
-    it ends; a line that names none is answered `cell-invalid` through
-    `say` (a worker's), and a blank one skipped."""
-    for line in iter(commands.readline, ""):
-        if not line.strip():
-            continue
-        try:
-            spec_path = json.loads(line)
-        except ValueError:
-            spec_path = None
-        if not isinstance(spec_path, str):
-            say("cell-invalid", spec=line.rstrip("\r\n"),
-                message="a worker's command is a spec path as a JSON "
-                        "string, got {!r}".format(line.rstrip("\r\n")))
-            continue
-        yield spec_path
 
 
 def result_path(spec_path):

@@ -4,6 +4,7 @@ left running, pass or fail)."""
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 import waits
 
@@ -116,3 +117,16 @@ def wait_gone(pids, seconds=120):
     waits.wait_for(lambda: not [pid for pid in pids
                                 if os.path.exists(f"/proc/{pid}")],
                    seconds, what=f"processes {pids} to end")
+
+
+def children_of(pid):
+    """This host's processes whose parent is `pid`."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if int(text[text.rindex(")") + 2:].split()[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found

@@ -90,17 +90,38 @@ def three_cells_at_fcn_r(argv, out):
     proc = processes.start(argv, cwd=ROOT, env=cli_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
-    latest = Path(out) / "latest"
-    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
-                   seconds=300, what="the run folder")
-    assert latest.exists(), proc.communicate()
-    run_dir = latest.resolve()
+    run_dir = run_folder_of(proc, out)
     log = run_dir / f"{three_cells_job_id('lstm32')}.worker.log"
     waits.wait_for(lambda: proc.poll() is not None or
                    waits.text_of(log).count(FIRST_TIMED) >= 2,
                    seconds=600, what="fcn-r's first timed iteration")
     assert proc.poll() is None, proc.communicate()
     return proc, run_dir
+
+
+def run_folder_of(proc, out):
+    """The run folder the sweep `proc` makes under `out` once it exists;
+    fails at once, with what it said, should the sweep end first."""
+    latest = Path(out) / "latest"
+    waits.wait_for(lambda: latest.exists() or proc.poll() is not None,
+                   seconds=300, what="the run folder")
+    assert latest.exists(), proc.communicate()
+    return latest.resolve()
+
+
+def left_behind(runtime, run_dir):
+    """The run's containers (docker, podman), or its harness processes
+    (charliecloud: ch-run makes no container, and no PID namespace, so a
+    worker's pid is the host's), still there."""
+    if runtime in ("docker", "podman"):
+        proc = subprocess.run([runtime, "ps", "-a", "--filter",
+                               f"name={run_dir.name}", "--format",
+                               "{{.Names}}"], capture_output=True, text=True,
+                              check=True)
+        return proc.stdout.split()
+    pids = {store.load_result(path).get("isolation", {}).get("worker_pid")
+            for path in run_dir.glob(f"{FRAMEWORK}-*-t1.json")}
+    return [pid for pid in pids if pid and os.path.exists(f"/proc/{pid}")]
 
 
 def three_cells_fcn_r_timed_out(argv, out):

@@ -134,7 +134,7 @@ def _open_record(run, run_dir, runtime, events, engine):
     if not run.resume:
         return runfolder.new_record(run_dir, run.kind, run.command,
                                     runtime.name, run.jobs, run.suite,
-                                    engine.name), {}
+                                    engine.name, engine.detached), {}
     record = store.read_run(run_dir)
     if record["kind"] != run.kind:
         raise UserError(f"{run_dir} is a {record['kind']} run, not a "
@@ -157,6 +157,7 @@ def _open_record(run, run_dir, runtime, events, engine):
     done = merge(record, run.jobs, run_dir, events.log)
     record["resumed_at"].append(utc_now())
     record["executor"] = engine.name
+    record["detached"] = engine.detached
     events.log(f"resuming {run_dir}: {len(done)} of {len(run.jobs)} jobs "
                f"already done")
     return record, done

@@ -266,7 +266,7 @@ def new_entry(job):
 
 
 def new_record(run_dir, kind, command, runtime, jobs, suite=None,
-               executor="local"):
+               executor="local", detached=False):
     return {
         "schema_version": RUN_SCHEMA_VERSION,
         "kind": kind,
@@ -275,6 +275,9 @@ def new_record(run_dir, kind, command, runtime, jobs, suite=None,
         "suite": suite,
         "runtime": runtime,
         "executor": executor,
+        # Its jobs run on without the process that waits for them (a batch
+        # queue's): store.unheld_status reads it.
+        "detached": detached,
         "host": host_info(),
         # The dlrepro that made the run ("" outside a git checkout).
         "dlrepro_commit": git_revision() or None,

@@ -15,10 +15,8 @@ from groupcells import BENCH, result
 from fake_harness import SLOW_STEP
 from processes import pending, signal_each, stop_each, wait_gone
 from scripted import invoke, one_line_error, start, sweep_pids
+from interrupts import KILLED, ctrl_c
 from waits import text_of, wait_for
-
-KILLED = "the running job was killed (Ctrl-C during its stop's grace)"
-
 
 def stopped_mid_cell(argv, tmp_path):
     """`invoke ARGV` started with fcn5 slow, and once fcn5 is timing (its
@@ -35,13 +33,6 @@ def stopped_mid_cell(argv, tmp_path):
     stopped = sweep_pids(run_dir)
     stop_each(stopped)
     return proc, run_dir, stopped
-
-
-def ctrl_c(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends
-    except ProcessLookupError:
-        pass
 
 
 @pytest.mark.parametrize("isolation", ["cell", "group", "fork"])

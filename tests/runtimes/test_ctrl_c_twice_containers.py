@@ -16,23 +16,9 @@ import processes
 import waits
 from harness.timing import FIRST_TIMED
 from paths import ROOT
-from runtimeenv import cli_env, docker_image
-from test_ctrl_c_twice import KILLED, ctrl_c
-from test_groups_containers import (bench_argv, job_id, left_behind,
-                                    run_folder_of)
-
-
-def children(pid):
-    """The pids whose parent is `pid`."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        if int(text[text.rindex(")") + 2:].split()[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
+from interrupts import KILLED, ctrl_c
+from runtimeenv import (cli_env, docker_image, left_behind, run_folder_of,
+                        three_cells_argv, three_cells_job_id)
 
 
 def harness_in_container(run_dir):
@@ -46,7 +32,7 @@ def harness_in_container(run_dir):
     init = subprocess.run(["docker", "inspect", "--format",
                            "{{.State.Pid}}", names[0]], capture_output=True,
                           text=True, check=True).stdout.strip()
-    return children(int(init))
+    return processes.children_of(int(init))
 
 
 def naming(run_dir):
@@ -66,13 +52,14 @@ def naming(run_dir):
 def test_a_second_ctrl_c_kills_a_stopped_container_and_leaves_nothing(
         isolation, tmp_path):
     docker_image()
-    argv = bench_argv("docker", tmp_path, timeout_s=900)
-    argv[argv.index("--isolation") + 1] = isolation
+    argv = three_cells_argv("docker", tmp_path / "suite.toml",
+                            tmp_path / "runs", isolation, 900, endless=True)
     proc = processes.start(argv, cwd=ROOT, env=cli_env(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)
-    run_dir = run_folder_of(proc, tmp_path)
+    run_dir = run_folder_of(proc, tmp_path / "runs")
     # fcn-r timing: its own log, or its worker's second timed cell
+    job_id = three_cells_job_id
     logs, count = ((run_dir / f"{job_id('fcn-r')}.log", 1)
                    if isolation == "cell" else
                    (run_dir / f"{job_id('lstm32')}.worker.log", 2))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import dockercells
+import processes
 from dlrepro.run import store
 from dlrepro.run.runtimes import docker as docker_runtime
 from dockerenv import PREFIX
@@ -87,21 +88,6 @@ def containers(runtime, run_dir):
     return proc.stdout.split()
 
 
-def children_of(pid):
-    """This host's processes whose parent is `pid`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path("/proc", entry, "stat").read_text()
-        except OSError:
-            continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
 def server_here(runtime, run_dir):
     """The fork server's pid on this host: the child of the container's
     first process (docker's and podman's --init); under charliecloud (no
@@ -111,7 +97,7 @@ def server_here(runtime, run_dir):
     name = docker_runtime.worker_container_name(run_dir, job_id("lstm32"))
     proc = subprocess.run([runtime, "inspect", "--format", "{{.State.Pid}}",
                            name], capture_output=True, text=True, check=True)
-    (server,) = children_of(int(proc.stdout))
+    (server,) = processes.children_of(int(proc.stdout))
     return server
 
 
@@ -162,7 +148,7 @@ def test_a_child_killed_mid_cell_is_that_cell_alone_and_resume_measures_it(
     out = tmp_path / "runs"
     proc, run_dir = sweep_at_fcn_r(runtime, out, timeout_s=25)
     server = server_here(runtime, run_dir)
-    (child,) = children_of(server)
+    (child,) = processes.children_of(server)
     os.kill(child, signal.SIGKILL)
     _out, err = proc.communicate(timeout=600)
     assert "Traceback" not in err, err

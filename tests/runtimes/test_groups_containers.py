@@ -13,7 +13,7 @@ import pytest
 
 from dlrepro.run import store
 from paths import ROOT
-from runtimeenv import (FRAMEWORK, binary_or_skip, cli_env, docker_image,
+from runtimeenv import (binary_or_skip, cli_env, docker_image, left_behind,
                         ready, three_cells_argv, three_cells_at_fcn_r,
                         three_cells_fcn_r_timed_out, three_cells_job_id)
 
@@ -43,21 +43,6 @@ def placed(run_dir, network):
 def statuses(run_dir):
     return {entry["id"]: entry["status"]
             for entry in store.read_run(run_dir)["jobs"]}
-
-
-def left_behind(runtime, run_dir):
-    """The run's containers (docker, podman), or its harness processes
-    (charliecloud: ch-run makes no container, and no PID namespace, so a
-    worker's pid is the host's), still there."""
-    if runtime in ("docker", "podman"):
-        proc = subprocess.run([runtime, "ps", "-a", "--filter",
-                               f"name={run_dir.name}", "--format",
-                               "{{.Names}}"], capture_output=True, text=True,
-                              check=True)
-        return proc.stdout.split()
-    pids = {store.load_result(path).get("isolation", {}).get("worker_pid")
-            for path in run_dir.glob(f"{FRAMEWORK}-*-t1.json")}
-    return [pid for pid in pids if pid and os.path.exists(f"/proc/{pid}")]
 
 
 def test_a_group_shares_one_container_and_a_timeout_goes_on_in_a_fresh_one(

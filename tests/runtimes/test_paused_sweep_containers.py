@@ -10,9 +10,9 @@ import pytest
 import processes
 from dlrepro.run import store
 from paths import INVOKE, ROOT
-from runtimeenv import cli_env, docker_image
-from test_groups_containers import FRAMEWORK, job_id, run_folder_of
-from test_paused_sweep import paused_past_the_timeout
+from interrupts import paused_past_the_timeout
+from runtimeenv import (FRAMEWORK, cli_env, docker_image, run_folder_of,
+                        three_cells_job_id as job_id)
 
 # Enough for a container's start and MXNet's import on a loaded machine.
 TIMEOUT_S = 60
@@ -40,7 +40,7 @@ def test_a_cell_that_ended_during_a_pause_is_ok_not_a_timeout(isolation,
          "--timeout", str(TIMEOUT_S), "--out", str(tmp_path / "runs")],
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True)
-    run_dir = run_folder_of(proc, tmp_path)
+    run_dir = run_folder_of(proc, tmp_path / "runs")
     paused_past_the_timeout(proc, run_dir, TIMEOUT_S)
     _out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from harness import clocks
-from harness import worker as worker_protocol
+from harness import workerlines
 
 from dlrepro.run import collect, gpu_restore, groups, writer
 from dlrepro.run.events import Events
@@ -114,7 +114,7 @@ class Process:
         as the worker sees it); False when the worker is gone."""
         seen = f"{self.launch.results_dir}/{Path(spec_path).name}"
         try:
-            self.proc.stdin.write(worker_protocol.command_line(seen))
+            self.proc.stdin.write(workerlines.command_line(seen))
             self.proc.stdin.flush()
             return True
         except (BrokenPipeError, OSError, ValueError):
