@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes sure Debian's chromium is installed: tests/test_html_report.py
+# Makes sure Debian's chromium is installed: tests/results/test_html_report.py
 # renders the HTML report in it, headless. Installs only chromium (no
 # recommended packages) when it is missing; idempotent. On a fresh machine
 # this fetched 124 MB (25 packages) and took about 13 s, apt-get update

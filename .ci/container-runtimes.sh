@@ -5,7 +5,7 @@
 # rootless use) and Charliecloud (ch-run from charliecloud-runtime,
 # ch-convert from charliecloud-builders, squashfs-tools for SquashFS
 # images). Idempotent: installs nothing when every package is at its pinned
-# version. tests/test_podman_runtime.py and tests/test_charliecloud_runtime.py
+# version. tests/runtimes/test_podman_runtime.py and tests/runtimes/test_charliecloud_runtime.py
 # use them (.ci/run sets DLREPRO_REQUIRE_RUNTIMES=1 so they fail, not skip).
 set -euo pipefail
 # ch-run refuses to start without $USER (unset in some CI shells).

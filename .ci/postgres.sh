@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure a PostgreSQL server is there for the results-database tests
-# (tests/test_history_db.py): Debian's postgresql package when missing, its
+# (tests/results/test_history.py): Debian's postgresql package when missing, its
 # own cluster "dlrepro" on port 5439 (so a system cluster on 5432 is left as
 # it is), started, with a role and a database the tests may create databases
 # from. Idempotent. The tests read the URL from DLREPRO_POSTGRES_URL, whose

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure an image registry is serving for the registry tests
-# (tests/test_registry.py): Debian's docker-registry (the reference
+# (tests/runtimes/test_registry.py): Debian's docker-registry (the reference
 # distribution registry) on a loopback port, over TLS with a CA made here,
 # with htpasswd authentication, and every client trusting that CA the way it
 # documents:

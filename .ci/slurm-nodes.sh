@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real Slurm cluster of TWO nodes on this one machine, for the multi-node
-# tests (tests/test_slurm_multinode.py; docs/multinode.md "On Slurm"). It is
+# tests (tests/slurm/test_slurm_multinode.py; docs/multinode.md "On Slurm"). It is
 # a second cluster beside the one-node cluster of .ci/slurm.sh, which it
 # leaves alone:
 #   - its own configuration, /etc/slurm-nodes/slurm.conf (clients use
@@ -200,7 +200,7 @@ for node in $NODES; do
     # mount namespace with a fresh /sys (the namespace's sysfs), which
     # hides /sys/fs/cgroup, and rootful podman under slurmd then fails
     # "runc create failed: no cgroup mount found in mountinfo". A real
-    # node has its cgroups; so do these (tests/test_slurm_multinode_runtimes.py).
+    # node has its cgroups; so do these (tests/slurm/test_slurm_multinode_runtimes.py).
     $sudo nsenter --net="/run/netns/$node" unshare --uts sh -c \
         "hostname $node && exec slurmd -f $SLURM_CONF -N $node"
 done

@@ -25,7 +25,7 @@ Clocks: observe only, always; this script never changes a GPU setting.
 Everything lands under --out (default docs/measurements/<gpu>-<date>/):
 gate.json, runs/ (the run folders), summary.json and report.txt.
 
-`--device cpu --quick` runs the same path on a CPU (tests/test_gpu_sweep_check.py
+`--device cpu --quick` runs the same path on a CPU (tests/runtimes/test_gpu_sweep_check.py
 does, with the fake NVML standing in for a Hopper GPU).
 """
 import argparse

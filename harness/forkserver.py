@@ -54,7 +54,7 @@ from .errors import Terminated
 MODE = "fork"
 # What the server imports before its first fork, per framework: the
 # framework and what its backend imports on first use, none of which
-# starts a thread or touches a device (checked: tests/test_forkserver.py,
+# starts a thread or touches a device (checked: tests/harness/test_forkserver.py,
 # and fork_refusal before every fork). PyTorch's torch._dynamo is what its
 # first optimizer imports (1.4 s); CNTK and Caffe run in images where the
 # server imports the harness alone.
@@ -71,7 +71,7 @@ PRELOAD = {
 # MXNet's engine (pthread_atfork in its initialize.cc: the engine stopped
 # in `prepare`, started again in `parent` and `child`; what its
 # multiprocessing data loaders rely on): 2 threads after `import mxnet`
-# with 2 cell threads, 5 after one fork (tests/test_forkserver.py forks
+# with 2 cell threads, 5 after one fork (tests/harness/test_forkserver.py forks
 # it and trains in the child).
 FORK_HANDLED = {
     "mxnet": "MXNet's engine threads, which its fork handlers stop before "

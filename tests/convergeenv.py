@@ -1,4 +1,4 @@
-"""What the convergence test modules share (tests/test_converge_pure.py,
+"""What the convergence test modules share (tests/backends/test_converge_pure.py,
 test_converge_training.py, test_converge_faults.py, and the multi-node
 ones): the tolerance between 1 and 2 workers' curves, the specs of a
 plan, a native runtime, and the harness's converge command."""
@@ -14,7 +14,7 @@ from dlrepro.run import runtimes
 # global batch, so the curves differ only by float32 reduction order
 # (observed: below 1e-5 over 32 iterations). 1e-3 of the loss is 100x that,
 # and 100x below what a real fault moves the curve by: a different seed
-# (tests/test_converge_training.py checks it), a doubled learning rate
+# (tests/backends/test_converge_training.py checks it), a doubled learning rate
 # (gradients summed instead of averaged) or workers training on the same
 # half of the batch all change the loss by 0.05 or more within a few
 # iterations.

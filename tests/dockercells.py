@@ -1,7 +1,7 @@
 """What the docker runtime's test modules share: the cells and jobs they
 run, a docker runtime whose harness command a test may replace
 (ScriptedRuntime), the pipeline as `invoke bench` calls it, and the
-containers a test looks for. The tests: tests/test_docker_runtime_cells.py,
+containers a test looks for. The tests: tests/runtimes/test_docker_runtime_cells.py,
 test_docker_runtime_hardening.py and test_docker_runtime_cli.py."""
 import json
 import subprocess

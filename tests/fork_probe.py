@@ -1,4 +1,4 @@
-"""Run in a framework's venv by tests/test_forkserver.py: what the fork
+"""Run in a framework's venv by tests/harness/test_forkserver.py: what the fork
 server (harness.forkserver) finds after importing the framework as it
 does (its PRELOAD), then after the framework touched its device or its
 thread pools as a cell does. Prints one JSON line:

@@ -13,7 +13,7 @@ from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 
 
-# The smallest real-data run tests/test_converge_training.py trains, one
+# The smallest real-data run tests/backends/test_converge_training.py trains, one
 # epoch.
 TRAIN, TEST, BATCH = 1024, 256, 64
 # Frameworks that train across nodes here (MULTI_NODE True): all but CNTK

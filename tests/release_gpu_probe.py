@@ -1,7 +1,7 @@
 """Run in a framework's CPU venv: its backend's release_memory("gpu",
 collect) with the framework's GPU calls and the worker's collection
 replaced by fakes that record their calls (no GPU here;
-tests/test_release_memory.py), and the report printed as JSON with the
+tests/harness/test_release_memory.py), and the report printed as JSON with the
 fakes' calls.
 
     python tests/release_gpu_probe.py FRAMEWORK

@@ -1,4 +1,4 @@
-"""What the Slurm test modules share (tests/test_slurm_results.py,
+"""What the Slurm test modules share (tests/slurm/test_slurm_results.py,
 test_slurm_limits.py, test_engines.py): the test cluster or a skip, the
 fake cells' `invoke bench --executor slurm`, and what a run folder and
 Slurm say about a network's task. Each test module asks for cluster_for

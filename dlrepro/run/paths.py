@@ -1,5 +1,5 @@
 """The run folder's names, written once. Every module that opens a file of
-a run folder asks this one for its name (tests/test_paths.py fails when a
+a run folder asks this one for its name (tests/repo/test_paths.py fails when a
 suffix below is spelled anywhere else in dlrepro/), as submitit's
 `JobPaths` does for its jobs.
 

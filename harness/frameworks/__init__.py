@@ -1,5 +1,5 @@
 """The backend contract, written here once (docs/DEVELOPING.md and
-docs/backends.md point here; tests/test_backend_signatures.py reads every
+docs/backends.md point here; tests/backends/test_backend_signatures.py reads every
 backend and holds it to the names and signatures below). One package per
 framework, loaded by name; importing this package (or a framework's
 package) loads no framework, so a container or venv only ever imports its

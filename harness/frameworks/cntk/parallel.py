@@ -4,7 +4,7 @@ gradients, i.e. plain SGD, not the 1-bit SGD of the 2016 scripts (which
 changes convergence); one MPI process per worker under mpirun.
 
 Runs in the CNTK image (Python 3.6, OpenMPI 1.10's mpirun). Two CNTK
-behaviours it relies on, both shown by tests/test_converge_training.py
+behaviours it relies on, both shown by tests/backends/test_converge_training.py
 there, for rank 0 (its curve with 2 workers equals the 1-worker curve to
 1e-7):
 - the distributed learner sums gradients and sample counts over the

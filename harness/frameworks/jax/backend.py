@@ -321,7 +321,7 @@ class Session(backends.Session):
         self.loss_scaling = None
         # What XLA's CPU backend makes of bf16/fp16 matrix products and
         # convolutions (jaxlib 0.10.2): it converts their operands to FP32
-        # and computes in FP32 (tests/test_precision_jax.py reads the
+        # and computes in FP32 (tests/backends/test_precision_jax.py reads the
         # compiled HLO); elementwise work stays in the compute type.
         self.precision_note = (
             "on the CPU XLA computes {} matrix products and convolutions in "
