@@ -12,6 +12,7 @@ from dlrepro.run import store
 from dlrepro.run.job import Job, Placement
 from paths import INVOKE, ROOT, SCRIPTED
 from scripted import env_for, invoke
+from waits import wait_for
 
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--python", SCRIPTED, "--iterations", "20", "--warmup", "1",
@@ -125,3 +126,35 @@ def three_cells_in_one_worker(out, args, placement=placed):
     assert [c[:2] for c in cells] == [("ok", 1), ("ok", 2), ("ok", 3)]
     assert len({c[2] for c in cells}) == 1
     return done, run_dir, cells
+
+
+# --- a fork server's processes -------------------------------------------
+
+
+def server_logs(run_dir):
+    return "".join(p.read_text(errors="replace")
+                   for p in sorted(Path(run_dir).glob("*.worker.log")))
+
+
+def parent_of(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def processes_of(run_dir):
+    """{pid: parent pid} of the processes writing a server log of the run:
+    its servers and their children."""
+    return {pid: parent_of(pid) for pid in worker_pids(run_dir)}
+
+
+def child_and_server(run_dir):
+    """(child pid, server pid) of the cell running now, once there is one."""
+    def found():
+        pids = processes_of(run_dir)
+        children = [(p, parent) for p, parent in pids.items()
+                    if parent in pids]
+        return children[0] if len(children) == 1 else None
+    return wait_for(found, what="a forked child")

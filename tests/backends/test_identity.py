@@ -27,25 +27,20 @@ reason; a backend that exists but fails in its own environment fails.
 """
 import json
 import math
-import os
 import subprocess
 
 import pytest
 
-import caffeenv
-import cntkenv
-import tf1_venv
 from dlrepro import matrix
 from dlrepro.images import envs
 from harness import frameworks, networks as nets
 from paths import ROOT
+from variants import (IMAGE_ONLY, VARIANTS, backend_file, framework_env,
+                      framework_python)
 
 PROBE = ROOT / "tests" / "backend_probe.py"
 
 FRAMEWORKS = frameworks.NAMES
-# What is probed: each framework's CPU environment, plus TensorFlow 1.15.
-VARIANTS = dict([(f, f) for f in FRAMEWORKS] + [("tensorflow-1.15",
-                                                  "tensorflow")])
 
 # LSTM bias vectors per gate. PyTorch (b_ih, b_hh) and MXNet (i2h, h2h bias)
 # keep two; TensorFlow/Keras, CNTK, JAX (our own cell) and Caffe (W_xc, b_c,
@@ -101,49 +96,6 @@ DESCENDING = ("alexnet-r", "resnet-56", "lstm", "lstm32", "lstm64",
 PROBE_STEPS = {name: 4 if name in DESCENDING else 2 for name in nets.NETWORKS}
 
 
-# Frameworks with no native environment, run in their image's Python.
-IMAGE_ONLY = ("cntk", "caffe")
-
-
-def backend_file(framework):
-    return ROOT / "harness" / "frameworks" / framework / "backend.py"
-
-
-_PYTHONS = {}
-
-
-def framework_python(variant):
-    """The variant's venv python, or pytest.skip with the reason."""
-    if variant in _PYTHONS:
-        return _PYTHONS[variant]
-    framework = VARIANTS[variant]
-    if not backend_file(framework).exists():
-        pytest.skip("{} backend not written yet: {} does not exist".format(
-            framework, backend_file(framework).relative_to(ROOT)))
-    if framework == "cntk":
-        # Image only: its Python, run as if it were native.
-        _PYTHONS[variant] = cntkenv.python()
-        return _PYTHONS[variant]
-    if framework == "caffe":
-        _PYTHONS[variant] = caffeenv.python()
-        return _PYTHONS[variant]
-    m = matrix.load()
-    entry = matrix.entry(m, framework, "cpu")
-    reason = envs.unavailable_reason(entry, framework, "cpu")
-    if reason is not None:
-        pytest.skip("not runnable here: {}".format(reason))
-    if variant == "tensorflow-1.15":
-        _PYTHONS[variant] = tf1_venv.python()
-    else:
-        _PYTHONS[variant] = envs.ensure(framework, "cpu", entry,
-                                        log=lambda *_: None)
-    return _PYTHONS[variant]
-
-
-def _env():
-    return dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
-
-
 _PROBES = {}
 
 
@@ -159,7 +111,7 @@ def probe(variant, tmp_root):
         proc = subprocess.run(
             [str(python), str(PROBE), "--framework", framework, "--networks",
              spec, "--seed", str(SEED),
-             "--out", str(out)], cwd=ROOT, env=_env(), capture_output=True,
+             "--out", str(out)], cwd=ROOT, env=framework_env(), capture_output=True,
             text=True, timeout=1200)
         assert proc.returncode == 0, proc.stderr[-4000:]
         _PROBES[variant] = json.loads(out.read_text())
@@ -316,7 +268,7 @@ def _run_cell(variant, tmp_path):
     spec.write_text(json.dumps({"cell": cell, "container": None}))
     proc = subprocess.run([str(python), "-m", "harness", "run", "--spec",
                            str(spec), "--out", str(out)], cwd=ROOT,
-                          env=_env(), capture_output=True, text=True,
+                          env=framework_env(), capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(out.read_text())
@@ -360,7 +312,7 @@ print(json.dumps([backend.prepare(network, 4, "cpu", seed).step()
 def test_prepare_is_deterministic_in_its_seed(variant):
     python = framework_python(variant)
     proc = subprocess.run([str(python), "-s", "-c", SEED_PROBE,
-                           VARIANTS[variant]], cwd=ROOT, env=_env(),
+                           VARIANTS[variant]], cwd=ROOT, env=framework_env(),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     first, again, other = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -397,7 +349,7 @@ def test_transformers_are_bit_identical_for_one_seed(variant):
         pytest.skip("{} offers no transformer".format(VARIANTS[variant]))
     python = framework_python(variant)
     proc = subprocess.run([str(python), "-s", "-c", TRANSFORMER_SEED_PROBE,
-                           VARIANTS[variant]], cwd=ROOT, env=_env(),
+                           VARIANTS[variant]], cwd=ROOT, env=framework_env(),
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -29,7 +29,7 @@ import pytest
 
 from harness import networks as nets
 from paths import ROOT
-from test_identity import _env, framework_python
+from variants import framework_env, framework_python
 
 CASES = (("gpt-tiny", 4), ("gpt-small@32", 1))
 
@@ -97,7 +97,7 @@ print(json.dumps(out))
 def _run(framework, probe):
     python = framework_python(framework)
     proc = subprocess.run([str(python), "-s", "-c", probe], cwd=ROOT,
-                          env=_env(), capture_output=True, text=True,
+                          env=framework_env(), capture_output=True, text=True,
                           timeout=1200)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -14,21 +14,18 @@ server the PostgreSQL tests skip; with DLREPRO_REQUIRE_POSTGRES set (CI)
 they fail.
 """
 import json
-import os
 import random
 import subprocess
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import select, text
 
 from dlrepro.history import machines, schema, steps
 from browser import drawn, headless
 from cli import invoke
+from postgresenv import engine as _engine, postgres  # noqa: F401 (a fixture)
 from paths import INVOKE, ROOT, SCRIPTED
 
-POSTGRES = os.environ.get(
-    "DLREPRO_POSTGRES_URL",
-    "postgresql://dlrepro:dlrepro@127.0.0.1:5439/dlrepro")
 TWIN = "twin (this host's runs, relabelled)"
 # A real run of another machine: one H200, single-GPU real-data cells at
 # the paper's batch sizes (docs/measurements/h200-2026-11-30).
@@ -50,34 +47,6 @@ def history_runs(tmp_path_factory):
         assert proc.returncode == 0, proc.stderr
         folders.append((out / "latest").resolve())
     return out, folders
-
-
-def _engine(url):
-    return create_engine(url.replace("postgresql://",
-                                     "postgresql+psycopg://", 1))
-
-
-@pytest.fixture
-def postgres():
-    """The URL of a fresh database on the test server."""
-    try:
-        admin = _engine(POSTGRES).execution_options(
-            isolation_level="AUTOCOMMIT")
-        with admin.connect() as connection:
-            connection.execute(text("SELECT 1"))
-    except Exception as exc:  # noqa: BLE001 (any failure: no server)
-        reason = (f"no PostgreSQL server at DLREPRO_POSTGRES_URL "
-                  f"({str(exc).splitlines()[0]}); CI: .ci/postgres.sh")
-        if os.environ.get("DLREPRO_REQUIRE_POSTGRES"):
-            pytest.fail(f"DLREPRO_REQUIRE_POSTGRES is set but {reason}")
-        pytest.skip(reason)
-    name = f"dlrepro_test_{os.getpid()}_{random.randrange(1 << 30)}"
-    with admin.connect() as connection:
-        connection.execute(text(f"CREATE DATABASE {name}"))
-    yield POSTGRES.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as connection:
-        connection.execute(text(f"DROP DATABASE {name} WITH (FORCE)"))
-    admin.dispose()
 
 
 def export(out, url, *extra):

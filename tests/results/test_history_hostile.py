@@ -10,7 +10,7 @@ after db.LOCK_WAIT_S, in one line; `--machine` takes no control
 characters.
 
 Runs come from the scripted harness (tests/bin/scripted-python);
-PostgreSQL is the server .ci/postgres.sh starts (tests/results/test_history.py's
+PostgreSQL is the server .ci/postgres.sh starts (tests/postgresenv.py's
 `postgres` fixture: a fresh database per test)."""
 import hashlib
 import sqlite3
@@ -24,7 +24,7 @@ from sqlalchemy import text
 from dlrepro.history import db as history_db
 from dlrepro.history import schema
 from scripted import BENCH, invoke, start
-from test_history import _engine, postgres  # noqa: F401 (a fixture)
+from postgresenv import engine as _engine, postgres  # noqa: F401 (a fixture)
 from waits import wait_for
 
 

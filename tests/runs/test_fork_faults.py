@@ -10,16 +10,15 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import fake_harness
 import workercells
 from dlrepro.run import store
 from harness import worker
-from groupcells import (BENCH, NETWORKS, alive,
+from groupcells import (BENCH, NETWORKS, alive, child_and_server,
                         compare_names_the_isolation_modes, ctrl_c_keeps_fcn5,
-                        result, statuses, sweep_in_memory_cgroup,
-                        three_cells_in_one_worker, worker_pids)
+                        result, server_logs, statuses, sweep_in_memory_cgroup,
+                        three_cells_in_one_worker)
 from paths import ROOT, SCRIPTED
 from scripted import invoke, start
 from waits import wait_for
@@ -40,41 +39,12 @@ def started_at(run_dir, network):
     return result(run_dir, network)["started_at"]
 
 
-def server_logs(run_dir):
-    return "".join(p.read_text(errors="replace")
-                   for p in sorted(Path(run_dir).glob("*.worker.log")))
-
-
 def fork_checks(run_dir):
     """What the server held before each of its forks (fake_harness.
     fork_checked)."""
     return [json.loads(line[len(fake_harness.FORK_CHECK):])
             for line in server_logs(run_dir).splitlines()
             if line.startswith(fake_harness.FORK_CHECK)]
-
-
-def parent_of(pid):
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
-
-
-def processes_of(run_dir):
-    """{pid: parent pid} of the processes writing a server log of the run:
-    its servers and their children."""
-    return {pid: parent_of(pid) for pid in worker_pids(run_dir)}
-
-
-def child_and_server(run_dir):
-    """(child pid, server pid) of the cell running now, once there is one."""
-    def found():
-        pids = processes_of(run_dir)
-        children = [(p, parent) for p, parent in pids.items()
-                    if parent in pids]
-        return children[0] if len(children) == 1 else None
-    return wait_for(found, what="a forked child")
 
 
 def start_until_fcn8_is_under_way(tmp_path, *extra):

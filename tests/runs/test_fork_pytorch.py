@@ -15,9 +15,9 @@ import pytest
 
 import processes
 from dlrepro.run import store
+from groupcells import child_and_server, server_logs
 from harness.timing import FIRST_TIMED
 from paths import INVOKE, ROOT
-from test_fork_faults import child_and_server, server_logs
 from waits import wait_for
 
 # Two cells of one process key: fcn-r (small, so --resume stays short) at
