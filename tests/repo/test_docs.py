@@ -56,3 +56,13 @@ def test_no_test_imports_from_benchmarks(root):
     offenders = [p.name for p in sorted((root / "tests").rglob("*.py"))
                  if importing.search(p.read_text())]
     assert offenders == []
+
+
+def test_no_test_module_imports_another(root):
+    """What two test modules share is a helper module of tests/ (not named
+    test_*): helpers kept in a test file tie two files together, and
+    tests/conftest.py groups a file by what it imports itself."""
+    importing = re.compile(r"^\s*(?:from|import) test_\w+", re.M)
+    offenders = [p.name for p in sorted((root / "tests").rglob("*.py"))
+                 if importing.search(p.read_text())]
+    assert offenders == []
