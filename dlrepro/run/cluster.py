@@ -201,7 +201,8 @@ def fold(path, job, cluster, run_dir, wait_s=FOLD_WAIT_S, result=None):
     if result is None:
         result = writer.synthesized(
             job, "error", "NoResult",
-            f"node 0 ({cluster['hosts'][0]}) wrote no result")
+            f"node 0 ({cluster['hosts'][0]}) wrote no result",
+            run_id=store.run_id_or_none(run_dir))
     own_type = (result.get("error") or {}).get("type")
     if failed and result["status"] in ("ok", "error", "timeout") and \
             own_type not in OWN_FAULTS:

@@ -16,7 +16,6 @@ from pathlib import Path
 from harness import resultfile
 
 from dlrepro import matrix as matrix_mod
-from dlrepro.errors import UserError
 from dlrepro.run import collect, gpu_restore, store, writer
 from dlrepro.run.paths import JobPaths
 from dlrepro.run.process import interrupts_held
@@ -52,14 +51,7 @@ def _holds(path, spec):
         return False
 
 
-def run_id_in(run_dir):
-    """The run's id from run.json in `run_dir`; None where there is no
-    readable run.json (a node's folder handed no run record): its results
-    then name no run, as results before run ids did."""
-    try:
-        return store.run_id_of(run_dir)
-    except UserError:
-        return None
+run_id_in = store.run_id_or_none
 
 
 class JobLife:

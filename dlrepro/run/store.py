@@ -379,6 +379,16 @@ def run_id_of(run_dir):
     return run_id if isinstance(run_id, str) else read_run(run_dir)["run_id"]
 
 
+def run_id_or_none(run_dir):
+    """The run's id from run.json in `run_dir`; None where there is no
+    readable run.json (a node's folder handed no run record): a result
+    written there then names no run, as results before run ids did."""
+    try:
+        return run_id_of(run_dir)
+    except UserError:
+        return None
+
+
 def foreign_cell(result, spec, name, kind=None):
     """How the result in file `name` differs from the cell of a job of
     `kind` run with `spec`, or None when it does not."""

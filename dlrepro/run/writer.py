@@ -18,9 +18,11 @@ def write_result(path, result):
     return result
 
 
-def synthesized(job, status, error_type, message, container=None):
+def synthesized(job, status, error_type, message, container=None,
+                run_id=None):
     """A result for a job whose harness never wrote one (never started, or
-    died first). Host facts only; framework fields stay null."""
+    died first). Host facts only; framework fields stay null. `run_id`:
+    the run's, which the result then names as a harness's does."""
     result = new_result(job.type.result_cell(job.spec), container)
     env = result["environment"]
     host = provenance.host_environment()
@@ -32,6 +34,8 @@ def synthesized(job, status, error_type, message, container=None):
     result["status"] = status
     result["error"] = {"type": error_type, "message": message}
     result["finished_at"] = utc_now()
+    if run_id:
+        result["run_id"] = run_id
     return result
 
 

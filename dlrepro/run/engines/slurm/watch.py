@@ -261,7 +261,8 @@ def finish(job, run_dir, task, block):
         elif state in ("FAILED", "COMPLETED") or task is None:
             log = JobPaths(run_dir, job.id).log
             message += f"; it said: {collect.last_words(log)}"
-        result = writer.synthesized(job, status, error_type, message)
+        result = writer.synthesized(job, status, error_type, message,
+                                    run_id=store.run_id_or_none(run_dir))
     else:
         result["status"] = status
         result["error"] = {"type": error_type, "message": message}
