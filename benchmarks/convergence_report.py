@@ -27,7 +27,8 @@ from dlrepro.converge import datasets, plan, runner, summary  # noqa: E402
 from dlrepro.present import curves, style  # noqa: E402
 from dlrepro.errors import UserError  # noqa: E402
 from dlrepro.run import progress, runtimes  # noqa: E402
-from harness import datasets as hd, frameworks  # noqa: E402
+from harness import frameworks  # noqa: E402
+from harness.data import datasets as hd  # noqa: E402
 
 NETWORKS = ("fcn-r", "alexnet-r")
 

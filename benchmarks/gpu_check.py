@@ -38,10 +38,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from harness import clocks, compat, resultfile  # noqa: E402  (path fix)
+from harness import compat, resultfile  # noqa: E402  (path fix)
+from harness.gpu import clocks  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from dlrepro.run import gpu_restore  # noqa: E402  (stdlib-only on this path)
-from harness.nvml import Nvml, device_info, system_versions  # noqa: E402
+from harness.gpu.nvml import Nvml, device_info, system_versions  # noqa: E402
 from gpu_check_report import report_lines  # noqa: E402
 
 NETWORKS = ("fcn5", "alexnet", "resnet50", "gpt-small")

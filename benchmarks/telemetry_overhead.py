@@ -22,8 +22,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import networks as nets, telemetry, timing  # noqa: E402
-from harness.nvml import Nvml  # noqa: E402
+from harness import networks as nets, timing  # noqa: E402
+from harness.gpu import telemetry  # noqa: E402
+from harness.gpu.nvml import Nvml  # noqa: E402
 
 CASES = (("fcn5", 512), ("alexnet", 128), ("resnet50", 32))
 

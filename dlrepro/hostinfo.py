@@ -7,7 +7,7 @@ def gpus():
     compute_capability, driver_version, ...); [] without a driver or
     without nvidia-ml-py. Every GPU, as a container runtime may be given
     any of them."""
-    from harness import nvml as nvml_mod
+    from harness.gpu import nvml as nvml_mod
     try:
         nvml, _reason = nvml_mod.Nvml.open()
     except Exception:  # a broken library is no GPU

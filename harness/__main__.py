@@ -85,7 +85,7 @@ def _versions(args):
 
 def _kernels(args):
     import importlib.util
-    from . import fatbin
+    from .gpu import fatbin
     roots = list(args.paths)
     for name in args.module:
         # find_spec locates a package without importing it: the check runs

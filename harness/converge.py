@@ -25,13 +25,14 @@ dataparallel.run_epochs, launch) with `convergence.partial` true.
 """
 import sys
 
-from . import (frameworks, gpu, lifecycle, networks, phases, provenance,
-               stats, threads)
+from . import (frameworks, lifecycle, networks, phases, provenance, stats,
+               threads)
 from . import figures
 from .blocks import loss_block, model_block, new_result, parameter_note, \
     timing_block
 from .errors import HarnessError, Unsupported
 from .frameworks import dataparallel
+from .gpu import cell as gpu_cell
 from .spec import convergence_cell, validate_cluster, validate_convergence
 
 CPU_NOTE = ("CPU workers are processes or devices sharing this machine's {} "
@@ -81,12 +82,13 @@ def run_convergence(spec, out_path, log=_log):
     result["phases"] = ready
     # GPU runs: the NVML inventory and the stack's compatibility gate, as
     # throughput cells have them (no clock control, no telemetry).
-    gpus = gpu.CellGpus(cell, spec, out_path)
+    gpus = gpu_cell.CellGpus(cell, spec, out_path)
     env = result["environment"]
     env.update(provenance.host_environment())
     network = networks.get(conv["network"])
     result["model"] = model_block(network, conv["global_batch_size"])
-    result["gpu_clocks"] = gpu.clock_block(conv["clock_policy"], conv["device"])
+    result["gpu_clocks"] = gpu_cell.clock_block(conv["clock_policy"],
+                                                conv["device"])
     plan = _plan(conv, worker_threads, cluster)
     block = _block(conv, data, per_epoch, total_threads, plan, usable)
     block["cluster"] = _cluster_block(module, conv, cluster)

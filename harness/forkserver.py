@@ -47,9 +47,10 @@ import subprocess
 import sys
 import time
 
-from . import allocator, nvml, phases, resultfile, threads
+from . import allocator, phases, resultfile, threads
 from . import worker
 from .errors import Terminated
+from .gpu import nvml
 
 MODE = "fork"
 # What the server imports before its first fork, per framework: the

@@ -6,7 +6,9 @@ harness refuses bad input with, in the same words.
 import ipaddress
 import re
 
-from . import clocks, datasets, networks
+from . import networks
+from .data import datasets
+from .gpu import clocks
 from .errors import HarnessError
 
 # The frameworks with a package under harness/frameworks (kept here, not

@@ -9,11 +9,12 @@ status with the iterations measured so far.
 import sys
 import time
 
-from . import (allocator, arithmetic, collector, frameworks, gpu, lifecycle,
+from . import (allocator, arithmetic, collector, frameworks, lifecycle,
                networks, phases, provenance, stats, threads)
 from .blocks import (loss_block, model_block, new_result, parameter_note,
                      timing_block)
 from .errors import Unsupported
+from .gpu import cell as gpu_cell
 from .spec import validate_cell
 from .timing import Series, run_loop
 
@@ -35,7 +36,7 @@ def load_backend(framework, configure):
 def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
              group_clocks=None):
     """Run the cell described by `spec` and write its result to `out_path`.
-    With `group_clocks` (a worker's harness.clockgroup.GroupClocks) the
+    With `group_clocks` (a worker's harness.gpu.clockgroup.GroupClocks) the
     clock policy is the group's, applied once and restored when the worker
     ends, not around this cell.
 
@@ -47,7 +48,7 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
     ready = phases.new_block(phases.THROUGHPUT)
     cell = validate_cell(spec.get("cell") if isinstance(spec, dict) else None)
     # GPU cells: NVML inventory, compatibility gate, clock policy, telemetry.
-    gpus = gpu.CellGpus(cell, spec, out_path, group=group_clocks)
+    gpus = gpu_cell.CellGpus(cell, spec, out_path, group=group_clocks)
     result = new_result(cell, spec.get("container"), spec.get("run_id"))
     result["phases"] = ready
     if isolation is not None:  # a cell of a worker's group (harness.worker)
@@ -86,8 +87,8 @@ def run_cell(spec, out_path, clock=time.perf_counter, isolation=None,
         env["allocator"] = allocator.hold()
         network = networks.get(cell["network"])
         result["model"] = model_block(network, cell["global_batch_size"])
-        result["gpu_clocks"] = gpu.clock_block(cell["clock_policy"],
-                                               cell["device"])
+        result["gpu_clocks"] = gpu_cell.clock_block(cell["clock_policy"],
+                                                    cell["device"])
         env["gpus"] = gpus.open()
         if cell["gpus"] > 1:
             raise Unsupported("data-parallel throughput cells ({} GPUs) run "

@@ -33,7 +33,7 @@ collector; the C heap's free memory: harness.allocator).
 
 A GPU group's clock policy is applied once, before the warm-up of its first
 GPU cell, and restored when the worker ends, however it ends
-(harness/clockgroup.py: the record on disk and what each cell's
+(harness/gpu/clockgroup.py: the record on disk and what each cell's
 `gpu_clocks` says).
 """
 import json
@@ -42,11 +42,12 @@ import signal
 import sys
 import traceback
 
-from . import allocator, blocks, clocks, collector, frameworks, lifecycle, \
-    nvml, phases, provenance, resultfile
-from .clockgroup import GroupClocks
-from .clockstate import signals_deferred
+from . import allocator, blocks, collector, frameworks, lifecycle, phases, \
+    provenance, resultfile
 from .errors import HarnessError, Terminated
+from .gpu import clocks, nvml
+from .gpu.clockgroup import GroupClocks
+from .gpu.clockstate import signals_deferred
 from .spec import PROCESS_FIELDS, PROCESS_SPEC_KEYS, validate_cell
 from .throughput import run_cell
 # command_line: the tests write a worker's commands as the host does.
@@ -184,7 +185,7 @@ class Worker(object):
     def clocks_for(self, out, spec):
         """The group's clock record copied to this cell's state file for
         as long as the cell runs, where the host looks should the worker
-        die during it (harness.clockgroup)."""
+        die during it (harness.gpu.clockgroup)."""
         try:
             path = clocks.state_path(out, spec.get("clock_state"))
         except HarnessError:

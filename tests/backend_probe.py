@@ -8,8 +8,8 @@ Runs INSIDE a framework's environment, with the repository on PYTHONPATH:
 For each network (an optional `:N` sets its batch size, else --batch, and
 `:N:S` its steps too, else --steps), the
 backend builds the model and the harness's fixed batch for that seed
-(harness.data.fixed_batch, the same values in every framework), then takes
-its SGD steps. The JSON written maps each network to the framework's
+(harness.data.batches.fixed_batch, the same values in every framework),
+then takes its SGD steps. The JSON written maps each network to the framework's
 parameter count, the per-sample output shape and the loss of every step
 (the first is the loss at initialisation), or to the error that stopped it.
 Generic: any framework in harness.frameworks.NAMES that imports will do.
@@ -21,7 +21,8 @@ import sys
 import time
 import traceback
 
-from harness import data, frameworks, networks, resultfile
+from harness import frameworks, networks, resultfile
+from harness.data import batches
 from harness.errors import Unsupported
 
 
@@ -45,7 +46,7 @@ def parse_networks(text, default_batch, default_steps):
 def probe(backend, name, batch_size, steps, seed):
     network = networks.get(name)
     started = time.time()
-    batch = data.fixed_batch(network, batch_size, seed)
+    batch = batches.fixed_batch(network, batch_size, seed)
     session = backend.prepare(network, batch_size, "cpu", seed, batch=batch)
     report = {"batch_size": batch_size,
               "parameters": int(session.parameters),

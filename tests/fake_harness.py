@@ -160,11 +160,12 @@ FORK_CHECK = "fake harness: before a fork: "
 
 def fork_checked(fork):
     """The fork server's fork, which first writes to the log what the
-    server holds: its threads, its NVML sessions (harness.nvml's count,
+    server holds: its threads, its NVML sessions (harness.gpu.nvml's count,
     and the fake NVML's own where a test gives it one), so that a test
     fails if the server ever holds a device across a fork."""
     def checked(self, spec, cell, out, isolation):
-        from harness import forkserver, nvml
+        from harness import forkserver
+        from harness.gpu import nvml
         held = {"threads": forkserver.thread_count(),
                 "nvml_sessions": nvml.sessions_open(),
                 "refusal": forkserver.fork_refusal(cell["framework"])}

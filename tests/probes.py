@@ -212,7 +212,8 @@ def loss_probe(framework):
     (batch 16, seed 1): {network: [loss of each step]}."""
     return """
     import json
-    from harness import threads, networks as nets, data
+    from harness import threads, networks as nets
+    from harness.data import batches
     threads.apply(2)
     from harness.frameworks.{} import backend
     backend.configure(2, "cpu", 0)
@@ -220,7 +221,7 @@ def loss_probe(framework):
     for name in ("fcn-r", "alexnet-r", "lstm"):
         network = nets.get(name)
         session = backend.prepare(network, 16, "cpu", 0,
-                                  batch=data.fixed_batch(network, 16, 1))
+                                  batch=batches.fixed_batch(network, 16, 1))
         out[name] = [session.step() for _ in range(6)]
     print(json.dumps(out))
     """.format(framework)

@@ -255,7 +255,8 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
             timeout, repeat=None, precision=None, compile=None):
     """Options from `invoke bench`'s flags, each checked with a one-line
     error naming its flag."""
-    from harness import clocks, networks, spec
+    from harness import networks, spec
+    from harness.gpu import clocks
     from dlrepro import parse
     from dlrepro.run.runtimes import RUNTIMES
     if device not in (None, "cpu", "gpu"):

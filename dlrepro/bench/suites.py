@@ -28,7 +28,8 @@ import re
 import tomllib
 from pathlib import Path
 
-from harness import clocks, networks, spec
+from harness import networks, spec
+from harness.gpu import clocks
 from harness.errors import HarnessError
 
 from dlrepro import ROOT

@@ -2,7 +2,7 @@
 say where to place them when the network does not allow, and write small
 files in the exact official formats for tests and the generated-data
 benchmark. The formats and the official checksums live in
-harness/datasets.py, which the harness reads the same files with."""
+harness/data/datasets.py, which the harness reads the same files with."""
 import gzip
 import hashlib
 import io
@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from harness import datasets as hd
+from harness.data import datasets as hd
 from harness.errors import HarnessError
 
 from dlrepro import ROOT

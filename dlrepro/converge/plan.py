@@ -3,7 +3,7 @@ per (framework, network, worker count), every field checked before
 anything starts, and the data verified once."""
 from pathlib import Path
 
-from harness import datasets as hd
+from harness.data import datasets as hd
 from harness.errors import HarnessError
 from harness.spec import MAX_SEED, check_batch, check_split
 

@@ -9,7 +9,7 @@ no GPU, the repository's harness mounted read-only, as a cell runs):
 - the CUDA runtime, cuDNN and NCCL found among the image's own files answer
   their version calls with the versions its labels give;
 - the GPU architectures read from the framework's kernel library (its fat
-  binaries' SASS and PTX entries, harness.fatbin) equal the matrix's `sass`
+  binaries' SASS and PTX entries, harness.gpu.fatbin) equal the matrix's `sass`
   and `ptx` (the newest PTX), on which the compatibility gate decides;
 - a small CPU cell runs in it where the framework can run on a CPU.
 
@@ -43,7 +43,7 @@ KERNEL_SOURCES = {
 FIND_LIBRARIES = r"""
 import json, os, sys
 sys.path.insert(0, "/opt/dlrepro")
-from harness import cudalibs
+from harness.gpu import cudalibs
 found = []
 for top in ("/opt", "/usr"):
     for folder, dirs, files in os.walk(top):

@@ -5,12 +5,12 @@ SIGKILL, the OOM killer, a container killed by the engine).
 The harness writes `<cell>.clock-state.json` next to the result (on the host
 side of a container's mount) before it changes anything, records every
 change with the call that undoes it, and marks the file `restored` when it
-has undone them (harness/clocks.py). A file still `pending`, `changed` or
+has undone them (harness/gpu/clocks.py). A file still `pending`, `changed` or
 `restore-failed` means the GPU may still run at the policy's clocks: the
 sweep calls `after_cell`, and `invoke gpu-restore` replays such files by
 hand. Restoring needs the same privileges as setting (root on the host).
 
-A group's worker (`python -m harness worker`, harness/clockgroup.py) holds
+A group's worker (`python -m harness worker`, harness/gpu/clockgroup.py) holds
 its policy across its cells in `<first>.worker.clock-state.json`, and
 copies that record to each cell's file only while the cell runs: a cell's
 file found outstanding means the worker died during it, and both are
@@ -19,8 +19,9 @@ restored; the sweep calls `after_group` once the worker has ended.
 import json
 from pathlib import Path
 
-from harness import clocks, resultfile
-from harness.nvml import Nvml
+from harness import resultfile
+from harness.gpu import clocks
+from harness.gpu.nvml import Nvml
 
 from dlrepro.run import store
 from dlrepro.run.paths import CLOCK_STATE_GLOB
@@ -135,7 +136,7 @@ def after_cell(result_path, clock_state=None, restore=True, module=None):
 
 def after_group(path, restore=True, module=None):
     """Call when a group's worker has ended, with its clock-state file
-    (harness.clocks.group_state_path): as after_cell."""
+    (harness.gpu.clocks.group_state_path): as after_cell."""
     return _check(Path(path), "the group's worker", restore, module)
 
 

@@ -14,7 +14,7 @@ suffix below is spelled anywhere else in dlrepro/), as submitit's
     <run>/<job>.worker.log              a group's worker's log, named after
                                         its first job
     <run>/<job>.worker.clock-state.json the clocks a group's worker holds
-                                        (harness.clocks.group_state_path)
+                                        (harness.gpu.clocks.group_state_path)
     <run>/nodes/<job>.node<r>.json      node r's side result of a job on
                                         several nodes
     <run>/convergence.json              a convergence run's summary

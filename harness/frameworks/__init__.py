@@ -36,8 +36,9 @@ training, for throughput cells. It provides:
                             layout); placing it beyond that is the caller's
   batch_arrays(network, batch_size, device, seed, batch=None)
                             the mini-batch (inputs, labels) as the arrays the
-                            framework trains on: `batch` (a harness.data.
-                            Batch) when given, else random from `seed`
+                            framework trains on: `batch` (a
+                            harness.data.batches.Batch) when given, else
+                            random from `seed`
   count_parameters(model)   build_model's model's parameters, as the
                             framework counts them
   effective_threads()       the intra-op thread count the framework uses
@@ -117,8 +118,9 @@ convergence runs. It provides:
   train(plan, data, log) -> Curves
                          trains plan["epochs"] epochs with plan["workers"]
                          workers and the global batch fixed; `data` is a
-                         harness.datasets.Loaded (modules that start worker
-                         processes reload it there from plan["data"])
+                         harness.data.datasets.Loaded (modules that start
+                         worker processes reload it there from
+                         plan["data"])
 Its CAPABILITIES:
   process_per_worker     True when each worker is its own process (the
                          cell's threads are then shared out among them)

@@ -74,7 +74,7 @@ def arrays(split, dataset, network, stats=None):
 
 def train_test(data, network, ops=None):
     """((train inputs, labels), (test inputs, labels)) of a
-    harness.datasets.Loaded, both standardised with the training split's
+    harness.data.datasets.Loaded, both standardised with the training split's
     statistics."""
     ops = NumpyOps() if ops is None else ops
     train, stats = prepare(data.train, data.dataset, network, ops)

@@ -6,7 +6,7 @@ loads no framework.
 import collections
 import re
 
-from .. import cudalibs
+from ..gpu import cudalibs
 from .. import networks as nets
 from ..errors import HarnessError, Unsupported
 
@@ -240,7 +240,7 @@ class Session(object):
 
 def numpy_batch(np, network, batch_size, seed, batch=None):
     """The mini-batch (inputs, labels) as numpy arrays (module `np`),
-    batch-major: `batch` (a harness.data.Batch) when given, else drawn
+    batch-major: `batch` (a harness.data.batches.Batch) when given, else drawn
     from `seed` (word ids for a sequence network, else normal inputs)."""
     words = network.input_dtype == "int64"
     if batch is not None:

@@ -22,7 +22,8 @@ import sys
 import tempfile
 import time
 
-from .. import datasets, networks, resultfile
+from .. import networks, resultfile
+from ..data import datasets
 from ..errors import HarnessError, Terminated
 from ..timing import say_when_first
 

@@ -160,12 +160,13 @@ class TestCNTKProbes(probes.BackendChecks):
 UPDATE_PROBE = """
     import json
     import numpy as np
-    from harness import data, networks as nets
+    from harness import networks as nets
+    from harness.data import batches
     from harness.frameworks.cntk import backend
     backend.configure(1, "cpu", 0)
 
     def run(network, batch_size, steps):
-        batch = data.fixed_batch(network, batch_size, 3)
+        batch = batches.fixed_batch(network, batch_size, 3)
         session = backend.prepare(network, batch_size, "cpu", 3, batch=batch)
 
         def weights():

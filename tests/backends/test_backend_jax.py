@@ -164,7 +164,8 @@ def test_weights_are_glorot_uniform_and_the_rest_as_described(initial):
 COMPILE_PROBE = """
     import json
     import jax.monitoring
-    from harness import data, networks as nets
+    from harness import networks as nets
+    from harness.data import batches
     from harness.frameworks import backends
     # The fp16 session's compilations are counted on any CPU: one without
     # float16 arithmetic (most) would refuse it, so pretend it has some
@@ -182,7 +183,8 @@ COMPILE_PROBE = """
     jax.monitoring.register_event_duration_secs_listener(count)
     out = {}
     network = nets.get("alexnet-r")
-    given = data.Batch([0.5] * (2 * 3 * 32 * 32), (2, 3, 32, 32), [1, 2], (2,))
+    given = batches.Batch([0.5] * (2 * 3 * 32 * 32), (2, 3, 32, 32), [1, 2],
+                          (2,))
     for name, options in (("synthetic", {}), ("given", {"batch": given}),
                           ("fp16", {"precision": "fp16"})):
         del compiled[:]

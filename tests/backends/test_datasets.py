@@ -17,8 +17,8 @@ import pytest
 
 from dlrepro.converge import datasets as dd
 from dlrepro.errors import UserError
-from harness import datasets as hd
-from harness import datasetformats as hdf
+from harness.data import datasets as hd
+from harness.data import formats as hdf
 from harness.errors import HarnessError
 
 LAYOUTS = [(d, l.name) for d in sorted(hd.DATASETS)

@@ -10,9 +10,9 @@ framework's own venv), and we assert:
   difference: frameworks whose LSTM keeps two bias vectors per gate
   (LSTM_BIAS_VECTORS) count harness.networks.lstm_extra_bias more;
 - hence equal across frameworks, and so are the per-sample output shapes;
-- on the fixed batch of harness.data (same values in every framework) the
-  first loss is close to ln(classes) for the small networks, within the
-  FIRST_LOSS_EXCESS stated below, and a few SGD steps lower it;
+- on the fixed batch of harness.data.batches (same values in every
+  framework) the first loss is close to ln(classes) for the small networks,
+  within the FIRST_LOSS_EXCESS stated below, and a few SGD steps lower it;
 - the same cell definition yields the same `cell` block whatever the
   framework.
 

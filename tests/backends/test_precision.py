@@ -15,7 +15,8 @@ import standins
 from probes import run_cell, run_probe
 
 from dlrepro.bench import plan
-from harness import arithmetic, frameworks, networks as nets, peaks, spec
+from harness import arithmetic, frameworks, networks as nets, spec
+from harness.gpu import peaks
 from harness.errors import HarnessError, Unsupported
 from harness.frameworks import backends
 from paths import INVOKE, ROOT, SCRIPTED

@@ -265,16 +265,17 @@ def test_runtime_that_is_not_a_plain_name_is_refused(make_cell, runtime):
 def test_host_facing_modules_load_no_framework_runner_or_gpu_code(root):
     # The host imports exactly these; they must stay light and pure.
     host_facing = ("spec", "blocks", "errors", "resultfile", "networks",
-                   "provenance", "datasets", "figures", "clocks", "nvml")
+                   "provenance", "data.datasets", "figures", "gpu.clocks",
+                   "gpu.nvml")
     code = ("import sys\n"
             "for name in {!r}:\n"
             "    __import__('harness.' + name)\n"
             "print(sorted(m for m in sys.modules if m in ('torch', "
-            "'tensorflow', 'mxnet', 'cntk', 'numpy', 'pynvml') or "
+            "'tensorflow', 'mxnet', 'cntk', 'numpy', 'pynvml', "
+            "'harness.gpu.cell', 'harness.gpu.telemetry') or "
             "m.split('.')[:2] in (['harness', 'frameworks'], "
             "['harness', 'throughput'], ['harness', 'converge'], "
-            "['harness', 'lifecycle'], ['harness', 'gpu'], "
-            "['harness', 'telemetry'])))\n").format(host_facing)
+            "['harness', 'lifecycle'])))\n").format(host_facing)
     proc = subprocess.run([sys.executable, "-c", code], cwd=root,
                           capture_output=True, text=True)
     assert proc.stdout.strip() == "[]", proc.stdout + proc.stderr

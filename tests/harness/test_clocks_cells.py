@@ -1,4 +1,4 @@
-"""GPU clock policy (harness/clocks.py) in real harness processes with the
+"""GPU clock policy (harness/gpu/clocks.py) in real harness processes with the
 fake NVML: clocks restored after an exception, SIGTERM, SIGINT and at exit,
 the result still written; the gate, PTX JIT, no permission, CPU cells.
 In process, per GPU generation: test_clocks_policy.py."""
@@ -73,8 +73,8 @@ def test_failing_step_restores_clocks(make_cell, tmp_path):
 EXIT_SCRIPT = '''
 import sys
 import fake_nvml
-from harness import clocks
-from harness.nvml import Nvml, device_info
+from harness.gpu import clocks
+from harness.gpu.nvml import Nvml, device_info
 nvml, _ = Nvml.open()
 gpus = [(0,) + device_info(nvml, 0)]
 session = clocks.ClockSession(nvml, clocks.parse_policy("lock=1000"), gpus,
@@ -144,12 +144,12 @@ def test_ptx_jit_keeps_compilation_out_of_the_timings(make_cell, tmp_path):
 
 def test_no_permission_reaches_the_cell_result(make_cell, tmp_path,
                                                monkeypatch, capsys):
-    from harness import gpu
+    from harness.gpu import cell as gpu_cell
     from harness.timing import run_loop
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml)
     fake_nvml.configure([fake_nvml.ampere_a100()], root=False)
-    cells = gpu.CellGpus(make_cell(GPU_CELL, iterations=2), {},
-                         str(tmp_path / "c.json"))
+    cells = gpu_cell.CellGpus(make_cell(GPU_CELL, iterations=2), {},
+                              str(tmp_path / "c.json"))
     result = {"warnings": [], "model": None, "timing": None}
     cells.open()
     cells.gate(result)

@@ -1,5 +1,5 @@
-"""GPU clock policy (harness/clocks.py) against the fake NVML of several GPU
-generations, in process: parsing, apply, verify, record, restore, refusals.
+"""GPU clock policy (harness/gpu/clocks.py) against the fake NVML of several
+GPU generations, in process: parsing, apply, verify, record, restore, refusals.
 The same in real processes (exception, signals, exit):
 test_clocks_cells.py."""
 import json
@@ -7,9 +7,9 @@ import json
 import pytest
 
 import fake_nvml
-from harness import clocks
+from harness.gpu import clocks
 from harness.errors import HarnessError
-from harness.nvml import Nvml, device_info
+from harness.gpu.nvml import Nvml, device_info
 
 
 # --- policy parsing ----------------------------------------------------------
@@ -57,7 +57,7 @@ def _session(tmp_path, devices, policy, log=None, **options):
     driver = fake_nvml.state()["driver"]
     gpus = [(i,) + device_info(nvml, i, driver, "13.0")
             for i in range(len(devices))]
-    from harness import peaks
+    from harness.gpu import peaks
 
     def base(info):
         entry = peaks.find(info["name"])

@@ -1,4 +1,4 @@
-"""harness.cudalibs: versions read from the libraries loaded in a process.
+"""harness.gpu.cudalibs: versions read from the libraries loaded in a process.
 
 No GPU here: the lookups run against the real maps of this process (libc is
 loaded, libcudart is not) and the formatting against the codes NVIDIA's
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from harness import cudalibs
+from harness.gpu import cudalibs
 
 
 @pytest.mark.parametrize("code, text", [(10000, "10.0"), (11020, "11.2"),

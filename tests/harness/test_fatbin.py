@@ -1,4 +1,4 @@
-"""harness.fatbin: the GPU architectures a library carries, read from its
+"""harness.gpu.fatbin: the GPU architectures a library carries, read from its
 fat binaries (a real nvcc object, and containers built byte by byte for
 what a real one rarely shows: damage, stray magic numbers)."""
 import json
@@ -6,7 +6,7 @@ import struct
 import subprocess
 import sys
 
-from harness import fatbin
+from harness.gpu import fatbin
 
 from paths import ROOT
 

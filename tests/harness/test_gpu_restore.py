@@ -12,8 +12,8 @@ from clockcells import GPU_CELL, start_cell, wait_until_timing
 from paths import INVOKE, ROOT
 from dlrepro.run import gpu_restore
 from dlrepro.errors import UserError
-from harness import clocks
-from harness.nvml import Nvml, device_info
+from harness.gpu import clocks
+from harness.gpu.nvml import Nvml, device_info
 
 
 

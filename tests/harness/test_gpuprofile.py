@@ -147,7 +147,7 @@ def test_the_dry_run_shows_the_profiles_chosen_and_why(tmp_path, generation):
 
 def test_the_result_records_the_choice(monkeypatch, make_cell, tmp_path):
     import json
-    from harness import gpu
+    from harness.gpu import cell as gpu_cell
     gpus = host_gpus(monkeypatch, "hopper")
     m = matrix.load()
     choice = gpuprofile.choose(m, "mxnet", gpus)
@@ -155,7 +155,7 @@ def test_the_result_records_the_choice(monkeypatch, make_cell, tmp_path):
             "profile_choice": choice.as_record()}
     cell = make_cell(framework="mxnet", profile="ngc", device="gpu", gpus=1,
                      threads=None)
-    cells = gpu.CellGpus(cell, spec, str(tmp_path / "c.json"))
+    cells = gpu_cell.CellGpus(cell, spec, str(tmp_path / "c.json"))
     cells.open()
     result = {"warnings": []}
     assert cells.gate(result) is None

@@ -1,7 +1,7 @@
-"""Peak FLOP/s table and MFU arithmetic (harness/peaks.py)."""
+"""Peak FLOP/s table and MFU arithmetic (harness/gpu/peaks.py)."""
 import pytest
 
-from harness import peaks
+from harness.gpu import peaks
 
 REQUIRED = ("k80", "gtx980", "gtx1080", "p100-sxm2", "v100-sxm2", "t4",
             "a100", "l4", "h100-sxm", "h100-pcie", "h200", "b200")

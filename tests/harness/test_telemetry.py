@@ -1,5 +1,5 @@
-"""The telemetry sampler (harness/telemetry.py) against a fake clock and the
-fake NVML (tests/fake_nvml.py)."""
+"""The telemetry sampler (harness/gpu/telemetry.py) against a fake clock and
+the fake NVML (tests/fake_nvml.py)."""
 import sys
 import threading
 import time
@@ -7,8 +7,8 @@ import time
 import pytest
 
 import fake_nvml
-from harness import gpu, telemetry
-from harness.nvml import Nvml
+from harness.gpu import cell as gpu_cell, telemetry
+from harness.gpu.nvml import Nvml
 from harness.timing import run_loop
 
 
@@ -218,8 +218,9 @@ def test_cell_telemetry_covers_the_timed_window_and_flags_thermal(make_cell,
     # Thermal slowdown shows up in the samples taken while timing.
     fake_nvml.set_series(0, "reasons", [0, 0x20, 0x20, 0])
     fake_nvml.set_series(0, "energy_mj", [5000000, 5012000])
-    cells = gpu.CellGpus(make_cell(GPU_CELL), {}, str(tmp_path / "c.json"),
-                         log=lambda line: None, interval_s=0.01)
+    cells = gpu_cell.CellGpus(make_cell(GPU_CELL), {},
+                              str(tmp_path / "c.json"),
+                              log=lambda line: None, interval_s=0.01)
     result = {"warnings": [], "model": None, "timing": None}
     cells.open()
     cells.gate(result)

@@ -14,7 +14,8 @@ import pytest
 import processes
 from workercells import (  # noqa: F401 (autouse fixtures)
     ProtocolLines, commands, restore_thread_variables, write_spec)
-from harness import frameworks, gpu, worker
+from harness import frameworks, worker
+from harness.gpu import cell as gpu_cell
 from harness.errors import Terminated
 from harness.frameworks import backends
 from dlrepro.run import store as results
@@ -132,7 +133,7 @@ def test_a_failure_before_the_cell_starts_still_leaves_a_result(
         serve, make_cell, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise OSError("no such device")
-    monkeypatch.setattr(gpu, "CellGpus", broken)
+    monkeypatch.setattr(gpu_cell, "CellGpus", broken)
     status, said = serve(Backend(Script([])),
                          [write_spec(tmp_path, "a", make_cell())])
     result = load_valid(tmp_path / "a.json")

@@ -1,4 +1,4 @@
-"""A group's GPU clock policy (harness/clockgroup.py): `python -m harness
+"""A group's GPU clock policy (harness/gpu/clockgroup.py): `python -m harness
 worker` applies it once, before its first GPU cell's warm-up, and restores
 it when the worker ends (end of input, SIGTERM, an exception), with the
 fake NVML. In-process with the scripted backend for the exact calls; then
@@ -19,7 +19,8 @@ from workercells import restore_thread_variables  # noqa: F401 (autouse)
 import standins
 import waits
 from clockcells import STANDIN, assert_schema_valid, torch_python
-from harness import clocks, frameworks, worker
+from harness import frameworks, worker
+from harness.gpu import clocks
 from harness.errors import Terminated
 from paths import INVOKE, ROOT, SCRIPTED
 from dlrepro.run import gpu_restore

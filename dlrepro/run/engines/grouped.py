@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from harness import clocks
+from harness.gpu import clocks
 from harness import workerlines
 
 from dlrepro.run import collect, gpu_restore, groups, writer
@@ -45,7 +45,7 @@ OOM = "oom"
 
 def worker_clock_state(worker):
     """The clock-state file a worker keeps for its group: named after its
-    first cell, as its log is (harness.clocks.group_state_path)."""
+    first cell, as its log is (harness.gpu.clocks.group_state_path)."""
     first = JobPaths.first_of_worker_log(worker.log_path)
     return Path(clocks.group_state_path(
         str(JobPaths(worker.log_path.parent, first).clock_state)))

@@ -42,7 +42,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness import clocks
+from harness.gpu import clocks
 
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError

@@ -27,7 +27,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness import clocks
+from harness.gpu import clocks
 
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
@@ -80,7 +80,7 @@ def cpuset(threads, available=None):
 
 def clock_requirements(placement):
     """{"cap_add": [...], "env": {...}} the job's clock policy needs; empty
-    for a policy that only observes (harness.clocks decides)."""
+    for a policy that only observes (harness.gpu.clocks decides)."""
     return clocks.container_requirements(placement.clock_policy or "observe")
 
 

@@ -43,7 +43,7 @@ cannot be installed.
 import os
 import tempfile
 
-from ... import cudalibs
+from ...gpu import cudalibs
 from .. import backends
 from ...errors import Unsupported, device_out_of_memory
 # The translation lives beside this module; its public names are the
@@ -273,8 +273,8 @@ def build_model(network, batch_size, device, seed):
 # --- training ------------------------------------------------------------------
 
 def feed(net, network, inputs, labels):
-    """Copy a mini-batch (batch-major, as harness.data gives it) into the
-    net's Input blobs: sequences transposed to Caffe's time-major layout
+    """Copy a mini-batch (batch-major, as harness.data.batches gives it) into
+    the net's Input blobs: sequences transposed to Caffe's time-major layout
     with `cont` 0 at each sequence's first step. `labels` None: a net
     without a label input."""
     np = _numpy()
@@ -339,7 +339,7 @@ class Session(backends.Session):
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as numpy arrays, batch-major (Caffe
     copies them into its Input blobs, on any device): `batch` (a
-    harness.data.Batch) when given, else drawn from `seed`."""
+    harness.data.batches.Batch) when given, else drawn from `seed`."""
     return backends.numpy_batch(_numpy(), network, batch_size, seed, batch)
 
 

@@ -27,7 +27,7 @@ on machines where CNTK cannot be installed.
 """
 import os
 
-from ... import cudalibs
+from ...gpu import cudalibs
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
 # The translation lives beside this module; its public names are the
@@ -193,8 +193,9 @@ class Session(backends.Session):
 
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as numpy arrays: `batch` (a
-    harness.data.Batch) when given, else drawn from `seed`. CNTK's Values on
-    the device need the model's input variables: prepare makes them."""
+    harness.data.batches.Batch) when given, else drawn from `seed`. CNTK's
+    Values on the device need the model's input variables: prepare makes
+    them."""
     return backends.numpy_batch(_numpy(), network, batch_size, seed, batch)
 
 

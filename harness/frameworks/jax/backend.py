@@ -46,7 +46,7 @@ cover oneDNN/OpenMP besides).
 import os
 import re
 
-from ... import cudalibs
+from ...gpu import cudalibs
 from .. import backends
 from ...errors import HarnessError, device_out_of_memory
 from . import transformer
@@ -366,8 +366,8 @@ class Session(backends.Session):
 
 
 def _numpy_batch(network, batch):
-    """numpy (inputs, labels) of a harness.data.Batch, images NHWC, with
-    the dtypes the model takes (int32 token ids: JAX's default)."""
+    """numpy (inputs, labels) of a harness.data.batches.Batch, images NHWC,
+    with the dtypes the model takes (int32 token ids: JAX's default)."""
     np = _np()
     dtype = np.int32 if network.input_dtype == "int64" else np.float32
     inputs = np.array(batch.inputs, dtype=dtype).reshape(batch.input_shape)
@@ -397,7 +397,7 @@ def _random_batch(network, batch_size, seed):
 
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as JAX arrays on `device`: `batch`
-    (a harness.data.Batch) when given, else drawn from `seed`."""
+    (a harness.data.batches.Batch) when given, else drawn from `seed`."""
     arrays = (_random_batch(network, batch_size, seed) if batch is None
               else _numpy_batch(network, batch))
     return tuple(_jax().device_put(a, target(device)) for a in arrays)

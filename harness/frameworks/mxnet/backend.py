@@ -31,7 +31,7 @@ is not offered and "default" on the GPU does not report its math mode.
 import ctypes
 import os
 
-from ... import cudalibs
+from ...gpu import cudalibs
 from ... import networks as nets
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
@@ -281,8 +281,8 @@ def _given_batch(mx, network, batch, ctx):
 
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as NDArrays on `device`: `batch` (a
-    harness.data.Batch) when given, else random. MXNet's weights are drawn
-    when the model is built, from the generator build_model(..., seed)
+    harness.data.batches.Batch) when given, else random. MXNet's weights are
+    drawn when the model is built, from the generator build_model(..., seed)
     seeded: the random batch continues that generator (seeding it again
     here would draw the batch the weights were drawn from)."""
     mx = _mx()

@@ -23,7 +23,7 @@ import os
 import shutil
 import sysconfig
 
-from ... import cudalibs
+from ...gpu import cudalibs
 from .. import backends
 from . import transformer
 from ...errors import HarnessError, Unsupported, device_out_of_memory
@@ -279,8 +279,8 @@ def _device(device):
 
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as tensors on `device`: `batch` (a
-    harness.data.Batch) when given, else drawn from `seed` by a generator
-    of its own."""
+    harness.data.batches.Batch) when given, else drawn from `seed` by a
+    generator of its own."""
     torch = _torch()
     dev = _device(device)
     if batch is not None:

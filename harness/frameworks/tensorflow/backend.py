@@ -31,7 +31,7 @@ docs/backends.md for what was verified on which version.
 """
 import os
 
-from ... import cudalibs
+from ...gpu import cudalibs
 from .. import backends
 from ...errors import HarnessError, Unsupported, device_out_of_memory
 from . import transformer
@@ -280,8 +280,8 @@ def _to_layout(array, fmt):
 
 
 def _numpy_batch(network, batch, fmt):
-    """numpy (inputs, labels) of a harness.data.Batch in `fmt`, with the
-    dtypes the model takes."""
+    """numpy (inputs, labels) of a harness.data.batches.Batch in `fmt`, with
+    the dtypes the model takes."""
     np = _np()
     dtype = np.int32 if network.input_dtype == "int64" else np.float32
     inputs = np.frombuffer(batch.inputs, dtype=_buffer_dtype(np, batch.inputs))
@@ -316,8 +316,8 @@ def _placement(device):
 
 def batch_arrays(network, batch_size, device, seed, batch=None):
     """The mini-batch (inputs, labels) as tensors on `device` in
-    data_format(device): `batch` (a harness.data.Batch) when given, else
-    drawn from `seed`."""
+    data_format(device): `batch` (a harness.data.batches.Batch) when given,
+    else drawn from `seed`."""
     tf = _tf()
     fmt = data_format(device)
     with tf.device(_placement(device)):

@@ -18,9 +18,10 @@ NVML has no base-clock query, and on boards with application clocks the
 default is the clock the GPU holds without boost (K80: 562 MHz, the clock
 the paper's K80 runs appear to have used). Where the default application
 clock equals the maximum clock (Hopper boards: boost is the default), it says
-nothing about base, so the datasheet base clock from harness/peaks.py is used
-(snapped to a supported clock), and the policy is refused when that is
-unknown too. Reading, planning and checking the calls: harness/clockplan.py.
+nothing about base, so the datasheet base clock from harness/gpu/peaks.py is
+used (snapped to a supported clock), and the policy is refused when that is
+unknown too. Reading, planning and checking the calls:
+harness/gpu/clockplan.py.
 
 Settings outlive the process, so the GPU is never changed without a record:
 the original state is written to a state file (on the host side of a
@@ -29,7 +30,7 @@ container's mount) before the first set call; every call is recorded as
 them in reverse order (in `finally`, on SIGTERM/SIGINT through the cell's
 exception path, at exit) and marks the file `restored`; after a SIGKILL the
 host replays the file (`invoke gpu-restore`, dlrepro/run/gpu_restore.py).
-The file's format and its undo: harness/clockstate.py.
+The file's format and its undo: harness/gpu/clockstate.py.
 
 Every set call needs root, and in a container CAP_SYS_ADMIN plus
 NVIDIA_DRIVER_CAPABILITIES containing `utility`. Without them NVML answers
@@ -43,13 +44,13 @@ import os
 import sys
 from collections import namedtuple
 
-from . import resultfile
+from .. import resultfile
 from .clockplan import (base_clock, methods_for, not_at_defaults,
                         read_state, restore_record, verify)
 from .clockstate import new_state, signals_deferred, undo_changes
-from .errors import HarnessError
+from ..errors import HarnessError
 from .nvml import NvmlCallError
-# Re-exported: the host and the tests name them as harness.clocks.<name>.
+# Re-exported: the host and the tests name them as harness.gpu.clocks.<name>.
 from .clockplan import Step, plan
 from .clockstate import (OUTSTANDING, STATE_FORMAT, STATE_VERSION,
                          UNDO_CALLS, group_state_path, state_path)

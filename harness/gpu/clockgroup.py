@@ -8,7 +8,7 @@ iterations run while the GPU settles to a clock just set, and would cost
 every cell the set and reset calls; a group's cells share their clock
 policy (a process-wide field), so the worker applies it once.
 
-The record on disk (harness/clockstate.py) covers the group:
+The record on disk (harness/gpu/clockstate.py) covers the group:
 - `<first>.worker.clock-state.json` (clockstate.group_state_path of the
   first GPU cell's state file) holds the original state and every change
   from before the first set call until the worker has restored them.
@@ -27,7 +27,8 @@ import copy
 import os
 import traceback
 
-from . import clocks, resultfile
+from .. import resultfile
+from . import clocks
 from .clockplan import verify
 from .nvml import Nvml
 

@@ -1,7 +1,7 @@
 """The datasets' official formats, read with the standard library: MNIST's
 IDX files in gzip, CIFAR-10's pickled Python batches and PTB's text files,
 from their archives or from the files `tar xzf` extracts. Each reader takes
-bytes that harness/datasets.py has already verified and returns Splits.
+bytes that harness/data/datasets.py has already verified and returns Splits.
 """
 import gzip
 import io
@@ -10,7 +10,7 @@ import struct
 import tarfile
 from collections import namedtuple
 
-from .errors import HarnessError
+from ..errors import HarnessError
 
 # images: uint8 pixels, count x prod(sample_shape), channels-first, C order;
 # labels: one uint8 class per sample. For PTB, `tokens` holds the word ids of

@@ -20,7 +20,8 @@ import os
 import sys
 import traceback
 
-from . import clocks, compat, networks, peaks, telemetry
+from .. import compat, networks
+from . import clocks, peaks, telemetry
 from .nvml import Nvml, device_info, system_versions, visible_indices
 
 # A timed window whose SM clock strays further than this from the clock the
@@ -59,7 +60,7 @@ class CellGpus(object):
                  log=None, interval_s=telemetry.DEFAULT_INTERVAL_S,
                  group=None):
         self.cell = cell
-        # A worker's harness.clockgroup.GroupClocks: the policy is applied
+        # A worker's harness.gpu.clockgroup.GroupClocks: the policy is applied
         # once for the group and restored when the worker ends, not here.
         self.group = group
         self.held = None        # the group's ClockSession, once held
@@ -199,7 +200,7 @@ class CellGpus(object):
             traceback.print_exc()
             self._warn("telemetry failed: {}: {}".format(type(exc).__name__,
                                                          exc))
-        # A group's clocks stay set for its next cell (harness.clockgroup).
+        # A group's clocks stay set for its next cell (harness.gpu.clockgroup).
         if self.session is not None:
             try:
                 self.session.restore()

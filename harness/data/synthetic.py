@@ -1,8 +1,8 @@
 """Synthetic data shaped like a real dataset, that a network can learn:
-for runs without the dataset's files (harness.datasets.synthetic labels
+for runs without the dataset's files (harness.data.datasets.synthetic labels
 them `synthetic`) and for the generated files of the convergence tests.
 """
-from .datasetformats import Split, sample_size, token_split
+from .formats import Split, sample_size, token_split
 
 
 def _noise(rng, count):

@@ -22,21 +22,22 @@ so a run on unofficial files can never pass for the real dataset. Nothing
 (no variable, no file in the data folder) turns verification off.
 
 This module holds the registry, the verification and `load`; the readers of
-each format are in harness/datasetformats.py, synthetic data in
-harness/synthetic.py.
+each format are in harness/data/formats.py, synthetic data in
+harness/data/synthetic.py.
 """
 import hashlib
 import os
 import random
 from collections import namedtuple
 
-from .errors import HarnessError, named
-from .datasetformats import (Split, cifar_splits, mnist_split, ptb_splits,
-                             sample_size, token_split)
+from ..errors import HarnessError, named
+from .formats import (Split, cifar_splits, mnist_split, ptb_splits,
+                      sample_size, token_split)
 from .synthetic import synthetic_splits
-# Re-exported: the host and the tests name them as harness.datasets.<name>.
-from .datasetformats import (PTB_VOCABULARY, parse_cifar_batch, parse_idx,
-                             ptb_vocabulary, ptb_words)
+# Re-exported: the host and the tests name them as
+# harness.data.datasets.<name>.
+from .formats import (PTB_VOCABULARY, parse_cifar_batch, parse_idx,
+                      ptb_vocabulary, ptb_words)
 from .synthetic import synthetic_images, synthetic_tokens
 
 # urls: official location first, then well-known mirrors with the same bytes.
@@ -121,7 +122,7 @@ DATASETS = dict((d.name, d) for d in (
 NETWORK_DATASETS = {"fcn-r": "mnist", "alexnet-r": "cifar10",
                     "resnet-56": "cifar10", "lstm": "ptb"}
 
-# train and test are harness.datasetformats.Split; info is the result's
+# train and test are harness.data.formats.Split; info is the result's
 # dataset record.
 Loaded = namedtuple("Loaded", "dataset train test info")
 

@@ -13,8 +13,8 @@ import signal
 import socket
 import time
 
-from . import blocks
-from .errors import HarnessError
+from .. import blocks
+from ..errors import HarnessError
 from .nvml import NvmlCallError
 
 STATE_FORMAT = "dlrepro-gpu-clock-state"

@@ -1,11 +1,11 @@
 """Reading a GPU's clock settings through NVML, choosing the calls that apply
-a clock policy, and checking them afterwards (harness/clocks.py runs them).
+a clock policy, and checking them afterwards (harness/gpu/clocks.py runs them).
 
 "Base" is the default application clock (NVML_CLOCK_ID_APP_CLOCK_DEFAULT):
 NVML has no base-clock query, and on boards with application clocks the
 default is the clock the GPU holds without boost. Where the default equals
 the maximum clock (Hopper boards: boost is the default), the datasheet base
-clock from harness/peaks.py is used instead, snapped to a supported clock.
+clock from harness/gpu/peaks.py is used instead, snapped to a supported clock.
 """
 from collections import namedtuple
 
@@ -89,15 +89,15 @@ def base_clock(nvml, handle, original, datasheet_base):
         why = ("NVML has no default application clock for this GPU "
                "({})".format(default["error"]) if "error" in default else
                "the default application clock is the maximum clock")
-        return mhz, ("datasheet base clock {} MHz (harness/peaks.py), because "
-                     "{}".format(datasheet_base, why))
+        return mhz, ("datasheet base clock {} MHz (harness/gpu/peaks.py), "
+                     "because {}".format(datasheet_base, why))
     if "error" in default:
         return None, ("no base clock: NVML has no default application clock "
-                      "for this GPU ({}) and harness/peaks.py has no "
+                      "for this GPU ({}) and harness/gpu/peaks.py has no "
                       "datasheet base for it".format(default["error"]))
     return None, ("no base clock: the default application clock ({} MHz) is "
-                  "the maximum clock, and harness/peaks.py has no datasheet "
-                  "base for this GPU; use lock=<MHz>".format(
+                  "the maximum clock, and harness/gpu/peaks.py has no "
+                  "datasheet base for this GPU; use lock=<MHz>".format(
                       default["graphics_mhz"]))
 
 

@@ -165,8 +165,8 @@ def mfu(flops_per_iteration, mean_s, gpu_names, clocks_mhz, math_mode,
     entries = [find(name) for name in gpu_names]
     unknown = [n for n, e in zip(gpu_names, entries) if e is None]
     if unknown:
-        block["note"] = ("no peak FLOP/s for {} in harness/peaks.py".format(
-            ", ".join(sorted(set(unknown)))))
+        block["note"] = ("no peak FLOP/s for {} in harness/gpu/peaks.py"
+                         .format(", ".join(sorted(set(unknown)))))
         return block
     if len(set(e.key for e in entries)) > 1:
         block["note"] = "mixed GPU models; MFU not computed"

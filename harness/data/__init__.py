@@ -1,0 +1,1 @@
+"""Data: the real datasets, their formats, synthetic data, mini-batches."""

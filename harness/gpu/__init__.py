@@ -1,0 +1,1 @@
+"""The GPU side: NVML, clock policies, telemetry, peaks, CUDA libraries."""
