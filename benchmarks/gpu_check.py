@@ -38,7 +38,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from harness import compat, resultfile  # noqa: E402  (path fix)
+from harness import resultfile  # noqa: E402  (path fix)
+from harness.gpu import compat  # noqa: E402  (path fix)
 from harness.gpu import clocks  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from dlrepro.run import gpu_restore  # noqa: E402  (stdlib-only on this path)

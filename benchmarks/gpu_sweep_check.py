@@ -40,7 +40,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from harness import compat, resultfile  # noqa: E402  (path fix)
+from harness import resultfile  # noqa: E402  (path fix)
+from harness.gpu import compat  # noqa: E402  (path fix)
 from dlrepro import hostinfo, matrix as matrix_mod  # noqa: E402
 from dlrepro.bench import aggregate, gpuprofile  # noqa: E402
 from dlrepro.run import store  # noqa: E402

@@ -4,7 +4,7 @@ for the GPUs found.
 Per framework, the preference order is the matrix's order of its GPU
 profiles (dockerfiles/matrix.toml: pytorch cuda; tensorflow cuda, tf1,
 tf1-ngc; jax cuda; mxnet cuda, ngc; cntk gpu; caffe cuda, nvcaffe): the
-first whose compatibility gate (harness.compat, the same check a cell
+first whose compatibility gate (harness.gpu.compat, the same check a cell
 makes before its framework starts) admits every GPU found and the driver
 is chosen. A verdict of machine code or PTX the driver can JIT-compile
 admits; an architecture with neither, or a driver older than the stack
@@ -18,7 +18,7 @@ Pure functions over the matrix and NVML's view of the GPUs
 """
 from typing import NamedTuple, Optional
 
-from harness import compat
+from harness.gpu import compat
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError

@@ -20,7 +20,8 @@ import os
 import sys
 import traceback
 
-from .. import compat, networks
+from . import compat
+from .. import networks
 from . import clocks, peaks, telemetry
 from .nvml import Nvml, device_info, system_versions, visible_indices
 

@@ -177,7 +177,7 @@ def _stack(profile):
 
 
 def test_hopper_gate_refuses_ubuntus_cuda_build_and_jits_nvcaffe():
-    from harness import compat
+    from harness.gpu import compat
     ubuntu = compat.check((9, 0), "570.124.06", _stack("cuda"))
     assert ubuntu["verdict"] == compat.UNSUPPORTED, ubuntu
     assert "no machine code for sm_90" in ubuntu["reason"]

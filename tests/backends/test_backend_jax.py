@@ -14,7 +14,8 @@ import pytest
 import probes
 from probes import run_cell, run_probe
 
-from harness import compat, networks as nets
+from harness import networks as nets
+from harness.gpu import compat
 from harness.frameworks.jax import backend
 
 

@@ -1,7 +1,7 @@
-"""The compatibility gate (harness/compat.py): a table of stacks x GPUs."""
+"""The compatibility gate (harness/gpu/compat.py): a table of stacks x GPUs."""
 import pytest
 
-from harness import compat
+from harness.gpu import compat
 from harness.errors import HarnessError
 
 MXNET_CU112 = {"sass": ["sm_50", "sm_52", "sm_60", "sm_61", "sm_70", "sm_75",

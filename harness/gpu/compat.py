@@ -23,7 +23,7 @@ Pure functions only: nothing here calls NVML.
 import re
 from collections import namedtuple
 
-from .errors import HarnessError
+from ..errors import HarnessError
 
 NATIVE = "native"
 PTX_JIT = "ptx-jit"
