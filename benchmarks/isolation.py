@@ -2,7 +2,8 @@
 `--isolation group`, on the real command line, on the smoke suite, per
 framework, in alternating rounds (round 1: cell, fork, group; round 2:
 group, fork, cell; round 3 from fork, ...), so that a machine's load
-drifts over every mode alike.
+drifts over every mode alike: where every mode takes every place equally
+often (2 or 4 rounds for two modes, 6 for three); it warns otherwise.
 
 Prints, per round and framework, each mode's wall time (of the whole
 `invoke bench`) and measured fraction; then per framework over all rounds:
@@ -275,6 +276,34 @@ def versus_cell(tally, mode):
               for place, ratios in sorted(by_place.items())))
 
 
+def round_order(modes, round_):
+    """The modes in the order round `round_` runs them: each mode first,
+    in the middle and last in turn, forwards and backwards."""
+    turn = (round_ - 1) // 2 % len(modes)
+    order = modes[turn:] + modes[:turn]
+    return order if round_ % 2 else order[::-1]
+
+
+def order_balance(orders):
+    """A warning where the rounds do not put every mode in every place
+    equally often, else None. A quiet machine still drifts within a round
+    (each later sweep a little slower), so with two modes and three rounds
+    (cell first once, fork first twice) the drift passes for a difference
+    between the modes: 2 or 4 rounds balance two modes, 6 balance three."""
+    places = {}
+    for order in orders:
+        for place, mode in enumerate(order):
+            places.setdefault(mode, [0] * len(order))[place] += 1
+    counts = {tuple(c) for c in places.values()}
+    if len(counts) <= 1:
+        return None
+    said = "; ".join(f"{mode} {'/'.join(map(str, c))}"
+                     for mode, c in places.items())
+    return (f"warning: these rounds are unbalanced (rounds in each place, "
+            f"first to last: {said}): a drift within a round reads as a "
+            f"difference between the modes")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -302,12 +331,11 @@ def main():
     modes = tuple(m for m in MODES if m == "cell" or not args.mode
                   or m in args.mode)
     tallies = {f: Tally(modes) for f in frameworks}
-    for round_ in range(1, args.rounds + 1):
-        # Each mode first, in the middle and last in turn, forwards and
-        # backwards.
-        turn = (round_ - 1) // 2 % len(modes)
-        order = modes[turn:] + modes[:turn]
-        order = order if round_ % 2 else order[::-1]
+    orders = [round_order(modes, r) for r in range(1, args.rounds + 1)]
+    balance = order_balance(orders)
+    if balance:
+        print(balance, flush=True)
+    for round_, order in enumerate(orders, 1):
         for framework in frameworks:
             for mode in order:
                 wall, run_dir = bench(framework, mode, round_, args)
