@@ -144,9 +144,15 @@ def install(python, lock, log=print):
     with tempfile.TemporaryDirectory(prefix="dlrepro-lock-") as folder:
         # Every file is checked against its hash, so any index may serve a
         # pin: uv's default would stop at the first index that names the
-        # package, where pip looks in all of them.
+        # package, where pip looks in all of them. Bytecode is compiled
+        # here, as pip does and uv does not by default: else every cell
+        # whose process may not write it (PYTHONDONTWRITEBYTECODE, a
+        # read-only environment) compiles the framework's sources at its
+        # import, 3 s of each PyTorch cell on two cores
+        # (docs/measurements/fork-quiet-2026-12-05).
         run([str(uv_program()), "pip", "install", "--quiet",
              "--python", str(python), "--require-hashes", "--no-deps",
+             "--compile-bytecode",
              "--index-strategy", "unsafe-best-match"] + _source_args(cert)
             + ["-r", str(_reachable_lock(lock, folder, cert, log))],
             f"installing {lock.name}", env)

@@ -129,6 +129,10 @@ def test_an_environment_is_made_with_uv_from_a_lock(tmp_path):
     assert made.returncode == 0, made.stderr
     *said, python = made.stdout.splitlines()
     assert python == str(target / "bin" / "python")
+    # Compiled at install, as pip does, before anything imported it: a
+    # cell that may not write bytecode would compile it at every import.
+    assert list(target.glob("lib/python*/site-packages/__pycache__/"
+                            "dlrepro_probe.*.pyc")), "no bytecode"
     assert said[-1] == ("probe.txt: http://127.0.0.1:9/simple cannot be "
                         "reached from here; its files are looked for where "
                         "pip's configuration says")
