@@ -15,6 +15,8 @@ then SIGINT the sweep, as a Ctrl-C just after the result), fill-disk
 kernel kills it, as a cell bigger than its memory limit does; gives up with
 exit 4 at 4 GiB, so that a machine without a limit is not starved),
 ok@SECONDS (ok, each iteration taking SECONDS: a history with a step),
+sleep@SECONDS (ok, each iteration sleeping SECONDS of real time: a cell
+that is still measuring when a test acts on the sweep),
 oom (the real harness.throughput, the device out of memory at the second
 step: status `oom`), oom-in-group and hog-in-group (ok here, alone; see
 `worker`).
@@ -51,9 +53,11 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
     """The real harness.throughput.run_cell with a scripted backend: ok
     (0.01 s an iteration), ok@SECONDS, or slow; `gpu` cells are computed
     as `cpu` ones (NVML is the fake's, where a test gives it)."""
-    seconds = 0.01
+    seconds, pause = 0.01, 1.0
     if mode.startswith("ok@"):
         mode, seconds = "ok", float(mode[3:])
+    if mode.startswith("sleep@"):
+        mode, pause = "slow", float(mode[6:])
     n = spec["cell"]["warmup"] + spec["cell"]["iterations"]
     if mode == "oom":
         script = Script([seconds] * n, raise_at=2, exc=MemoryError(
@@ -83,7 +87,7 @@ def run_scripted(mode, spec, out, isolation=None, group_clocks=None):
                 # (its SIGTERM handler is in place).
                 sys.stderr.write(SLOW_STEP)
                 sys.stderr.flush()
-                time.sleep(1.0)
+                time.sleep(pause)
                 return step()
             session.step = slow_step
             return session
@@ -233,7 +237,7 @@ def cell(mode, spec, out, isolation=None, group_clocks=None):
         return 1
     if mode in ("oom-in-group", "hog-in-group"):
         mode = "ok"  # alone, the cell fits
-    if mode.startswith("ok@") or mode in ("ok", "slow", "oom"):
+    if mode.startswith(("ok@", "sleep@")) or mode in ("ok", "slow", "oom"):
         return run_scripted(mode, spec, out, isolation, group_clocks)
     if mode == "hog":
         held = []

@@ -20,7 +20,12 @@ TIMEOUT_S = 15
 def test_a_cell_that_ended_during_a_pause_is_ok_not_a_timeout(isolation,
                                                               tmp_path):
     proc = start(*BENCH, "--isolation", isolation, "--timeout",
-                 str(TIMEOUT_S), "--out", str(tmp_path), modes="fcn5=ok@0.1")
+                 str(TIMEOUT_S), "--out", str(tmp_path),
+                 # Real seconds: fcn5 (the first cell) still measures when
+                 # the pause comes. A scripted clock ended it at once, and
+                 # the sweep could end, or stop between a spec and its
+                 # process, before the test paused it.
+                 modes="fcn5=sleep@0.2")
     wait_for(lambda: (tmp_path / "latest").exists() or
              proc.poll() is not None, what="the run folder")
     run_dir = (tmp_path / "latest").resolve()
