@@ -9,6 +9,8 @@ clock and /proc: the host reads the names and order from here.
 import os
 import time
 
+from . import procstat
+
 # In the order they happen in a throughput cell (harness.throughput): the
 # GPUs' NVML inventory and compatibility gate come before the framework is
 # imported (a stack that cannot run must not be started), and a framework
@@ -48,13 +50,9 @@ def process_start(now=None, proc="/proc"):
     if _forked_at is not None:
         return _forked_at
     try:
-        with open(os.path.join(proc, "self", "stat")) as handle:
-            stat = handle.read()
+        ticks = int(procstat.stat_fields("self", proc)[19])
         with open(os.path.join(proc, "uptime")) as handle:
             uptime = float(handle.read().split()[0])
-        # The command name may hold spaces and parentheses: fields are
-        # counted after its closing one; the start time is field 22.
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])
         hertz = os.sysconf("SC_CLK_TCK")
     except (IOError, OSError, ValueError, IndexError, AttributeError):
         return None

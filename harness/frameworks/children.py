@@ -12,18 +12,51 @@ import sys
 import threading
 
 
+from .. import procstat
+
 _PR_SET_PDEATHSIG = 1
 
+# The convergence process's pid, in its launcher's workers' environment
+# (worker_env): a worker whose launcher ended before the worker could ask
+# to die with it finds the harness gone from its ancestors and ends. It
+# happens: torchrun SIGTERMed while it starts its workers ends without
+# stopping the ones it already started.
+HARNESS_PID_ENV = "DLREPRO_HARNESS_PID"
 
-def die_with_parent():
-    """preexec_fn for launchers (torchrun, mpirun): SIGTERM the child when
-    the convergence process dies, even by SIGKILL, so no workers run on
-    (Linux; elsewhere a no-op)."""
+
+def _die_on_parent_death(sig):
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG,
-                                                signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):
         pass
+
+
+def die_with_this_process():
+    """A preexec_fn for launchers (torchrun, mpirun): SIGTERM the child when
+    this process dies, even by SIGKILL, so no workers run on (Linux;
+    elsewhere a no-op). A child whose parent died between its fork and the
+    request ends at once: the request would never fire."""
+    parent = os.getpid()
+
+    def preexec():
+        _die_on_parent_death(signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
+def stay_with_launcher(environ=None):
+    """In a launched worker: SIGTERM when its launcher dies; and end now
+    (SystemExit) when the harness that started the launcher is no longer
+    among this process's ancestors, i.e. the launcher or the harness ended
+    before this request could."""
+    environ = os.environ if environ is None else environ
+    _die_on_parent_death(signal.SIGTERM)
+    harness = environ.get(HARNESS_PID_ENV, "")
+    if harness.isdigit() and procstat.is_ancestor(int(harness)) is False:
+        raise SystemExit("harness: error: the harness that launched this "
+                         "worker (process {}) has ended; so does the "
+                         "worker".format(harness))
 
 
 # A glog/absl line's prefix: severity, date, time, thread, file:line].
@@ -39,7 +72,7 @@ def run_child(command, env, what, on_start=None):
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
                                start_new_session=True,
-                               preexec_fn=die_with_parent)
+                               preexec_fn=die_with_this_process())
     if on_start is not None:
         on_start(process)
     pump = threading.Thread(target=_pump, args=(process.stderr, tail))

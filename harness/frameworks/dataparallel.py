@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from .. import networks, resultfile
+from . import children
 from ..data import datasets
 from ..errors import HarnessError, Terminated
 from ..timing import say_when_first
@@ -301,6 +302,7 @@ def worker_env(plan):
         [HARNESS_PARENT] + [p for p in env.get("PYTHONPATH", "").split(
             os.pathsep) if p])
     env["OMP_NUM_THREADS"] = str(plan["threads"])
+    env[children.HARNESS_PID_ENV] = str(os.getpid())
     return env
 
 
@@ -409,6 +411,7 @@ def worker_main(module, worker, argv=None):
     # SIGTERM (the launcher stopping its workers) as an exception: the
     # epoch loop writes the curves so far before the worker ends.
     signal.signal(signal.SIGTERM, _terminated)
+    children.stay_with_launcher()
     try:
         with open(args.plan) as handle:
             plan = json.load(handle)

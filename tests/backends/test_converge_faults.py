@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -196,7 +197,11 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
 
 def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
     """SIGKILL leaves the harness no time to stop torchrun: the workers must
-    go anyway (PR_SET_PDEATHSIG), not train on as orphans."""
+    go anyway, not train on as orphans: torchrun dies with the harness
+    (PR_SET_PDEATHSIG) and stops its workers, SIGKILL after its own 30 s
+    grace; a worker it had started but not yet recorded (the kill lands
+    while it starts them) finds the harness gone and ends itself
+    (children.stay_with_launcher)."""
     spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
                  threads=2, synthetic=True, train_samples=4096,
                  test_samples=64)[0]
@@ -220,4 +225,40 @@ def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
     finally:
         harness.send_signal(signal.SIGKILL)
         harness.wait()
-    assert _gone(plan, 20), _running(plan)
+    assert _gone(plan, 60), _running(plan)
+
+
+def test_workers_die_with_a_harness_killed_while_torchrun_starts_them(
+        root, tmp_path, framework_python):
+    """torchrun is held (SIGSTOP) once its first worker exists, the harness
+    is killed, and torchrun let go: its SIGTERM (PR_SET_PDEATHSIG) now lands
+    while it starts its workers, which it then leaves unstopped (its record
+    of them is not made yet). They must end by themselves."""
+    spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
+                 threads=2, synthetic=True, train_samples=4096,
+                 test_samples=64)[0]
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
+    harness = subprocess.Popen(
+        [str(framework_python("pytorch")), "-s", "-m", "harness",
+         "converge", "--spec", str(spec_path), "--out",
+         str(tmp_path / "out.json")], cwd=root, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(root)))
+    def torchrun_with_a_worker():
+        return next((pid for pid in processes.children_of(harness.pid)
+                     if processes.children_of(pid)), None)
+    try:
+        torchrun = waits.wait_for(torchrun_with_a_worker, 300, every=0.001,
+                                  what="torchrun's first worker")
+        os.kill(torchrun, signal.SIGSTOP)
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+    command = Path(f"/proc/{torchrun}/cmdline").read_bytes().split(b"\0")
+    plan = command[command.index(b"--plan") + 1].decode()
+    os.kill(torchrun, signal.SIGCONT)
+    try:
+        assert _gone(plan, 60), _running(plan)
+    finally:
+        processes.signal_each([int(p) for p in _running(plan)],
+                              signal.SIGKILL)

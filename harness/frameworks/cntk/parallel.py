@@ -51,7 +51,7 @@ _MODULE = "harness.frameworks.cntk.parallel"
 
 def _mpirun(command, env):
     process = subprocess.Popen(command, env=env, start_new_session=True,
-                               preexec_fn=children.die_with_parent)
+                               preexec_fn=children.die_with_this_process())
     try:
         status = process.wait()
     except BaseException:

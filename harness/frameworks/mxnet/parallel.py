@@ -315,7 +315,7 @@ def _run_node(command, env, plan, what):
                 services.append(subprocess.Popen(
                     [sys.executable, "-c", "import mxnet"],
                     env=_ps_env(env, cluster, role), start_new_session=True,
-                    preexec_fn=children.die_with_parent))
+                    preexec_fn=children.die_with_this_process()))
         ready = _ready_path(command[-1])
         worker_env = _ps_env(env, cluster, "worker")
         worker_env["DLREPRO_MXNET_READY"] = ready

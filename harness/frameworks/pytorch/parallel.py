@@ -131,7 +131,7 @@ def _torchrun(command, env, cluster, device, rendezvous):
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE,
                                universal_newlines=True,
                                start_new_session=True,
-                               preexec_fn=children.die_with_parent)
+                               preexec_fn=children.die_with_this_process())
     pump = threading.Thread(target=_pump,
                             args=(process.stderr, sys.stderr, tail))
     pump.daemon = True
