@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from dlrepro.errors import UserError  # noqa: E402
 from dlrepro.run import store  # noqa: E402
+from harness import procstat  # noqa: E402
 
 INVOKE = str(ROOT / ".venv" / "bin" / "invoke")
 MODES = ("cell", "group", "fork")
@@ -56,9 +57,10 @@ def processes():
     """{pid: (ppid, process group, state, start time)} of every process."""
     found = {}
     for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
         try:
-            with open(f"/proc/{int(entry.name)}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
+            fields = procstat.stat_fields(entry.name)
         except (ValueError, OSError):
             continue
         found[int(entry.name)] = (int(fields[1]), int(fields[2]), fields[0],

@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from harness import frameworks, throughput  # noqa: E402
+from harness import frameworks, procstat, throughput  # noqa: E402
 from tests.fake_backend import Backend, Script  # noqa: E402
 
 
@@ -189,9 +189,7 @@ def sweep_pid(isolation):
     parent (--isolation fork)."""
     if (isolation or {}).get("mode") != "fork":
         return os.getppid()
-    with open("/proc/{}/stat".format(os.getppid())) as handle:
-        stat = handle.read()
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return procstat.parent_of(os.getppid())
 
 
 def main(mode, spec_path, out):

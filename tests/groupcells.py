@@ -10,6 +10,7 @@ from pathlib import Path
 
 from dlrepro.run import store
 from dlrepro.run.job import Job, Placement
+from harness import procstat
 from paths import INVOKE, ROOT, SCRIPTED
 from scripted import env_for, invoke
 from waits import wait_for
@@ -138,10 +139,9 @@ def server_logs(run_dir):
 
 def parent_of(pid):
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return procstat.parent_of(pid)
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def processes_of(run_dir):

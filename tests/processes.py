@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import waits
+from harness import procstat
 
 _STARTED = []
 
@@ -122,11 +123,10 @@ def wait_gone(pids, seconds=120):
 def children_of(pid):
     """This host's processes whose parent is `pid`."""
     found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for entry in Path("/proc").glob("[0-9]*"):
         try:
-            text = stat.read_text()
+            if procstat.parent_of(entry.name) == pid:
+                found.append(int(entry.name))
         except OSError:
-            continue
-        if int(text[text.rindex(")") + 2:].split()[1]) == pid:
-            found.append(int(stat.parent.name))
+            continue  # ended meanwhile
     return found

@@ -16,6 +16,7 @@ import pytest
 import processes
 from dlrepro.run import store
 from groupcells import child_and_server, server_logs
+from harness import procstat
 from harness.timing import FIRST_TIMED
 from paths import INVOKE, ROOT
 from waits import wait_for
@@ -102,7 +103,7 @@ def test_ctrl_c_mid_cell_stops_server_and_child_and_resume_runs_both(
     assert stopped["timing"]["per_iteration_s"]
     for pid in (server, child):
         assert not Path(f"/proc/{pid}").exists() or \
-            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+            procstat.stat_fields(pid)[0] == "Z"
     again = resume(tmp_path)
     assert again.returncode == 0, again.stderr
     assert "0 of 2 jobs already done" in again.stdout, again.stdout

@@ -20,6 +20,7 @@ import subprocess
 from pathlib import Path
 
 from dlrepro.run import oomkills
+from harness import procstat
 from dlrepro.run.runtimes import Death
 
 EXEC_TIMEOUT_S = 60
@@ -47,10 +48,9 @@ def _parents(proc):
         if not entry.isdigit():
             continue
         try:
-            stat = Path(proc, entry, "stat").read_text()
+            found[int(entry)] = procstat.parent_of(entry, proc)
         except OSError:
             continue  # ended meanwhile
-        found[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
     return found
 
 
