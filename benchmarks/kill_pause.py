@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from dlrepro.errors import UserError  # noqa: E402
 from dlrepro.run import store  # noqa: E402
+from dlrepro.run.process import signal_each  # noqa: E402
 from harness import procstat  # noqa: E402
 
 INVOKE = str(ROOT / ".venv" / "bin" / "invoke")
@@ -88,14 +89,6 @@ def survivors(folder):
     return {(pid, row[3]) for pid, row in table.items()
             if row[2] != "Z" and pid != me
             and (row[0] == me or names_folder(pid, folder))}
-
-
-def signal_all(pids, signum):
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
 
 def record_of(out):
@@ -217,7 +210,7 @@ class Round:
                                 if row[0] in frontier}
                     below |= frontier
                 outside = {p for p in below if table[p][1] != proc.pid}
-                signal_all(outside, signal.SIGSTOP)
+                signal_each(outside, signal.SIGSTOP)
                 self.stalled |= {(p, table[p][3]) for p in outside}
             os.killpg(proc.pid, signal.SIGINT)
             time.sleep(self.rng.uniform(0.05, 1.0))
@@ -231,12 +224,12 @@ class Round:
         now = processes()
         left = {p for p, start in self.stalled | self.outlived
                 if p in now and now[p][3] == start}
-        signal_all(left, signal.SIGCONT)
+        signal_each(left, signal.SIGCONT)
         deadline = time.monotonic() + RELEASE_S
         while time.monotonic() < deadline and any(
                 processes().get(p, (0, 0, "Z"))[2] != "Z" for p in left):
             time.sleep(0.2)
-        signal_all(left & set(processes()), signal.SIGKILL)
+        signal_each(left & set(processes()), signal.SIGKILL)
         for pid in left:
             try:
                 os.waitpid(pid, 0)

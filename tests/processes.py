@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import waits
+from dlrepro.run import process
 from harness import procstat
 
 _STARTED = []
@@ -73,13 +74,7 @@ def end_since(marked):
         end(*_STARTED.pop())
 
 
-def signal_each(pids, signum):
-    """`signum` to each of `pids`, those that have ended passed over."""
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except OSError:
-            pass
+signal_each = process.signal_each
 
 
 def _status(pid):

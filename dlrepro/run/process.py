@@ -9,6 +9,7 @@ once), and a third while it is killed waits until it is gone: a process
 a session started is dead and reaped before the session goes on, or lets
 go of its run folder, whatever the user presses (interrupts_held)."""
 import ctypes
+import functools
 import os
 import signal
 import subprocess
@@ -32,12 +33,24 @@ class Exit(NamedTuple):
     pid: Optional[int] = None
 
 
-def term_when_parent_dies():
-    """In the child, before exec: SIGTERM if dlrepro dies (even by
-    SIGKILL), so an orphaned harness writes what it measured and stops
-    instead of running on beside a resumed run."""
+def term_when_parent_dies(parent):
+    """In the child, before exec: SIGTERM if dlrepro (`parent`) dies, even
+    by SIGKILL, so an orphaned harness writes what it measured and stops
+    instead of running on beside a resumed run; and at once if it died
+    between the fork and this request, which would never fire."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def signal_each(pids, signum):
+    """`signum` to each of `pids`, those that have ended passed over."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except OSError:
+            pass
 
 
 class Presses:
@@ -103,7 +116,8 @@ class Processes:
                                         stdin=subprocess.DEVNULL,
                                         start_new_session=True,
                                         pass_fds=inherited,
-                                        preexec_fn=self.child_setup)
+                                        preexec_fn=functools.partial(
+                                            self.child_setup, os.getpid()))
             except OSError as exc:
                 return Exit(None, False, time.monotonic() - started,
                             f"{launch.argv[0]}: {exc.strerror or exc}")

@@ -23,6 +23,7 @@ the server, which goes on with the key's next cell; a child that died
 as a process of its own would be. Ctrl-C stops the server, which passes
 the signal on to its child and says `cell-done` once the child wrote
 its partial result."""
+import functools
 import json
 import os
 import queue
@@ -280,7 +281,8 @@ class Grouped:
                     cwd=worker_launch.cwd, stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                     start_new_session=True, pass_fds=self.life.inherited,
-                    preexec_fn=self.processes.child_setup)
+                    preexec_fn=functools.partial(
+                        self.processes.child_setup, os.getpid()))
         except OSError:
             runtime.worker_cleanup(job, run_dir)
             raise
