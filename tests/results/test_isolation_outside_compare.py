@@ -10,9 +10,11 @@ iteration, then twice in a group's worker at 12 ms (a default that moved
 a framework into a worker and made it slower, as the hostile user saw)."""
 import csv
 import sqlite3
+import time
 
 import pytest
 
+import waits
 from scripted import BENCH, invoke
 
 CELL_MS, GROUP_MS = 0.010, 0.012
@@ -23,12 +25,19 @@ def mode_runs(tmp_path_factory):
     """(results root, [cell run, cell run, group run, group run])."""
     out = tmp_path_factory.mktemp("runs")
     folders = []
+    ended = 0
     for seconds, mode in ((CELL_MS, "cell"), (CELL_MS, "cell"),
                           (GROUP_MS, "group"), (GROUP_MS, "group")):
+        # A run's start is stamped to the second, and history orders runs
+        # by it: two runs started in one second have no order (the step
+        # was then seen at the wrong run). Each starts in a later second.
+        waits.wait_for(lambda: int(time.time()) > ended, 5, 0.01,
+                       what="the next second")
         done = invoke(*BENCH, "--out", str(out), "--network", "fcn5",
                       "--network", "fcn8", "--isolation", mode,
                       modes=f"fcn5=ok@{seconds},fcn8=ok@{seconds}")
         assert done.returncode == 0, done.stderr
+        ended = int(time.time())
         folders.append((out / "latest").resolve())
     return out, folders
 
