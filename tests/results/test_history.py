@@ -16,6 +16,7 @@ they fail.
 import json
 import random
 import subprocess
+import time
 
 import pytest
 from sqlalchemy import select, text
@@ -25,6 +26,7 @@ from browser import drawn, headless
 from cli import invoke
 from postgresenv import engine as _engine, postgres  # noqa: F401 (a fixture)
 from paths import INVOKE, ROOT, SCRIPTED
+import waits
 
 TWIN = "twin (this host's runs, relabelled)"
 # A real run of another machine: one H200, single-GPU real-data cells at
@@ -38,13 +40,19 @@ def history_runs(tmp_path_factory):
     """(results root, [run folders]): fcn5 at 10, 10, 12, 12 ms."""
     out = tmp_path_factory.mktemp("runs")
     folders = []
+    ended = 0
     for seconds in (0.01, 0.01, 0.012, 0.012):
+        # Runs are ordered by their start, stamped to the second: each
+        # starts in a later second than the last ended, or two would tie.
+        waits.wait_for(lambda: int(time.time()) > ended, 5, 0.01,
+                       what="the next second")
         proc = invoke("bench", "--framework", "pytorch", "--runtime",
                       "native", "--python", SCRIPTED, "--network", "fcn5",
                       "--network", "fcn8", "--iterations", "4", "--warmup",
                       "1", "--threads", "1", "--repeat", "2", "--out",
                       str(out), modes=f"fcn5=ok@{seconds}")
         assert proc.returncode == 0, proc.stderr
+        ended = int(time.time())
         folders.append((out / "latest").resolve())
     return out, folders
 
