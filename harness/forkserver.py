@@ -39,7 +39,6 @@ the server during a cell reach the child, which ends its cell as `run`
 does; the server then says `cell-done` and exits (143, 130).
 """
 import atexit
-import ctypes
 import os
 import random
 import signal
@@ -47,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from . import allocator, phases, resultfile, threads
+from . import allocator, phases, procstat, resultfile, threads
 from . import worker
 from .errors import Terminated
 from .gpu import nvml
@@ -78,7 +77,6 @@ FORK_HANDLED = {
     "mxnet": "MXNet's engine threads, which its fork handlers stop before "
              "a fork and start again after it",
 }
-_PR_SET_PDEATHSIG = 1
 _settled = {}  # framework -> threads once settled (FORK_HANDLED only)
 
 
@@ -177,18 +175,6 @@ def preload(framework):
             "seconds": round(time.time() - started, 3), "threads": None}
 
 
-def term_when_parent_dies(parent):
-    """In a child: SIGTERM when the server dies (even by SIGKILL), so that
-    an orphaned cell writes what it measured and ends; and at once if it
-    died before this was set."""
-    try:
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
 def returncode(status):
     """os.waitpid's status as Popen's returncode (-N for signal N)."""
     if os.WIFSIGNALED(status):
@@ -269,7 +255,7 @@ class ForkServer(worker.Worker):
         parent = os.getpid()
         proc = subprocess.Popen(
             run_argv(spec_path, out), stdin=subprocess.DEVNULL, stdout=2,
-            preexec_fn=lambda: term_when_parent_dies(parent))
+            preexec_fn=lambda: procstat.die_with_parent(parent))
         return proc.pid
 
     def _await(self, spec_path, pid, out, unsafe):
@@ -325,7 +311,9 @@ def _child(parent, spec, cell, out, isolation):
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        term_when_parent_dies(parent)
+        # SIGTERM when the server dies: an orphaned cell writes what it
+        # measured and ends.
+        procstat.die_with_parent(parent)
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.close(devnull)

@@ -1,6 +1,11 @@
-"""A process's /proc/PID/stat, read where Linux offers it. Standard library
-only."""
+"""A process's place among its parents, where Linux offers it: its
+/proc/PID/stat read, and the signal it asks for when its parent dies.
+Standard library only."""
+import ctypes
 import os
+import signal
+
+_PR_SET_PDEATHSIG = 1
 
 
 def stat_fields(pid="self", proc="/proc"):
@@ -37,3 +42,22 @@ def is_ancestor(pid, proc="/proc"):
             # An ancestor that ended while we looked: this process has
             # been handed to another one, so PID is no longer above it.
             return False
+
+
+def signal_when_parent_dies(signum=signal.SIGTERM):
+    """Ask the kernel for `signum` when this process's parent dies, even by
+    SIGKILL (Linux; elsewhere a no-op)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signum)
+    except (OSError, AttributeError):
+        pass
+
+
+def die_with_parent(parent, signum=signal.SIGTERM):
+    """In a child of `parent`, before or after exec: `signum` when the parent
+    dies; and at once where it died between the fork and this request,
+    which would then never fire (the child has been handed to another
+    parent)."""
+    signal_when_parent_dies(signum)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)

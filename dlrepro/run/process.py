@@ -8,7 +8,6 @@ A second Ctrl-C during the grace cuts it short (the process is killed at
 once), and a third while it is killed waits until it is gone: a process
 a session started is dead and reaped before the session goes on, or lets
 go of its run folder, whatever the user presses (interrupts_held)."""
-import ctypes
 import functools
 import os
 import signal
@@ -18,9 +17,10 @@ import time
 from contextlib import contextmanager
 from typing import NamedTuple, Optional
 
+from harness import procstat
+
 # Seconds the harness gets after SIGTERM to write its partial result.
 GRACE_S = 30
-_PR_SET_PDEATHSIG = 1
 
 
 class Exit(NamedTuple):
@@ -31,17 +31,6 @@ class Exit(NamedTuple):
     start_error: Optional[str] = None
     # The process's pid (the kernel log names an OOM kill's victim by it).
     pid: Optional[int] = None
-
-
-def term_when_parent_dies(parent):
-    """In the child, before exec: SIGTERM if dlrepro (`parent`) dies, even
-    by SIGKILL, so an orphaned harness writes what it measured and stops
-    instead of running on beside a resumed run; and at once if it died
-    between the fork and this request, which would never fire."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def signal_each(pids, signum):
@@ -94,7 +83,10 @@ def interrupts_held(then_raise=True):
 class Processes:
     """Starts, waits for and stops a job's processes. A test may replace
     `wait` to time a job out on an event instead of the clock."""
-    child_setup = staticmethod(term_when_parent_dies)
+    # In the child, before exec: SIGTERM if dlrepro dies, even by SIGKILL,
+    # so an orphaned harness writes what it measured and stops instead of
+    # running on beside a resumed run.
+    child_setup = staticmethod(procstat.die_with_parent)
     # Whether a Ctrl-C cut a stop's grace short and a process was killed
     # without writing what it measured: the run's last line says so.
     killed_on_interrupt = False

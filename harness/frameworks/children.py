@@ -3,7 +3,6 @@ worker per node): started so that they die with the harness, their stderr
 forwarded, their failure said in their most telling line, stopped with a
 grace. Standard library only."""
 import collections
-import ctypes
 import os
 import re
 import signal
@@ -11,10 +10,7 @@ import subprocess
 import sys
 import threading
 
-
 from .. import procstat
-
-_PR_SET_PDEATHSIG = 1
 
 # The convergence process's pid, in its launcher's workers' environment
 # (worker_env): a worker whose launcher ended before the worker could ask
@@ -24,25 +20,13 @@ _PR_SET_PDEATHSIG = 1
 HARNESS_PID_ENV = "DLREPRO_HARNESS_PID"
 
 
-def _die_on_parent_death(sig):
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
-    except (OSError, AttributeError):
-        pass
-
-
 def die_with_this_process():
     """A preexec_fn for launchers (torchrun, mpirun): SIGTERM the child when
     this process dies, even by SIGKILL, so no workers run on (Linux;
     elsewhere a no-op). A child whose parent died between its fork and the
     request ends at once: the request would never fire."""
     parent = os.getpid()
-
-    def preexec():
-        _die_on_parent_death(signal.SIGTERM)
-        if os.getppid() != parent:
-            os._exit(1)
-    return preexec
+    return lambda: procstat.die_with_parent(parent)
 
 
 def stay_with_launcher(environ=None):
@@ -51,7 +35,7 @@ def stay_with_launcher(environ=None):
     among this process's ancestors, i.e. the launcher or the harness ended
     before this request could."""
     environ = os.environ if environ is None else environ
-    _die_on_parent_death(signal.SIGTERM)
+    procstat.signal_when_parent_dies()
     harness = environ.get(HARNESS_PID_ENV, "")
     if harness.isdigit() and procstat.is_ancestor(int(harness)) is False:
         raise SystemExit("harness: error: the harness that launched this "
