@@ -13,12 +13,20 @@ from paths import SCRIPTED
 BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
          "--threads", "1"]
+# A process per cell, named: what the fault tests were written for, while
+# PyTorch's CPU cells fork by default (dlrepro.run.groups.FORK_BY_DEFAULT;
+# fork's faults have tests of their own, test_fork_faults).
+CELL = ["--isolation", "cell"]
 
 
-def bench(out, *networks, modes="", extra=()):
+def bench(out, *networks, modes="", extra=(), isolation=CELL):
+    """The scripted sweep over `networks`, a process per cell unless
+    `extra` names another mode (or `isolation=()`: each framework's
+    default)."""
     args = BENCH + ["--out", str(out)] + [a for n in networks
                                           for a in ("--network", n)]
-    return invoke(*args, *extra, modes=modes)
+    mode = [] if "--isolation" in extra else isolation
+    return invoke(*args, *mode, *extra, modes=modes)
 
 
 def harness_pids(run_dir):

@@ -16,15 +16,15 @@ from dlrepro.run import store
 from paths import INVOKE, ROOT
 from waits import wait_for
 
-from scripted import (BENCH, bench, env_for, fills_the_disk, harness_pids,
-                      invoke, resumes_with_room, row, slow_steps, start,
-                      started_at, statuses)
+from scripted import (BENCH, CELL, bench, env_for, fills_the_disk,
+                      harness_pids, invoke, resumes_with_room, row,
+                      slow_steps, start, started_at, statuses)
 
 
 def test_two_resumes_of_one_run_folder_exclude_each_other(tmp_path):
     """Fault 1: the second process gets a one-line error instead of
     measuring the same cell at the same time."""
-    first = start(*BENCH, "--out", str(tmp_path), "--network", "fcn8",
+    first = start(*BENCH, *CELL, "--out", str(tmp_path), "--network", "fcn8",
                   modes="fcn8=slow")
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        harness_pids((tmp_path / "latest").resolve()) and
@@ -41,7 +41,7 @@ def test_two_resumes_of_one_run_folder_exclude_each_other(tmp_path):
 def test_a_cell_killed_from_outside_is_an_error_and_measured_again(tmp_path):
     """Fault 2: kill -9 of the cell's own process was recorded as `oom`
     and never measured again."""
-    proc = start(*BENCH, "--out", str(tmp_path), "--network", "fcn8",
+    proc = start(*BENCH, *CELL, "--out", str(tmp_path), "--network", "fcn8",
                  modes="fcn8=slow")
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        (tmp_path / "latest").resolve())
@@ -175,7 +175,7 @@ def test_a_seed_that_is_not_a_number_is_one_line(tmp_path):
 
 def test_ctrl_c_stops_the_cell_says_what_was_kept_and_exits_130(tmp_path):
     """Fault 7: Ctrl-C printed nothing and exited 1."""
-    proc = start(*BENCH, "--out", str(tmp_path), "--network", "fcn5",
+    proc = start(*BENCH, *CELL, "--out", str(tmp_path), "--network", "fcn5",
                  "--network", "fcn8", modes="fcn8=slow")
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        (tmp_path / "latest").resolve())
@@ -270,7 +270,7 @@ def test_another_process_oom_killed_during_a_cell_is_not_its_oom(
     kernel's victim, then the cell's harness is SIGKILLed from outside."""
     args = [*BENCH[:BENCH.index("--iterations")], "--iterations", "600",
             "--warmup", "0", "--threads", "1", "--out", str(tmp_path),
-            "--network", "fcn8"]
+            "--network", "fcn8", *CELL]
     proc = start_in(memory_cgroup, knowing, *args, modes="fcn8=slow")
     run_dir = wait_for(lambda: (tmp_path / "latest").exists() and
                        (tmp_path / "latest").resolve())
@@ -300,8 +300,8 @@ def test_a_cell_that_is_the_oom_killers_victim_is_oom(
     kernel kills (a harness that outgrows the cgroup) -> `oom`, kept by
     --resume; unless nothing can tell whose kill it was: then an error that
     says so, measured again."""
-    proc = start_in(memory_cgroup, knowing, *BENCH, "--out", str(tmp_path),
-                    "--network", "fcn8", modes="fcn8=hog")
+    proc = start_in(memory_cgroup, knowing, *BENCH, *CELL, "--out",
+                    str(tmp_path), "--network", "fcn8", modes="fcn8=hog")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, out + err  # its one job has no usable result
     run_dir = (tmp_path / "latest").resolve()

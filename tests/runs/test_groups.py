@@ -42,8 +42,8 @@ def test_a_group_runs_its_cells_one_after_another_in_one_worker(tmp_path):
                for n in NETWORKS)
 
 
-def test_pytorchs_default_isolation_is_cell_one_process_per_cell(tmp_path):
-    done = invoke(*BENCH, "--out", str(tmp_path))
+def test_isolation_cell_runs_one_process_per_cell(tmp_path):
+    done = invoke(*BENCH, "--isolation", "cell", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     run_dir = (tmp_path / "latest").resolve()
     assert store.read_run(run_dir)["isolation"] == "cell"

@@ -1,9 +1,10 @@
 """Each framework's default isolation (dlrepro.run.groups.assign): where
 neither --isolation nor the suite names a mode, the frameworks whose
 iteration times the side-by-side benchmark found equal in both modes
-(GROUP_BY_DEFAULT) share a worker per group and the others run a process
-per cell, in one run; on the real command line with the scripted harness,
-and as pure functions."""
+share a worker per group (GROUP_BY_DEFAULT) or fork each cell from a
+server per key (FORK_BY_DEFAULT: CPU cells, natively), and the others run
+a process per cell, in one run; on the real command line with the
+scripted harness, and as pure functions."""
 import json
 
 import pytest
@@ -17,7 +18,8 @@ from scripted import BENCH, invoke
 LOCAL = ENGINES["local"]
 
 NETWORKS = ("fcn5", "fcn-r")
-# PyTorch's default is cell, TensorFlow's group: one sweep with both.
+# PyTorch's default is fork natively on the CPU, TensorFlow's group: one
+# sweep with both.
 MIXED = (BENCH[:2] + ["tensorflow"] + BENCH[1:]
          + [a for n in NETWORKS for a in ("--network", n)])
 
@@ -27,26 +29,35 @@ def results(run_dir):
             for e in store.read_run(run_dir)["jobs"]}
 
 
-def test_one_sweep_groups_tensorflow_and_runs_pytorch_a_process_per_cell(
-        tmp_path):
+def test_one_sweep_groups_tensorflow_and_forks_pytorch(tmp_path):
     done = invoke(*MIXED, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     run_dir = (tmp_path / "latest").resolve()
     record = store.read_run(run_dir)
-    assert record["isolation"] == {"pytorch": "cell", "tensorflow": "group"}
+    assert record["isolation"] == {"pytorch": "fork", "tensorflow": "group"}
     found = results(run_dir)
     assert {r["status"] for r in found.values()} == {"ok"}
     tf = [r for i, r in found.items() if i.startswith("tensorflow-")]
     torch = [r for i, r in found.items() if i.startswith("pytorch-")]
     assert len(tf) == len(torch) == len(NETWORKS)
     # TensorFlow's two cells in one worker, one after the other
+    assert [r["isolation"]["mode"] for r in tf] == ["group"] * 2
     assert sorted(r["isolation"]["position"] for r in tf) == [1, 2]
     assert len({r["isolation"]["worker_pid"] for r in tf}) == 1
-    assert all("isolation" not in r for r in torch)
-    assert record["workers"] == [[i for i in found
-                                  if i.startswith("tensorflow-")]]
-    assert [p.name for p in run_dir.glob("*.worker.log")] == \
-        [f"{record['workers'][0][0]}.worker.log"]
+    # PyTorch's two, each a child of one fork server
+    assert [r["isolation"]["mode"] for r in torch] == ["fork"] * 2
+    assert len({r["isolation"]["worker_pid"] for r in torch}) == 1
+    assert sorted(record["workers"]) == sorted(
+        [[i for i in found if i.startswith(f"{fw}-")]
+         for fw in ("pytorch", "tensorflow")])
+
+
+def test_gpu_cells_and_containers_keep_a_process_per_cell():
+    """Fork was measured against cell on the CPU, natively, only."""
+    assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
+    assert groups.default_for("mxnet", "docker", LOCAL, "cpu") == "cell"
+    assert groups.default_for("jax", "native", ENGINES["slurm"],
+                              "cpu") == "fork"
 
 
 def test_a_named_mode_overrides_every_framework_default(tmp_path):
@@ -65,20 +76,19 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     assert invoke(*MIXED, "--out", str(tmp_path)).returncode == 0
     compared = invoke("compare", "--out", str(tmp_path), "--against", base)
     assert compared.returncode == 0, compared.stderr
-    assert ("different isolation modes (tensorflow: base cell, this run "
-            "group)"
+    assert ("different isolation modes (pytorch: base cell, this run fork; "
+            "tensorflow: base cell, this run group)"
             in compared.stdout), compared.stdout
-    assert "pytorch: base" not in compared.stdout
 
 
 # As pure functions.
 
 @pytest.mark.parametrize("runtime,executor,expected", [
-    ("native", "local", {"pytorch": "cell", "mxnet": "cell", "cntk": "cell",
-                         "jax": "cell", "tensorflow": "group",
+    ("native", "local", {"pytorch": "fork", "mxnet": "fork", "cntk": "cell",
+                         "jax": "fork", "tensorflow": "group",
                          "caffe": "group"}),
     ("docker", "local", {"pytorch": "cell", "caffe": "group"}),
-    ("native", "slurm", {"jax": "cell", "tensorflow": "group"}),
+    ("native", "slurm", {"jax": "fork", "tensorflow": "group"}),
     ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group"}),
     ("apptainer", "local", {"tensorflow": "cell"}),
 ])
@@ -98,9 +108,9 @@ def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
                                                LOCAL)] == ["group"] * 3
     assert [j.isolation for j in groups.assign(jobs, None, "native",
                                                LOCAL)] == \
-        ["cell", "cell", "group"]
+        ["fork", "fork", "group"]
     assert groups.summary(groups.assign(jobs, None, "native", LOCAL)) == \
-        {"pytorch": "cell", "jax": "cell", "tensorflow": "group"}
+        {"pytorch": "fork", "jax": "fork", "tensorflow": "group"}
     assert groups.summary(groups.assign(jobs, "group", "native", LOCAL)) \
         == "group"
     assert groups.summary([]) == "cell"

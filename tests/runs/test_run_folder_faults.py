@@ -14,14 +14,15 @@ import pytest
 from disks import fill
 import processes
 from paths import INVOKE, ROOT
-from scripted import (BENCH, bench, harness_pids, invoke, one_line_error,
-                      row, start, statuses)
+from scripted import (BENCH, CELL, bench, harness_pids, invoke,
+                      one_line_error, row, start, statuses)
 from waits import wait_for
 
 FCN5 = "pytorch-cpu-fcn5-cpu-b16-t1"
 # A cell that measures for a minute unless stopped: long enough for the
-# test to act while it runs, on a loaded machine.
-LONG = list(BENCH)
+# test to act while it runs, on a loaded machine; in a process of its own
+# (harness_pids finds it).
+LONG = list(BENCH) + CELL
 LONG[LONG.index("--iterations") + 1] = "60"
 
 # Loaded into the `invoke` process through PYTHONPATH: sends itself a

@@ -230,8 +230,9 @@ def test_a_groups_summed_limit_the_partition_refuses_leaves_no_run(
 
 def test_each_frameworks_default_in_one_submission(tmp_path):
     """Without --isolation, TensorFlow's cells (grouped by default) share
-    one array task and worker and PyTorch's (a process per cell) are a task
-    each, in arrays of their own, queued by one submission."""
+    one array task and worker, and PyTorch's (forked by default on the CPU)
+    one task and fork server, each cell a child of its own; queued by one
+    submission."""
     out = tmp_path / "r"
     networks = ("fcn5", "fcn-r")
     args = fake(out, *networks)
@@ -239,28 +240,24 @@ def test_each_frameworks_default_in_one_submission(tmp_path):
         "--framework", "tensorflow"]
     done = invoke(*args)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "(2 of them in 1 task(s), one per group)" in done.stdout
     run = record(out)
-    assert run["isolation"] == {"pytorch": "cell", "tensorflow": "group"}
-    by_framework = {}
-    for array in run["slurm"]["arrays"]:
-        frameworks = {j.split("-")[0] for j in array["jobs"]}
-        assert len(frameworks) == 1, array
-        by_framework[frameworks.pop()] = array
-    grouped, cells = by_framework["tensorflow"], by_framework["pytorch"]
-    assert grouped["tasks"] == [grouped["jobs"]]
-    assert "--array=0-0" in grouped["sbatch"]
-    assert "tasks" not in cells and "--array=0-1" in cells["sbatch"]
+    assert run["isolation"] == {"pytorch": "fork", "tensorflow": "group"}
+    tasks = sorted(t for array in run["slurm"]["arrays"]
+                   for t in array["tasks"])
+    assert [{j.split("-")[0] for j in t} for t in tasks] == [
+        {"pytorch"}, {"tensorflow"}], tasks
     found = {e["id"]: json.loads((latest(out) / f"{e['id']}.json")
                                  .read_text()) for e in run["jobs"]}
     assert {r["status"] for r in found.values()} == {"ok"}
     tf = [r for i, r in found.items() if i.startswith("tensorflow-")]
     torch = [r for i, r in found.items() if i.startswith("pytorch-")]
-    assert sorted(r["isolation"]["position"] for r in tf) == [1, 2]
-    assert len({r["isolation"]["worker_pid"] for r in tf}) == 1
-    assert len({r["engine"]["job_id"] for r in tf}) == 1
-    assert all("isolation" not in r for r in torch)
-    assert len({r["engine"]["job_id"] for r in torch}) == 2
+    for cells, mode in ((tf, "group"), (torch, "fork")):
+        assert [r["isolation"]["mode"] for r in cells] == [mode] * 2
+        assert sorted(r["isolation"]["position"] for r in cells) == [1, 2]
+        assert len({r["isolation"]["worker_pid"] for r in cells}) == 1
+        assert len({r["engine"]["job_id"] for r in cells}) == 1
+    # forked: each cell a process of its own
+    assert len({r["isolation"]["pid"] for r in torch}) == 2
     # Each job's window is its node side's: it holds the job's phases,
     # and run.json has a start even for a cell that ended between polls.
     # (The process's start is read in the kernel's clock ticks placed by
