@@ -20,6 +20,13 @@ def wait_for(predicate, seconds=120, every=0.1, what="the event"):
         time.sleep(every)
 
 
+def later_second(than):
+    """Once the clock's whole second (int(time.time())) is past `than`: a
+    run's start is stamped to the second, and runs that must have an order
+    (history orders runs by it) must not share one."""
+    wait_for(lambda: int(time.time()) > than, 5, 0.01, what="the next second")
+
+
 def text_of(path):
     """A log as written so far; empty while it does not exist."""
     try:

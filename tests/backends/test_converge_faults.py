@@ -195,6 +195,21 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
               framework, done, measured, len(current["seconds"])))
 
 
+def _start_converge(root, tmp_path, framework_python, log):
+    """A 2-worker PyTorch convergence harness of 50 epochs (far longer than
+    a test waits), its output to `log` (a file, or DEVNULL)."""
+    spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
+                 threads=2, synthetic=True, train_samples=4096,
+                 test_samples=64)[0]
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
+    return subprocess.Popen(
+        [str(framework_python("pytorch")), "-s", "-m", "harness",
+         "converge", "--spec", str(spec_path), "--out",
+         str(tmp_path / "out.json")], cwd=root, stdout=log,
+        stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(root)))
+
+
 def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
     """SIGKILL leaves the harness no time to stop torchrun: the workers must
     go anyway, not train on as orphans: torchrun dies with the harness
@@ -202,19 +217,10 @@ def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
     grace; a worker it had started but not yet recorded (the kill lands
     while it starts them) finds the harness gone and ends itself
     (children.stay_with_launcher)."""
-    spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
-                 threads=2, synthetic=True, train_samples=4096,
-                 test_samples=64)[0]
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
     log_path = tmp_path / "log"
     with open(log_path, "w") as log:
-        harness = subprocess.Popen(
-            [str(framework_python("pytorch")), "-s", "-m", "harness",
-             "converge", "--spec", str(spec_path), "--out",
-             str(tmp_path / "out.json")], cwd=root, stdout=log,
-            stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(root)))
+        harness = _start_converge(root, tmp_path, framework_python, log)
+
     def workers_up():
         text = waits.text_of(log_path)
         plan = text.split("--plan ", 1)[1].split()[0] \
@@ -234,16 +240,9 @@ def test_workers_die_with_a_harness_killed_while_torchrun_starts_them(
     is killed, and torchrun let go: its SIGTERM (PR_SET_PDEATHSIG) now lands
     while it starts its workers, which it then leaves unstopped (its record
     of them is not made yet). They must end by themselves."""
-    spec = _plan(["pytorch"], ["fcn-r"], [2], global_batch=64, epochs=50,
-                 threads=2, synthetic=True, train_samples=4096,
-                 test_samples=64)[0]
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
-    harness = subprocess.Popen(
-        [str(framework_python("pytorch")), "-s", "-m", "harness",
-         "converge", "--spec", str(spec_path), "--out",
-         str(tmp_path / "out.json")], cwd=root, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(root)))
+    harness = _start_converge(root, tmp_path, framework_python,
+                              subprocess.DEVNULL)
+
     def torchrun_with_a_worker():
         return next((pid for pid in processes.children_of(harness.pid)
                      if processes.children_of(pid)), None)

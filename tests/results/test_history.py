@@ -42,10 +42,7 @@ def history_runs(tmp_path_factory):
     folders = []
     ended = 0
     for seconds in (0.01, 0.01, 0.012, 0.012):
-        # Runs are ordered by their start, stamped to the second: each
-        # starts in a later second than the last ended, or two would tie.
-        waits.wait_for(lambda: int(time.time()) > ended, 5, 0.01,
-                       what="the next second")
+        waits.later_second(ended)
         proc = invoke("bench", "--framework", "pytorch", "--runtime",
                       "native", "--python", SCRIPTED, "--network", "fcn5",
                       "--network", "fcn8", "--iterations", "4", "--warmup",

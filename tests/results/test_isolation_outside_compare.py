@@ -28,11 +28,9 @@ def mode_runs(tmp_path_factory):
     ended = 0
     for seconds, mode in ((CELL_MS, "cell"), (CELL_MS, "cell"),
                           (GROUP_MS, "group"), (GROUP_MS, "group")):
-        # A run's start is stamped to the second, and history orders runs
-        # by it: two runs started in one second have no order (the step
-        # was then seen at the wrong run). Each starts in a later second.
-        waits.wait_for(lambda: int(time.time()) > ended, 5, 0.01,
-                       what="the next second")
+        # Two runs started in one second have no order (the step was then
+        # seen at the wrong run).
+        waits.later_second(ended)
         done = invoke(*BENCH, "--out", str(out), "--network", "fcn5",
                       "--network", "fcn8", "--isolation", mode,
                       modes=f"fcn5=ok@{seconds},fcn8=ok@{seconds}")

@@ -20,8 +20,8 @@ import subprocess
 from pathlib import Path
 
 from dlrepro.run import oomkills
-from harness import procstat
 from dlrepro.run.runtimes import Death
+from harness import procstat
 
 EXEC_TIMEOUT_S = 60
 # Sends signal argv[2] to pid argv[1], from inside the container: the
