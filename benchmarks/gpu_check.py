@@ -11,8 +11,10 @@ repository root, with that machine's own Python (no Docker, no venv):
 It runs fcn5, alexnet and resnet50 at two batch sizes each, and gpt-small
 (GPT-2 small, context 1024) at batch 8 in bf16 in PyTorch and in JAX
 (--jax-python: a Python with JAX and its CUDA plugin), through
-`python -m harness run` (one process per cell, as the sweep does) and prints
-iteration times, the telemetry of each timed window, the compatibility
+`python -m harness run` (one process per cell), then PyTorch's cells once
+more as children of one fork server (`python -m harness worker --fork`, as
+`--isolation fork` runs them), and prints iteration times, each fork
+child's time from its fork to its first iteration against a process's, the telemetry of each timed window, the compatibility
 gate's verdict for every GPU profile of dockerfiles/matrix.toml (and for the
 PyTorch it runs) against this GPU, and MFU. Everything lands in
 $OUT/summary.json and $OUT/report.txt (or under --out); the report's text
@@ -38,13 +40,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from harness import resultfile  # noqa: E402  (path fix)
+from harness import resultfile, workerlines  # noqa: E402  (path fix)
 from harness.gpu import compat  # noqa: E402  (path fix)
 from harness.gpu import clocks  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 from dlrepro.run import gpu_restore  # noqa: E402  (stdlib-only on this path)
 from harness.gpu.nvml import Nvml, device_info, system_versions  # noqa: E402
-from gpu_check_report import report_lines  # noqa: E402
+from gpu_check_report import format_forked, report_lines  # noqa: E402
 
 NETWORKS = ("fcn5", "alexnet", "resnet50", "gpt-small")
 # Two of the paper's GPU batch sizes per network; gpt-small at modern-gpu's
@@ -266,6 +268,65 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
     return results
 
 
+def run_forked(python, cells, folder, timeout, log, deadline=None):
+    """PyTorch's ok cells once more, each a child of one fork server that
+    imported PyTorch and never touched the GPU: what `--isolation fork`
+    runs. [{id, exit, wall_s, result}]; the results in folder/fork. Each
+    child makes a CUDA context of its own, which a group's later cell does
+    not: the cost the fork projection had to assume."""
+    chosen = [c for c in cells if (c["result"] or {}).get("status") == "ok"
+              and c["result"]["cell"]["framework"] == "pytorch"]
+    left = None if deadline is None else deadline - time.monotonic()
+    if not chosen or (left is not None and left < MIN_CELL_S):
+        return []
+    fork_dir = os.path.join(folder, "fork")
+    os.makedirs(fork_dir, exist_ok=True)
+    lines = []
+    for cell in chosen:
+        with open(os.path.join(folder, cell["id"] + ".spec.json")) as handle:
+            spec = json.load(handle)  # its clock state: beside its result
+        path = os.path.join(fork_dir, cell["id"] + ".spec.json")
+        resultfile.write_atomic(path, spec)
+        lines.append(workerlines.command_line(path))
+    log("running {} PyTorch cells through a fork server ...".format(
+        len(chosen)))
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
+        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
+            os.pathsep) if p]))
+    started = time.monotonic()
+    limit = timeout * len(chosen)
+    with tempfile.TemporaryFile("w+") as output:
+        server = subprocess.Popen(
+            [python, "-m", "harness", "worker", "--fork"], cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT,
+            universal_newlines=True)
+        server.stdin.write("".join(lines))
+        server.stdin.close()
+        try:
+            rc = server.wait(limit if left is None else min(limit, left))
+        except subprocess.TimeoutExpired:
+            server.terminate()  # its child ends the cell and writes it
+            server.wait()
+            rc = "timeout"
+        output.seek(0)
+        tail = output.read().strip().splitlines()[-15:]
+    wall = time.monotonic() - started
+    forked = []
+    for cell in chosen:
+        out_path = os.path.join(fork_dir, cell["id"] + ".json")
+        leftover = gpu_restore.after_cell(out_path,
+                                          cell["id"] + ".clock-state.json")
+        if leftover:
+            log(leftover)
+        result = None
+        if os.path.exists(out_path):
+            with open(out_path) as handle:
+                result = json.load(handle)
+        forked.append({"id": cell["id"], "exit": rc, "wall_s": wall,
+                       "result": result, "log_tail": tail})
+    return forked
+
+
 # --- entry point -------------------------------------------------------------
 
 def parse_args(argv):
@@ -405,13 +466,17 @@ def main(argv=None):
     log("{} cells on {} ({} iterations, {} warm-up), clock policy {}".format(
         len(cell_plan(device, args.networks, batches)), device, iterations,
         warmup, args.clock_policy))
+    deadline = time.monotonic() + args.budget
     cells = run_cells(args.python, device, args.networks, batches, iterations,
                       warmup, args.clock_policy, cells_dir, args.timeout,
-                      stack, log, deadline=time.monotonic() + args.budget,
+                      stack, log, deadline=deadline,
                       jax_python=args.jax_python)
+    forked = run_forked(args.python, cells, cells_dir, args.timeout, log,
+                        deadline=deadline)
 
     lines = report_lines((gpus, nvml_reason, torch, torch_error), device,
                          notes, stacks, matrix_reason, gate, cells)
+    lines.extend(format_forked(cells, forked))
     lines.append("== done in {:.0f} s; results in {}".format(
         time.monotonic() - started, out))
     text = "\n".join(lines) + "\n"
@@ -423,8 +488,9 @@ def main(argv=None):
         "nvml": nvml_reason, "torch": torch, "torch_error": torch_error,
         "clock_policy": args.clock_policy, "gate": gate,
         "matrix_gpu_profiles": sorted(stacks), "cells": cells,
-        "wall_s": time.monotonic() - started})
-    failed = [c for c in cells if (c["result"] or {}).get("status") != "ok"]
+        "forked": forked, "wall_s": time.monotonic() - started})
+    failed = [c for c in cells + forked
+              if (c["result"] or {}).get("status") != "ok"]
     return 1 if failed else 0
 
 

@@ -198,3 +198,42 @@ def _range(stats):
         return "-"
     return "{:.0f}/{:.0f}/{:.0f}".format(stats["min"], stats["mean"],
                                          stats["max"])
+
+
+def _before_first_iteration(result):
+    """Seconds from the process's start (a fork child's: its fork) to its
+    model built, the moment its first warm-up iteration begins."""
+    phases = (result or {}).get("phases") or {}
+    if phases.get("process_start") is None or \
+            phases.get("model_built") is None:
+        return None
+    return phases["model_built"] - phases["process_start"]
+
+
+def format_forked(cells, forked):
+    """PyTorch's cells one process each against the same cells forked by
+    one server: mean iteration, its ratio, and the time before the first
+    iteration (a fork child pays its model build and its CUDA context)."""
+    if not forked:
+        return []
+    alone = {c["id"]: c["result"] for c in cells}
+    lines = ["== the same PyTorch cells forked by one server "
+             "(--isolation fork)",
+             "{:<26} {:<10} {:>13} {:>13} {:>7} {:>17} {:>17}".format(
+                 "cell", "status", "process ms", "fork ms", "ratio",
+                 "process to 1st s", "fork to 1st s")]
+    for cell in forked:
+        result = cell["result"] or {}
+        mine = ((result.get("timing") or {}).get("mean_s"))
+        theirs = ((alone.get(cell["id"]) or {}).get("timing") or {}).get(
+            "mean_s")
+        lines.append("{:<26} {:<10} {:>13} {:>13} {:>7} {:>17} {:>17}".format(
+            cell["id"], result.get("status") or "no result",
+            _fmt(theirs and theirs * 1e3, "{:.2f}"),
+            _fmt(mine and mine * 1e3, "{:.2f}"),
+            _fmt(mine and theirs and mine / theirs, "{:.3f}"),
+            _fmt(_before_first_iteration(alone.get(cell["id"])), "{:.2f}"),
+            _fmt(_before_first_iteration(result), "{:.2f}")))
+        if not cell["result"] or result.get("status") != "ok":
+            lines.extend("    " + line for line in cell["log_tail"])
+    return lines

@@ -40,9 +40,16 @@ batch size. Its mean comes two ways, both printed:
 With --repeat N every worker takes all the cells and pays its own first
 cell, so the fraction does not change with N.
 
+`--mode fork` labels the same projection for `--isolation fork`, where the
+formula is the same: the server's first cell pays the interpreter, the
+import and its own build; each later cell is a forked child that pays its
+model build, the server's per-cell cost and, on a GPU, a device context of
+its own (the server never holds one), all of which go into c.
+
     .venv/bin/python benchmarks/project_groups.py RUN_DIR
         [--later-cost 0.25 --later-cost 1 --later-cost 2] [--overhead 0.2]
         [--cells 30] [--suite paper-synthetic-gpu --times SOURCE ...]
+        [--mode group|fork]
 """
 import argparse
 import json
@@ -174,6 +181,8 @@ def main():
     parser.add_argument("--cells", type=int)
     parser.add_argument("--suite")
     parser.add_argument("--times", action="append", default=[])
+    parser.add_argument("--mode", choices=("group", "fork"), default="group",
+                        help="the mode the projection is labelled with")
     args = parser.parse_args()
     if bool(args.suite) != bool(args.times):
         sys.exit("--suite and --times go together")
@@ -210,7 +219,7 @@ def report(args):
         costs = [(f"assumed {c:.2f} s per later cell", [c] * (n - 1))
                  for c in (args.later_cost or (0.25, 1.0, 2.0))]
     for label, later in costs:
-        print(f"  groups ({label}): fraction "
+        print(f"  {args.mode} ({label}): fraction "
               f"{fraction(measured, first_fixed, later, gaps):.2f}")
         mean_c = statistics.mean(later) if later else 0.0
         if args.cells:

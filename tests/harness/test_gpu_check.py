@@ -79,6 +79,15 @@ def test_smoke_without_a_gpu(tmp_path):
     assert all(c["result"]["status"] == "ok" for c in summary["cells"])
     assert all(len(c["result"]["timing"]["per_iteration_s"]) == 3
                for c in summary["cells"])
+    # The same cells again, each a child of one fork server
+    forked = summary["forked"]
+    assert [c["id"] for c in forked] == ["fcn5-b2", "fcn5-b4"]
+    assert all(c["result"]["status"] == "ok" for c in forked)
+    assert [c["result"]["isolation"]["mode"] for c in forked] == ["fork"] * 2
+    assert len({c["result"]["isolation"]["worker_pid"] for c in forked}) == 1
+    table = report[report.index("== the same PyTorch cells forked"):]
+    assert [line.split()[0] for line in table.splitlines()[2:4]] == [
+        "fcn5-b2", "fcn5-b4"]
     # observe only: the script never asked NVML to change anything
     assert fake_nvml.use_file(fake)["calls"] == []
 
