@@ -207,7 +207,7 @@ def export(c, run=None, all=False, out="results", csv=None, sqlite=None,
         from dlrepro.history import db as history_db
         history_db.check_machine(machine)
     runs = store.runs(out, run or ["latest"], all)
-    rows = [row for r in runs for row in export_mod.rows(r.record, r.pairs)]
+    rows = [row for r in runs for row in export_mod.rows(r.record, r.jobs)]
     if csv:
         export_mod.write_csv(csv, rows)
     if sqlite:

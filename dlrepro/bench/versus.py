@@ -24,7 +24,7 @@ from harness.stats import t_quantile
 
 from dlrepro.bench import aggregate
 from dlrepro.errors import UserError
-from dlrepro.run import store
+from dlrepro.run import runrecord, store
 from dlrepro.run.kinds import KINDS
 
 ALPHA = 0.05
@@ -44,9 +44,9 @@ def load_bench_run(out, run, what="run"):
     covers training epochs)."""
     run_dir = store.resolve_run(out, run)
     record, pairs = store.load_run(run_dir)
-    if store.kind_of(record) is not KINDS["bench"]:
+    if runrecord.kind_of(record) is not KINDS["bench"]:
         raise UserError(f"{what} {run_dir.name} is a "
-                        f"{store.kind_of(record).label} run: invoke compare "
+                        f"{runrecord.kind_of(record).label} run: invoke compare "
                         f"compares bench runs only; runs of different kinds "
                         f"are not compared")
     return record, pairs

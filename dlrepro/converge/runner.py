@@ -16,7 +16,7 @@ from harness import resultfile
 from dlrepro import matrix as matrix_mod
 from dlrepro.converge import plan as plan_mod, summary as summary_mod
 from dlrepro.errors import NoUsableResult, UserError
-from dlrepro.run import command, pipeline, runtimes, store
+from dlrepro.run import command, pipeline, runrecord, runtimes, store
 from dlrepro.run.kinds import KINDS
 
 # Results go under the working directory, as bench's, report's and
@@ -156,7 +156,7 @@ def load_run(run_dir):
 
 def _load(run_dir):
     record, pairs = store.load_run(run_dir)
-    if store.kind_of(record) is not CONVERGE:
+    if runrecord.kind_of(record) is not CONVERGE:
         raise UserError(f"{run_dir} is not a convergence run folder (its "
                         f"kind is {record['kind']})")
     return record, pairs

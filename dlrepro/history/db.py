@@ -32,7 +32,7 @@ from dlrepro.bench import aggregate
 from dlrepro.bench.export import cell_row, stat_columns
 from dlrepro.errors import UserError
 from dlrepro.history import schema
-from dlrepro.run import store
+from dlrepro.run import runrecord
 from dlrepro.run.kinds import KINDS
 
 # Any fixed number: the advisory lock that serialises migrations on
@@ -419,7 +419,7 @@ def export(engine, runs, machine=None, target=""):
               "not_begun": 0}
     with _errors(target), engine.begin() as connection:
         for record, pairs in runs:
-            if store.kind_of(record) is not KINDS["bench"]:
+            if runrecord.kind_of(record) is not KINDS["bench"]:
                 counts["other_runs"] += 1
                 continue
             if machine is None and _not_begun(pairs):

@@ -20,7 +20,7 @@ def export_lines(target, runs, machine):
     database at `target` (migrated first where older, which a line says);
     what it did, as lines."""
     engine, migrated = db.connect(target)
-    counts = db.export(engine, [(r.record, r.pairs) for r in runs], machine,
+    counts = db.export(engine, [(r.record, r.jobs) for r in runs], machine,
                        target=target)
     said = f"database: {counts['new']} cells new, {counts['updated']} " \
            f"updated, {counts['unchanged']} unchanged"

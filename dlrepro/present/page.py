@@ -18,7 +18,7 @@ from dlrepro import outfile
 from dlrepro.bench import aggregate, compare, report
 from dlrepro.converge import summary as converge_summary
 from dlrepro.present import charts, curves, provenance, style
-from dlrepro.run import groups, store
+from dlrepro.run import groups, runrecord, store
 from dlrepro.run.kinds import KINDS
 
 
@@ -36,9 +36,9 @@ def gather(runs):
     """Runs from [(run_dir, record, pairs)]; bench runs' pairs are pooled
     (a cell measured in two runs has the processes of both)."""
     bench = [p for _d, record, pairs in runs
-             if store.kind_of(record) is KINDS["bench"] for p in pairs]
+             if runrecord.kind_of(record) is KINDS["bench"] for p in pairs]
     converge = [r for _d, record, pairs in runs
-                if store.kind_of(record) is KINDS["converge"]
+                if runrecord.kind_of(record) is KINDS["converge"]
                 for _e, r in pairs if r is not None]
     return Runs(runs, bench, aggregate.run_stats(bench), converge,
                 _modes(runs))
@@ -49,7 +49,7 @@ def _modes(runs):
     ok processes each bench cell's figures pool, across the runs."""
     found = {}
     for _d, record, pairs in runs:
-        if store.kind_of(record) is not KINDS["bench"]:
+        if runrecord.kind_of(record) is not KINDS["bench"]:
             continue
         for entry, result in pairs:
             if result is not None and entry["status"] == "ok":
@@ -315,7 +315,7 @@ def build(runs_list, now=None):
         drawn += has_figure
     warnings = sum(len(provenance.warnings(p)) for _d, _r, p in runs_list)
     ids = ", ".join(str(r.get("run_id")) for _d, r, _p in runs_list)
-    pooled = sum(store.kind_of(r) is KINDS["bench"]
+    pooled = sum(runrecord.kind_of(r) is KINDS["bench"]
                  for _d, r, _p in runs_list) > 1
     return "".join([
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',

@@ -15,7 +15,7 @@ from harness.blocks import utc_now
 
 from dlrepro import matrix as matrix_mod
 from dlrepro.errors import UserError
-from dlrepro.run import groups, runfolder, store
+from dlrepro.run import groups, runfolder, runrecord, store
 from dlrepro.run.folderwatch import FolderGone, HeldFolder, Watch
 from dlrepro.run.engines import ENGINES, Context, LocalEngine
 from dlrepro.run.events import Events, Interrupted
@@ -77,7 +77,7 @@ def _publish(run, run_dir, record):
     # Each job's own mode (its entry's, this session's jobs' from
     # Job.isolation), summed up.
     record["isolation"] = groups.summed_up(record)
-    runfolder.write_run(run_dir, record)
+    runrecord.write_run(run_dir, record)
     runfolder.point_latest(run.out, run_dir, run.kind)
 
 
@@ -132,7 +132,7 @@ def resumable(out, kind):
 
 def _open_record(run, run_dir, runtime, events, engine):
     if not run.resume:
-        return runfolder.new_record(run_dir, run.kind, run.command,
+        return runrecord.new_record(run_dir, run.kind, run.command,
                                     runtime.name, run.jobs, run.suite,
                                     engine.name, engine.detached), {}
     record = store.read_run(run_dir)
@@ -173,7 +173,7 @@ def merge(record, jobs, run_dir, log=lambda line: None):
     for job in jobs:
         entry = by_id.get(job.id)
         if entry is None:
-            entry = runfolder.new_entry(job)
+            entry = runrecord.new_entry(job)
             record["jobs"].append(entry)
             by_id[job.id] = entry
         result = store.finished_on_disk(run_dir, entry, job.spec)
@@ -182,7 +182,7 @@ def merge(record, jobs, run_dir, log=lambda line: None):
                          message=(result["error"] or {}).get("message"))
             done[job.id] = entry
         else:
-            entry.update(runfolder.new_entry(job))
+            entry.update(runrecord.new_entry(job))
             line = runfolder.set_aside_if_foreign(run_dir, job.id, job.spec)
             if line:
                 log(line)
@@ -193,7 +193,7 @@ def _close(run_dir, record, status):
     record["status"] = status
     record["finished_at"] = utc_now()
     try:
-        runfolder.write_run(run_dir, record)
+        runrecord.write_run(run_dir, record)
     except OSError:
         pass  # a full disk: resume reads the result files themselves
 
@@ -226,7 +226,7 @@ def _execute(jobs, runtime, engine, run_dir, record, matrix, events, done,
         raise Interrupted(run_dir, kept, engine.stopped())
     if status == "submitted":
         record["status"] = status
-        runfolder.write_run(run_dir, record)
+        runrecord.write_run(run_dir, record)
     else:
         _close(run_dir, record, status)
 

@@ -1,6 +1,7 @@
-"""Writing run folders: a new run folder, run.json and its entries, the
-`latest` pointers, the folder lock. Reading them back is dlrepro.run.store's
-(the layout and run.json's format history are written there).
+"""A run folder's life: a new one made, its `latest` pointer, its lock,
+what a resume finds in it (stale temps, another cell's result). run.json
+itself is dlrepro.run.runrecord's; reading a folder back is
+dlrepro.run.store's (the layout is written there).
 """
 import errno
 import fcntl
@@ -16,13 +17,11 @@ from pathlib import Path
 from harness import resultfile
 from harness.blocks import utc_now
 
-from dlrepro import git_revision
 from dlrepro.errors import UserError
-from dlrepro.run.paths import (LONGEST_SUFFIX, RUN_RECORD, SIDE_DIR,
-                                JobPaths, run_record)
-from dlrepro.run.store import (LATEST, LOCK_NAME, RUN_SCHEMA_VERSION,
-                               foreign_cell, foreign_run, read_result,
-                               results_root, run_id_of)
+from dlrepro.run.paths import LONGEST_SUFFIX, RUN_RECORD, SIDE_DIR, JobPaths
+from dlrepro.run.store import (LATEST, LOCK_NAME, foreign_cell,
+                               foreign_run, read_result, results_root,
+                               run_id_of)
 from dlrepro.run.store import held as store_held
 
 # errno values that mean "the disk is full" rather than a bug, and those
@@ -251,46 +250,6 @@ def _holder(run_dir):
             return handle.read(500).strip() or "another process"
     except (OSError, UnicodeDecodeError, UserError):
         return "another process"
-
-
-def host_info():
-    return {"hostname": socket.gethostname(), "cpus": os.cpu_count()}
-
-
-def new_entry(job):
-    return {"id": job.id, "spec": job.spec, "status": "pending",
-            "file": JobPaths.result_name(job.id),
-            "log": JobPaths.log_name(job.id),
-            "started_at": None, "finished_at": None, "wall_s": None,
-            "message": None, "isolation": job.isolation}
-
-
-def new_record(run_dir, kind, command, runtime, jobs, suite=None,
-               executor="local", detached=False):
-    return {
-        "schema_version": RUN_SCHEMA_VERSION,
-        "kind": kind,
-        "run_id": Path(run_dir).name,
-        "command": command,
-        "suite": suite,
-        "runtime": runtime,
-        "executor": executor,
-        # Its jobs run on without the process that waits for them (a batch
-        # queue's): store.unheld_status reads it.
-        "detached": detached,
-        "host": host_info(),
-        # The dlrepro that made the run ("" outside a git checkout).
-        "dlrepro_commit": git_revision() or None,
-        "started_at": utc_now(),
-        "finished_at": None,
-        "status": "running",
-        "resumed_at": [],
-        "jobs": [new_entry(job) for job in jobs],
-    }
-
-
-def write_run(run_dir, record):
-    resultfile.write_atomic(str(run_record(run_dir)), record)
 
 
 def set_aside_if_foreign(run_dir, job_id, spec):

@@ -16,49 +16,45 @@ Layout of a run, whatever kind of job produced it:
                                          its run.json is on disk)
     <out>/latest-converge -> <run_id>    the newest convergence run
 
-run.json format history (readers upgrade older records in memory):
-  0  convergence runs before the shared pipeline: no schema_version,
-     kind "convergence", `runs` with name/seconds/error.
-  1  bench runs before the shared pipeline: `cells` with id/cell.
-  2  one format for every kind: `kind` ("bench" or "converge"), `jobs`
-     with id/spec/status/file/log/started_at/finished_at/wall_s/message;
-     since issue 42 each job also has its `isolation` mode (absent: the
-     run's `isolation` for its framework, dlrepro.run.groups.job_mode).
+run.json itself, its format and its earlier versions, are
+dlrepro.run.runrecord's.
 """
 import fcntl
 import json
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from harness import resultfile
 
 from dlrepro.errors import UserError
 from dlrepro.run.kinds import KINDS, kind_of_spec
 from dlrepro.run.paths import JobPaths, run_record
+from dlrepro.run.runrecord import kind_of, read_run, unheld_status
 
-RUN_SCHEMA_VERSION = 2
 LATEST = {kind.name: kind.latest for kind in KINDS.values()}
 # A job with one of these statuses is not run again by --resume; `error`
 # and `timeout` may be transient, so they are retried.
 DONE_STATUSES = ("ok", "oom", "unsupported", "diverged")
-ENTRY_FIELDS = ("id", "spec", "status", "file", "log", "started_at",
-                "finished_at", "wall_s", "message")
 LOCK_NAME = ".lock"
 
 
+class JobResult(NamedTuple):
+    """One job of a run as read back (load_run): its run.json entry, with
+    the status and message of its result where it has a valid one, and
+    that result, or None. It unpacks as the (entry, result) pair that
+    report, compare, export and history take."""
+    entry: dict
+    result: Optional[dict]
+
+
 class Run(NamedTuple):
-    """One run as read back: its real folder, run.json (upgraded) and
-    [(entry, result or None)] in job order (load_run)."""
+    """One run as read back: its real folder, run.json (upgraded) and its
+    jobs, [JobResult] in job order (load_run)."""
     folder: Path
     record: dict
-    pairs: list
-
-
-def kind_of(record):
-    """The kind of a run record that read_run accepted."""
-    return KINDS[record["kind"]]
+    jobs: list
 
 
 def results_root(out):
@@ -129,131 +125,6 @@ def held(run_dir):
     finally:
         os.close(folder)
     return False
-
-
-def read_run(run_dir):
-    """run.json of any format version, upgraded to the current one;
-    UserError naming the file when it is not a run record."""
-    path = run_record(run_dir)
-    try:
-        record = json.loads(path.read_text(),
-                            parse_constant=resultfile.not_json)
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}")
-    except RecursionError:
-        raise UserError(f"cannot read {path}: nested too deeply")
-    if not isinstance(record, dict):
-        raise UserError(f"{path} is not a run record (a JSON object)")
-    version = record.get("schema_version")
-    if version is None and record.get("kind") == "convergence":
-        record = _upgrade_convergence(record)
-    elif version == 1:
-        record = _upgrade_bench(record)
-    elif version != RUN_SCHEMA_VERSION:
-        raise UserError(f"{path}: run.json version {version!r} is not "
-                        f"supported (this version reads 0 to "
-                        f"{RUN_SCHEMA_VERSION})")
-    _check_shape(path, record)
-    return record
-
-
-def _check_shape(path, record):
-    if record.get("kind") not in KINDS:
-        raise UserError(f"{path}: kind {record.get('kind')!r} is not one of "
-                        f"{', '.join(KINDS)}")
-    jobs = record.get("jobs")
-    if not isinstance(jobs, list) or not all(
-            isinstance(e, dict) and set(ENTRY_FIELDS) <= set(e) for e in jobs):
-        raise UserError(f"{path}: `jobs` must be a list of objects with "
-                        f"{', '.join(ENTRY_FIELDS)}")
-    for entry in jobs:
-        for key in ("id", "status"):
-            if not isinstance(entry[key], str):
-                raise UserError(f"{path}: a job's `{key}` must be a string")
-        _check_entry(path, entry)
-    root = Path(path).parent.resolve()
-    for entry in jobs:
-        for key in ("file", "log"):
-            name = entry[key]
-            if not isinstance(name, str) or \
-                    (root / name).resolve().parent != root:
-                raise UserError(f"{path}: job {entry['id']!r} names {key} "
-                                f"{name!r} outside its run folder")
-    for key in ("run_id", "status", "resumed_at", "runtime"):
-        if key not in record:
-            raise UserError(f"{path}: missing `{key}`")
-    if not isinstance(record["resumed_at"], list):
-        raise UserError(f"{path}: `resumed_at` must be a list")
-    for key in ("status", "run_id"):
-        if not isinstance(record[key], str):
-            raise UserError(f"{path}: `{key}` must be a string")
-    if not isinstance(record.get("host") or {}, dict):
-        raise UserError(f"{path}: `host` must be an object")
-    _check_isolation(path, record.get("isolation"))
-
-
-def _check_entry(path, entry):
-    """What readers take a job's fields for: its spec an object, its
-    stamps and message strings, its wall time a number of seconds."""
-    where = f"{path}: job {entry['id']!r}"
-    if not isinstance(entry["spec"], dict):
-        raise UserError(f"{where}: `spec` must be an object")
-    for key in ("started_at", "finished_at", "message"):
-        if not isinstance(entry[key], (str, type(None))):
-            raise UserError(f"{where}: `{key}` must be a string or null")
-    wall = entry["wall_s"]
-    if wall is not None and (isinstance(wall, bool) or not isinstance(
-            wall, (int, float)) or wall < 0):
-        raise UserError(f"{where}: `wall_s` must be seconds (a number, "
-                        f"not below 0) or null")
-    if not isinstance(entry.get("isolation", "cell"), str):
-        raise UserError(f"{where}: `isolation` must be a string")
-
-
-def _check_isolation(path, isolation):
-    """run.json's `isolation`: absent, one mode, or {framework: mode}."""
-    modes = isolation.values() if isinstance(isolation, dict) else \
-        [isolation]
-    if isolation is not None and not all(isinstance(m, str) for m in modes):
-        raise UserError(f"{path}: `isolation` must be a mode (a string) or "
-                        f"{{framework: mode}}")
-
-
-def _upgrade_bench(record):
-    record = dict(record, schema_version=RUN_SCHEMA_VERSION, kind="bench",
-                  executor="local")
-    cells = record.pop("cells", None)
-    if isinstance(cells, list):
-        record["jobs"] = [dict({k: v for k, v in e.items() if k != "cell"},
-                               spec=e.get("cell")) if isinstance(e, dict)
-                          else e for e in cells]
-    return record
-
-
-def _upgrade_convergence(record):
-    runs = record.get("runs")
-    jobs = None
-    if isinstance(runs, list):
-        jobs = [{"id": r.get("name"), "spec": r.get("spec"),
-                 "status": r.get("status", "pending"), "file": r.get("file"),
-                 "log": f"{r.get('name')}.log", "started_at": None,
-                 "finished_at": None, "wall_s": r.get("seconds"),
-                 "message": r.get("error")} if isinstance(r, dict) else r
-                for r in runs]
-    spec = (jobs[0].get("spec") if jobs and isinstance(jobs[0], dict)
-            else None) or {}
-    command = record.get("command")
-    return {
-        "schema_version": RUN_SCHEMA_VERSION, "kind": "converge",
-        "run_id": record.get("run_id"),
-        "command": " ".join(command) if isinstance(command, list) else command,
-        "suite": None, "runtime": spec.get("runtime", "native"),
-        "executor": "local", "host": record.get("host"),
-        "started_at": record.get("started_at"),
-        "finished_at": record.get("finished_at"),
-        "status": "complete" if record.get("finished_at") else "interrupted",
-        "resumed_at": record.get("resumed_at", []), "jobs": jobs,
-    }
 
 
 @lru_cache(maxsize=1)
@@ -424,18 +295,8 @@ def _canonical(value):
     return json.dumps(value, sort_keys=True)
 
 
-def unheld_status(record):
-    """What a run that says `running` while no process holds it is:
-    `submitted` when its engine is detached (a batch queue's: its jobs
-    run on in the queue after the process that waited for them was
-    killed, and --resume waits for them again), else `interrupted`."""
-    # As run.json says (the engines, which import this module, wrote it);
-    # a run made before it said so reads as interrupted, as it did then.
-    return "submitted" if record.get("detached") is True else "interrupted"
-
-
 def load_run(run_dir):
-    """(record, [(entry, result or None)]) in job order. A job whose result
+    """(record, [JobResult(entry, result or None)]) in job order. A job whose result
     file is damaged, or is not its own (not_its_own), keeps result None and
     says why in its entry's message; the others are read as usual. An
     entry takes the status (and message) of its valid result on disk,
@@ -447,7 +308,7 @@ def load_run(run_dir):
         # Its process died without closing it (a kill, a full disk).
         record["status"] = unheld_status(record)
     kind = kind_of(record)
-    pairs = []
+    jobs = []
     for entry in record["jobs"]:
         result, problem = read_result(Path(run_dir) / entry["file"])
         mismatch = not_its_own(entry, result, entry["spec"], kind,
@@ -463,8 +324,8 @@ def load_run(run_dir):
         elif problem and (entry["status"] != "pending" or mismatch):
             entry["status"] = "error"
             entry["message"] = problem
-        pairs.append((entry, result))
-    return record, pairs
+        jobs.append(JobResult(entry, result))
+    return record, jobs
 
 
 def runs(out, names=("latest",), every=False):

@@ -1,7 +1,7 @@
-"""The one writer of results and run.json entries on the host: a result
-synthesized for a job that never ran (or whose harness died first), an
-invalid result set aside, a block added to a result, a run.json entry
-ended from a result. Every result file the host writes goes through
+"""The one writer of results on the host: a result synthesized for a job
+that never ran (or whose harness died first), an invalid result set aside,
+a block added to a result (run.json and its entries are
+dlrepro.run.runrecord's). Every result file the host writes goes through
 `write_result`, atomically, so a kill mid-write loses nothing."""
 import os
 from pathlib import Path
@@ -72,12 +72,3 @@ def annotated(path, key, block, result):
     """Write `result` with `block` under `key`; returns it."""
     result[key] = block
     return write_result(path, result)
-
-
-def end_entry(entry, result, finished_at=None, **more):
-    """A run.json entry ended by its job's final result (`finished_at`:
-    when it ended where it ran, if not now; `more`: the engine's own keys,
-    e.g. wall_s)."""
-    entry.update(status=result["status"], finished_at=finished_at or utc_now(),
-                 message=(result["error"] or {}).get("message"), **more)
-    return entry

@@ -19,7 +19,7 @@ from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
 from dlrepro.converge import summary as conv_summary
-from dlrepro.run import store
+from dlrepro.run import runrecord
 from paths import ROOT
 
 
@@ -106,7 +106,7 @@ def test_run_folder_records_and_compares(trained):
     framework, run_dir, results, _ = trained
     record = json.loads((run_dir / "run.json").read_text())
     assert record["kind"] == "converge" and record["finished_at"]
-    assert record["schema_version"] == store.RUN_SCHEMA_VERSION
+    assert record["schema_version"] == runrecord.RUN_SCHEMA_VERSION
     assert [(r["id"], r["status"]) for r in record["jobs"]] == [
         (f"{framework}-fcn-r-w1", "ok"), (f"{framework}-fcn-r-w2", "ok")]
     assert (run_dir.parent / "latest-converge").resolve() == run_dir.resolve()

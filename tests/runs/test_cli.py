@@ -220,8 +220,8 @@ def test_bench_is_one_function_the_task_and_tests_call(tmp_path, monkeypatch):
     assert proc.stdout.splitlines()[-1].endswith(": 1 ok")
     called, task = (store.runs(tmp_path / name)[0] for name in
                     ("called", "task"))
-    assert [e["spec"] for e, _ in called.pairs] == \
-        [e["spec"] for e, _ in task.pairs]
+    assert [e["spec"] for e, _ in called.jobs] == \
+        [e["spec"] for e, _ in task.jobs]
     table = proc.stdout.splitlines()
     table = table[next(i for i, line in enumerate(table)
                        if line.startswith("framework")):]

@@ -1,7 +1,7 @@
 """A result dlrepro writes itself names its run, as a harness's does
 (issue 40): the Slurm watcher's, for a task that ended without one, named
 none, so `--resume` and the results database could not tell its run."""
-from dlrepro.run import runfolder, store
+from dlrepro.run import runrecord, store
 from dlrepro.run.engines.slurm import watch
 from dockercells import make_cell, make_job
 
@@ -11,7 +11,7 @@ def test_the_watchers_result_for_a_task_gone_names_its_run(tmp_path,
     job = make_job(make_cell("pytorch"))
     run_dir = tmp_path / "20261204-000000-abcd"
     run_dir.mkdir()
-    runfolder.write_run(run_dir, runfolder.new_record(
+    runrecord.write_run(run_dir, runrecord.new_record(
         run_dir, "bench", ["bench"], "native", [job], executor="slurm",
         detached=True))
     monkeypatch.setattr(watch, "RESULT_GRACE_S", 0)

@@ -9,7 +9,7 @@ import pytest
 
 from dlrepro import matrix
 from dlrepro.bench import plan
-from dlrepro.run import pipeline, runfolder, store as results
+from dlrepro.run import pipeline, runrecord, store as results
 from dlrepro.run import process
 from dlrepro.run.runtimes import Launch, Runtime
 from paths import TESTS
@@ -138,12 +138,12 @@ def _result_id(run_dir, cell_id):
 
 def test_run_json_is_rewritten_after_every_cell(sweep_run, monkeypatch):
     seen = []
-    original = runfolder.write_run
+    original = runrecord.write_run
 
     def spy(run_dir, record):
         seen.append([c["status"] for c in record["jobs"]])
         original(run_dir, record)
-    monkeypatch.setattr(runfolder, "write_run", spy)
+    monkeypatch.setattr(runrecord, "write_run", spy)
     sweep_run(["fcn5", "resnet50"])
     assert ["ok", "pending"] in seen
     assert seen[-1] == ["ok", "error"]

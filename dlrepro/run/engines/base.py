@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlrepro.errors import UserError
-from dlrepro.run import nodeenv, runfolder
+from dlrepro.run import nodeenv, runrecord
 from dlrepro.run.events import Events
 from dlrepro.run.life import JobLife
 from dlrepro.run.process import Processes
@@ -33,7 +33,7 @@ class Context:
         return {e["id"]: e for e in self.record["jobs"]}
 
     def save(self):
-        runfolder.write_run(self.run_dir, self.record)
+        runrecord.write_run(self.run_dir, self.record)
 
 
 class Engine(abc.ABC):

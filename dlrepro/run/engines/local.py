@@ -5,7 +5,7 @@ import time
 
 from harness.blocks import utc_now
 
-from dlrepro.run import groups, writer
+from dlrepro.run import groups, runrecord
 from dlrepro.run.engines.base import Engine
 from dlrepro.run.engines.grouped import Grouped
 from dlrepro.run.process import Processes
@@ -45,7 +45,7 @@ class LocalEngine(Engine):
                     entry["started_at"] = utc_now()
                     started = time.monotonic()
                     result = life.unrunnable(job) or run(job)
-                    writer.end_entry(entry, result, wall_s=round(
+                    runrecord.end_entry(entry, result, wall_s=round(
                         time.monotonic() - started, 3))
                     context.save()
                 context.events.finish(index, total, job, entry)

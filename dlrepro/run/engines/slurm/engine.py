@@ -13,7 +13,7 @@ picked up again by --resume, which waits for the tasks still in Slurm and
 submits only the jobs that are missing or failed.
 """
 from dlrepro.errors import UserError
-from dlrepro.run import groups, runfolder, writer
+from dlrepro.run import groups, runrecord
 from dlrepro.run.engines.base import Engine
 from dlrepro.run.engines.slurm import client, environment, submit
 from dlrepro.run.engines.slurm.options import Options
@@ -116,7 +116,7 @@ class SlurmEngine(Engine):
                     (waiting if task is not None and task.state in
                      client.ACTIVE else to_submit).append(job)
                     continue
-                writer.end_entry(entry, result)
+                runrecord.end_entry(entry, result)
                 entry.pop("slurm", None)
             finished += 1
             context.events.finish(finished, total, job, entry)
@@ -130,7 +130,7 @@ class SlurmEngine(Engine):
                                context.record)
         by_id = context.entries()
         for job in jobs:
-            by_id[job.id].update(runfolder.new_entry(job),
+            by_id[job.id].update(runrecord.new_entry(job),
                                  slurm=blocks[job.id])
         ids = sorted({blocks[j.id]["array_job_id"] for j in jobs})
         in_groups = [j for j in jobs if j.isolation in groups.SERVED]

@@ -12,7 +12,7 @@ from harness import resultfile
 from harness.blocks import utc_now, utc_stamp
 
 from dlrepro.errors import UserError
-from dlrepro.run import collect, nodeenv, store, writer
+from dlrepro.run import collect, nodeenv, runrecord, store, writer
 from dlrepro.run.paths import JobPaths
 from dlrepro.run.engines.slurm import client
 from dlrepro.run.events import Events
@@ -119,7 +119,7 @@ class Watch:
             # then come before it), or never (a group's cell that ended
             # between two polls).
             entry["started_at"] = _started(result) or entry.get("started_at")
-            writer.end_entry(entry, result, finished_at=_finished(result),
+            runrecord.end_entry(entry, result, finished_at=_finished(result),
                              wall_s=_wall(result))
             del self.pending[job_id]
             self.finished += 1
