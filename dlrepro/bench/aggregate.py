@@ -41,11 +41,11 @@ def json_key(value):
     return value if not isinstance(value, (list, dict)) else repr(value)
 
 
-def cells(pairs):
+def cells(job_results):
     """[(spec, [(entry, result), ...])]: a run's jobs grouped by the cell
     they measured (one job per process), in the order cells first appear."""
     groups = {}
-    for entry, result in pairs:
+    for entry, result in job_results:
         key = cell_key(entry["spec"])
         groups.setdefault(key, (entry["spec"], []))[1].append((entry, result))
     return list(groups.values())
@@ -57,10 +57,10 @@ def ok_results(members):
             and r["status"] == "ok"]
 
 
-def group(pairs):
+def group(job_results):
     """[(cell, [result, ...])] of the ok results of a run's (entry,
-    result) pairs, one group per cell with any, in order."""
-    found = (ok_results(members) for _spec, members in cells(pairs))
+    result) job results, one group per cell with any, in order."""
+    found = (ok_results(members) for _spec, members in cells(job_results))
     return [(ok[0]["cell"], ok) for ok in found if ok]
 
 
@@ -121,6 +121,6 @@ def warnings(stats):
     return found
 
 
-def run_stats(pairs):
+def run_stats(job_results):
     """CellStats of every cell with at least one ok result, in order."""
-    return [cell_stats(cell, results) for cell, results in group(pairs)]
+    return [cell_stats(cell, results) for cell, results in group(job_results)]

@@ -31,10 +31,10 @@ def load_reference(path=REFERENCE):
     return [r for r in data["records"] if r["seconds_per_minibatch"]]
 
 
-def rows(pairs, reference):
+def rows(job_results, reference):
     """One row per (our ok single-GPU result, matching 2016 record)."""
     out = []
-    for _entry, result in pairs:
+    for _entry, result in job_results:
         if result is None or result["status"] != "ok":
             continue
         cell = result["cell"]
@@ -68,11 +68,11 @@ WITHOUT_2016 = {"gpt-small": "the 2016 round measured no transformer",
                 "gpt-tiny": "the 2016 round measured no transformer"}
 
 
-def no_reference_rows(pairs):
+def no_reference_rows(job_results):
     """One row per ok single-GPU result of a network 2016 had none of
     (WITHOUT_2016): its now figures, the 2016 ones empty, the reason."""
     out = []
-    for _entry, result in pairs:
+    for _entry, result in job_results:
         if result is None or result["status"] != "ok":
             continue
         cell = result["cell"]

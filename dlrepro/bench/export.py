@@ -22,10 +22,11 @@ STAT_FIELDS = ("status", "isolation", "processes", "mean_s", "ci95_low_s", "ci95
 FIELDS = ("run_id", "cell_id") + CELL_FIELDS + STAT_FIELDS
 
 
-def rows(record, pairs):
-    """One dict per cell of a run (record, pairs from dlrepro.run.store)."""
+def rows(record, job_results):
+    """One dict per cell of a run (record and job results from
+    dlrepro.run.store)."""
     out = []
-    for spec, members in aggregate.cells(pairs):
+    for spec, members in aggregate.cells(job_results):
         first, cell, row = cell_row(record, spec, members)
         row.update({k: cell.get(k) for k in CELL_FIELDS})
         row.update(_stats(aggregate.ok_results(members)))

@@ -218,12 +218,12 @@ def _split_training(spent, result):
     spent["training, not iterations"] = whole - warm - timed
 
 
-def sweeps(pairs, resumed=()):
-    """[Sweep] per framework, in order of first appearance, from the
-    (entry, result) pairs of a run; `resumed`: its run.json's resumed_at
-    stamps, since the pause before a --resume is no part of the sweep."""
+def sweeps(job_results, resumed=()):
+    """[Sweep] per framework, in order of first appearance, from the job
+    results (store.JobResult) of a run; `resumed`: its run.json's
+    resumed_at stamps, since the pause before a --resume is no part of the sweep."""
     jobs, out = [], {}
-    for entry, result in pairs:
+    for entry, result in job_results:
         window = window_of(entry, result)
         if window:
             framework = (entry.get("spec") or {}).get("framework", "?")
@@ -315,12 +315,12 @@ def _share(seconds, wall):
     return f"{seconds / wall:.0%}" if wall > 0 else "-"
 
 
-def summary_lines(pairs, record=None):
+def summary_lines(job_results, record=None):
     """Lines saying where each framework's part of the sweep went (the
     run's `record` says when it was resumed); a note alone when no result
     has phase times (written before they were)."""
     resumed = (record or {}).get("resumed_at") or ()
-    found = [s for s in sweeps(pairs, resumed) if s.jobs > s.unphased]
+    found = [s for s in sweeps(job_results, resumed) if s.jobs > s.unphased]
     if not found:
         return ["", "where the time went: no result here has phase times "
                 "(written before the harness recorded them): not shown"]

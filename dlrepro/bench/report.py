@@ -91,10 +91,10 @@ def _variant(spec):
     return f" [{', '.join(parts)}]" if parts else ""
 
 
-def summary_rows(pairs):
+def summary_rows(job_results):
     """One row of strings per cell."""
     rows = []
-    for spec, members in aggregate.cells(pairs):
+    for spec, members in aggregate.cells(job_results):
         ok = aggregate.ok_results(members)
         stats = aggregate.cell_stats(ok[0]["cell"], ok) if ok else None
         note = _note(members, stats)
@@ -130,20 +130,20 @@ def format_table(rows, columns=COLUMNS):
     return out
 
 
-def status_counts(pairs):
+def status_counts(job_results):
     counts = {}
-    for entry, _ in pairs:
+    for entry, _ in job_results:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
     return counts
 
 
-def side_by_side(pairs):
+def side_by_side(job_results):
     """Lines of a table with one row per cell setting (network, device,
     batch, threads) and one column per framework: mean ms/iter, or the
     status when not ok. None when the run has a single framework."""
     frameworks = []
     rows = {}
-    for spec, members in aggregate.cells(pairs):
+    for spec, members in aggregate.cells(job_results):
         if spec["framework"] not in frameworks:
             frameworks.append(spec["framework"])
         key = (spec["network"] + _variant(spec), spec["device"],
@@ -162,20 +162,20 @@ def side_by_side(pairs):
     return format_table(table, columns)
 
 
-def side_by_side_lines(pairs):
+def side_by_side_lines(job_results):
     """side_by_side under its heading, or [] for a single framework."""
-    table = side_by_side(pairs)
+    table = side_by_side(job_results)
     if not table:
         return []
     return ["\nside by side (mean ms per iteration):"] + table
 
 
-def image_lines(pairs):
+def image_lines(job_results):
     """One line per framework/profile with the image its results ran in:
     the pullable reference where `invoke push` recorded one (anyone can
     run those very bytes), else the local image and its ID."""
     seen = {}
-    for _entry, result in pairs:
+    for _entry, result in job_results:
         container = ((result or {}).get("environment") or {}).get("container")
         if not container:
             continue

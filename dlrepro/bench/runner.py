@@ -62,12 +62,12 @@ def bench(flags, command_line="", echo=print):
     run_dir = command.start(run_of(suite, jobs, flags.out, command_line,
                                    flags.resume), runtime, m,
                             executor)
-    record, pairs = summary(run_dir, [j.spec for j in jobs])
+    record, job_results = summary(run_dir, [j.spec for j in jobs])
     if record["status"] == "submitted":
         echo(command.submitted_line(run_dir, record))
         return run_dir
-    _echo_lines(echo, result_lines(run_dir, record, pairs))
-    check_usable(run_dir, pairs)
+    _echo_lines(echo, result_lines(run_dir, record, job_results))
+    check_usable(run_dir, job_results)
     return run_dir
 
 
@@ -112,26 +112,27 @@ def summary(run_dir, only_cells=None):
     `only_cells` (specs), every process of those cells the run holds: a
     resume with a smaller --repeat counts the processes before it, as
     `report` does."""
-    record, pairs = store.load_run(run_dir)
+    record, job_results = store.load_run(run_dir)
     if only_cells is not None:
         keys = {aggregate.cell_key(spec) for spec in only_cells}
-        pairs = [p for p in pairs if aggregate.cell_key(p[0]["spec"]) in keys]
-    return record, pairs
+        job_results = [j for j in job_results
+                       if aggregate.cell_key(j.entry["spec"]) in keys]
+    return record, job_results
 
 
-def result_lines(run_dir, record, pairs):
+def result_lines(run_dir, record, job_results):
     """The table of a finished run, side by side, where the time went, and
     its status counts."""
-    counts = report.status_counts(pairs)
-    return (report.format_table(report.summary_rows(pairs))
-            + report.side_by_side_lines(pairs)
-            + phases.summary_lines(pairs, record)
+    counts = report.status_counts(job_results)
+    return (report.format_table(report.summary_rows(job_results))
+            + report.side_by_side_lines(job_results)
+            + phases.summary_lines(job_results, record)
             + [f"\n{run_dir}: " + ", ".join(f"{n} {s}" for s, n
                                              in sorted(counts.items()))])
 
 
-def check_usable(run_dir, pairs):
+def check_usable(run_dir, job_results):
     """NoUsableResult when no job of the run ended ok."""
-    if not any(entry["status"] == "ok" for entry, _result in pairs):
+    if not any(entry["status"] == "ok" for entry, _result in job_results):
         raise NoUsableResult(f"no job ended ok: {run_dir} holds no usable "
                              f"result")

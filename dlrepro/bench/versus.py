@@ -38,18 +38,18 @@ MUST_AGREE = (("threads", "thread count"), ("clock_policy", "clock policy"),
 
 
 def load_bench_run(out, run, what="run"):
-    """(record, pairs) of bench run `run` (a --run value under `out`); a
+    """(record, job_results) of bench run `run` (a --run value under `out`); a
     run of another kind is refused in one line, since its cells are not
     bench cells even where their fields match (a convergence run's timing
     covers training epochs)."""
     run_dir = store.resolve_run(out, run)
-    record, pairs = store.load_run(run_dir)
+    record, job_results = store.load_run(run_dir)
     if runrecord.kind_of(record) is not KINDS["bench"]:
         raise UserError(f"{what} {run_dir.name} is a "
                         f"{runrecord.kind_of(record).label} run: invoke compare "
                         f"compares bench runs only; runs of different kinds "
                         f"are not compared")
-    return record, pairs
+    return record, job_results
 
 
 class Row(NamedTuple):
@@ -156,14 +156,14 @@ def compare_cell(base, new, alpha=ALPHA, min_change=MIN_CHANGE):
                basis)
 
 
-def _measured(pairs):
+def _measured(job_results):
     """[(CellStats, the cell's first ok result)] of a run."""
     return [(aggregate.cell_stats(cell, results), results[0])
-            for cell, results in aggregate.group(pairs)]
+            for cell, results in aggregate.group(job_results)]
 
 
 def compare_runs(base_pairs, new_pairs, alpha=ALPHA, min_change=MIN_CHANGE):
-    """([Row], [Unmatched]) for two runs' (entry, result) pairs."""
+    """([Row], [Unmatched]) for two runs' job results (store.JobResult)."""
     base = {_key(stats.cell): (stats, first)
             for stats, first in _measured(base_pairs)}
     rows, unmatched = [], []
@@ -247,9 +247,9 @@ def _allocator_state(result):
 def _states_line(base_pairs, new_pairs, state_of, what, why):
     """One line when the two runs' cells ran with `what` in different
     states (state_of(result)), else None."""
-    def states(pairs):
+    def states(job_results):
         return sorted({state_of(result)
-                       for _, result in pairs if result is not None})
+                       for _, result in job_results if result is not None})
     base, new = states(base_pairs), states(new_pairs)
     if base == new:
         return None

@@ -58,7 +58,7 @@ def converge(flags, command_line="", echo=print):
     if flags.resume:
         check_resumable(flags.out)
     plan_mod.check_data(jobs)
-    run_dir, record, pairs, figures = execute(
+    run_dir, record, job_results, figures = execute(
         jobs, flags.out, runtimes.get(flags.runtime, matrix=m), command_line,
         flags.resume, matrix=m, executor=executor)
     if figures is None:
@@ -66,7 +66,7 @@ def converge(flags, command_line="", echo=print):
         return run_dir
     echo("\n".join(summary_mod.table_lines(figures)))
     echo(f"results: {run_dir}")
-    check_usable(run_dir, pairs, {job.id for job in jobs})
+    check_usable(run_dir, job_results, {job.id for job in jobs})
     return run_dir
 
 
@@ -103,42 +103,42 @@ def check_resumable(out):
 def execute(jobs, out, runtime, command_line="", resume=False, events=None,
             matrix=None, executor=None):
     """Run the jobs and write convergence.json: (run folder, record,
-    [(entry, result)], figures); figures and pairs None when the run went
-    to Slurm without waiting."""
+    [(entry, result)], figures); figures and job results None when the run
+    went to Slurm without waiting."""
     run_dir = command.start(run_of(jobs, out, command_line, resume),
                             runtime, matrix, executor, events)
     record = store.read_run(run_dir)
     if record["status"] == "submitted":
         return run_dir, record, None, None
-    record, pairs, figures = finish(run_dir)
-    return run_dir, record, pairs, figures
+    record, job_results, figures = finish(run_dir)
+    return run_dir, record, job_results, figures
 
 
 def run(jobs, out, runtime, command="", resume=False, events=None,
         matrix=None):
     """execute() without an executor's choice: (run folder, {job id:
     result})."""
-    run_dir, _record, pairs, _figures = execute(
+    run_dir, _record, job_results, _figures = execute(
         jobs, out, runtime, command, resume, events, matrix)
-    return run_dir, {entry["id"]: result for entry, result in pairs}
+    return run_dir, {entry["id"]: result for entry, result in job_results}
 
 
 def finish(run_dir):
     """Write convergence.json; returns (record, [(entry, result)],
     summary)."""
-    record, pairs = _load(run_dir)
-    summary = summary_mod.summarise(_results(pairs))
+    record, job_results = _load(run_dir)
+    summary = summary_mod.summarise(_results(job_results))
     resultfile.write_atomic(str(run_dir / "convergence.json"), summary)
-    return record, pairs, summary
+    return record, job_results, summary
 
 
 # A diverged run is a finding: its curve up to the divergence is kept.
 USABLE = ("ok", "diverged")
 
 
-def check_usable(run_dir, pairs, only_ids):
+def check_usable(run_dir, job_results, only_ids):
     """NoUsableResult when no job in `only_ids` ended ok or diverged."""
-    if not any(entry["status"] in USABLE for entry, _result in pairs
+    if not any(entry["status"] in USABLE for entry, _result in job_results
                if entry["id"] in only_ids):
         raise NoUsableResult(f"no convergence run ended ok or diverged: "
                              f"{run_dir} holds no usable result")
@@ -150,17 +150,17 @@ def latest_run(out=DEFAULT_OUT):
 
 def load_run(run_dir):
     """(run.json, [results]) of a convergence run folder."""
-    record, pairs = _load(run_dir)
-    return record, _results(pairs)
+    record, job_results = _load(run_dir)
+    return record, _results(job_results)
 
 
 def _load(run_dir):
-    record, pairs = store.load_run(run_dir)
+    record, job_results = store.load_run(run_dir)
     if runrecord.kind_of(record) is not CONVERGE:
         raise UserError(f"{run_dir} is not a convergence run folder (its "
                         f"kind is {record['kind']})")
-    return record, pairs
+    return record, job_results
 
 
-def _results(pairs):
-    return [result for _entry, result in pairs if result is not None]
+def _results(job_results):
+    return [result for _entry, result in job_results if result is not None]

@@ -251,8 +251,8 @@ def _not_ours(connection):
 
 # --- run folders -> rows ----------------------------------------------------
 
-def _first_result(pairs):
-    return next((r for _e, r in pairs if r is not None), None)
+def _first_result(job_results):
+    return next((r for _e, r in job_results if r is not None), None)
 
 
 def _gpu_names(env):
@@ -260,12 +260,12 @@ def _gpu_names(env):
         or None
 
 
-def machine_name(record, pairs):
+def machine_name(record, job_results):
     """The default name of the machine that ran a run: its host name with
     its CPU count and model, since host names alone collide (every cloud
     VM here is "vm")."""
     host = record.get("host") or {}
-    env = (_first_result(pairs) or {}).get("environment") or {}
+    env = (_first_result(job_results) or {}).get("environment") or {}
     facts = [f"{host['cpus']} CPUs" if host.get("cpus") else None,
              env.get("cpu_model")]
     facts = ", ".join(f for f in facts if f)
@@ -277,8 +277,8 @@ def _suite_name(suite):
     return suite.get("name") if isinstance(suite, dict) else suite
 
 
-def run_row(record, pairs, machine, exported_at):
-    env = (_first_result(pairs) or {}).get("environment") or {}
+def run_row(record, job_results, machine, exported_at):
+    env = (_first_result(job_results) or {}).get("environment") or {}
     host = record.get("host") or {}
     command = record.get("command")
     return {"machine": machine, "run_id": record["run_id"],
@@ -324,12 +324,12 @@ def _provenance(result):
         "finished_at": (result or {}).get("finished_at")}
 
 
-def cell_rows(record, pairs, machine):
+def cell_rows(record, job_results, machine):
     """One row per cell of a bench run that has finished (every job of the
     cell ended); a cell still pending or running is left for later."""
     out = []
     columns = schema.tables()["cells"].c
-    for spec, members in aggregate.cells(pairs):
+    for spec, members in aggregate.cells(job_results):
         if any(e["status"] in ("pending", "running") for e, _r in members):
             continue
         first, cell, started = cell_row(record, spec, members)
@@ -400,15 +400,15 @@ def check_machine(name):
     return name
 
 
-def _not_begun(pairs):
+def _not_begun(job_results):
     """A run with no result yet while its jobs still run: the machine it
     ran on cannot be named yet (machine_name reads the first result)."""
-    return _first_result(pairs) is None and any(
-        e["status"] in ("pending", "running") for e, _r in pairs)
+    return _first_result(job_results) is None and any(
+        e["status"] in ("pending", "running") for e, _r in job_results)
 
 
 def export(engine, runs, machine=None, target=""):
-    """Write [(record, pairs)] of bench runs; returns {'new': n,
+    """Write [(record, job_results)] of bench runs; returns {'new': n,
     'updated': n, 'unchanged': n} over their cells, 'other_runs', the
     runs left out (convergence runs have no cells), and 'not_begun', the
     runs left for later (no result yet: _not_begun)."""
@@ -418,17 +418,18 @@ def export(engine, runs, machine=None, target=""):
     counts = {"new": 0, "updated": 0, "unchanged": 0, "other_runs": 0,
               "not_begun": 0}
     with _errors(target), engine.begin() as connection:
-        for record, pairs in runs:
+        for record, job_results in runs:
             if runrecord.kind_of(record) is not KINDS["bench"]:
                 counts["other_runs"] += 1
                 continue
-            if machine is None and _not_begun(pairs):
+            if machine is None and _not_begun(job_results):
                 counts["not_begun"] += 1
                 continue
-            label = machine or machine_name(record, pairs)
+            label = machine or machine_name(record, job_results)
             put(connection, tables["runs"],
-                run_row(record, pairs, label, now), ignore=("exported_at",))
-            for row in cell_rows(record, pairs, label):
+                run_row(record, job_results, label, now),
+                ignore=("exported_at",))
+            for row in cell_rows(record, job_results, label):
                 counts[put(connection, tables["cells"], row)] += 1
     return counts
 

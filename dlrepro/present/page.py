@@ -23,7 +23,7 @@ from dlrepro.run.kinds import KINDS
 
 
 class Runs(NamedTuple):
-    """The runs of one page: [(run_dir, record, pairs)] and what the
+    """The runs of one page: [(run_dir, record, job_results)] and what the
     figures read from them."""
     runs: list
     bench_pairs: list
@@ -33,13 +33,14 @@ class Runs(NamedTuple):
 
 
 def gather(runs):
-    """Runs from [(run_dir, record, pairs)]; bench runs' pairs are pooled
-    (a cell measured in two runs has the processes of both)."""
-    bench = [p for _d, record, pairs in runs
-             if runrecord.kind_of(record) is KINDS["bench"] for p in pairs]
-    converge = [r for _d, record, pairs in runs
+    """Runs from [(run_dir, record, job_results)]; bench runs' job results
+    are pooled (a cell measured in two runs has the processes of both)."""
+    bench = [j for _d, record, job_results in runs
+             if runrecord.kind_of(record) is KINDS["bench"]
+             for j in job_results]
+    converge = [r for _d, record, job_results in runs
                 if runrecord.kind_of(record) is KINDS["converge"]
-                for _e, r in pairs if r is not None]
+                for _e, r in job_results if r is not None]
     return Runs(runs, bench, aggregate.run_stats(bench), converge,
                 _modes(runs))
 
@@ -48,10 +49,10 @@ def _modes(runs):
     """{cell key: `cell`, `group` or `cell+group`}: the isolation of the
     ok processes each bench cell's figures pool, across the runs."""
     found = {}
-    for _d, record, pairs in runs:
+    for _d, record, job_results in runs:
         if runrecord.kind_of(record) is not KINDS["bench"]:
             continue
-        for entry, result in pairs:
+        for entry, result in job_results:
             if result is not None and entry["status"] == "ok":
                 found.setdefault(aggregate.cell_key(result["cell"]),
                                  set()).add(groups.process_mode(
@@ -243,7 +244,7 @@ def all_cells(runs):
             + "</section>")
 
 
-def run_provenance(run_dir, record, pairs):
+def run_provenance(run_dir, record, job_results):
     """What produced one run."""
     items = [("run", str(record.get("run_id"))),
              ("folder", str(run_dir)), ("kind", record["kind"]),
@@ -252,15 +253,15 @@ def run_provenance(run_dir, record, pairs):
              ("runtime", str(record.get("runtime") or "-")),
              ("started", str(record.get("started_at") or "-")),
              ("finished", str(record.get("finished_at") or "-"))]
-    items += provenance.hardware(record, pairs)
-    items += provenance.clock_policy(pairs)
-    warnings = provenance.warnings(pairs)
+    items += provenance.hardware(record, job_results)
+    items += provenance.clock_policy(job_results)
+    warnings = provenance.warnings(job_results)
     return (f'<div class="run"><h3>{html.escape(str(record.get("run_id")))}'
             "</h3>" + _pairs_list(items)
             + "<h4>Frameworks and images</h4>"
-            + _rows_table(provenance.software(pairs), "no results")
+            + _rows_table(provenance.software(job_results), "no results")
             + "<h4>GPU telemetry</h4>"
-            + _rows_table(provenance.telemetry(pairs),
+            + _rows_table(provenance.telemetry(job_results),
                           "no GPU telemetry: no GPU cell in this run")
             + f"<h4>Warnings ({len(warnings)})</h4>"
             + '<div class="scroll">' + _rows_table(warnings, "none")
@@ -305,7 +306,7 @@ window.addEventListener("load", function () {
 
 
 def build(runs_list, now=None):
-    """The page's HTML text for [(run_dir, record, pairs)]."""
+    """The page's HTML text for [(run_dir, record, job_results)]."""
     runs = gather(runs_list)
     now = now or datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections, drawn = [], 0

@@ -2,7 +2,7 @@
 environment blocks: hardware, framework versions, container images and
 digests, the GPU clock policy, a telemetry summary and the warnings.
 
-Functions return (label, value) pairs and rows of dicts; the page lays
+Functions return (label, value) tuples and rows of dicts; the page lays
 them out."""
 
 
@@ -10,13 +10,13 @@ def _distinct(values):
     return list(dict.fromkeys(v for v in values if v not in (None, "", [])))
 
 
-def _results(pairs):
-    return [r for _e, r in pairs if r is not None]
+def _results(job_results):
+    return [r for _e, r in job_results if r is not None]
 
 
-def hardware(record, pairs):
+def hardware(record, job_results):
     """[(label, value)] of the machine the run measured on."""
-    results = _results(pairs)
+    results = _results(job_results)
     envs = [r.get("environment") or {} for r in results]
     host = record.get("host") or {}
     gpus = _distinct(f"{g.get('name') or '?'}"
@@ -35,11 +35,11 @@ def hardware(record, pairs):
     return [(label, str(value)) for label, value in items if value]
 
 
-def software(pairs):
+def software(job_results):
     """One row per (framework, version, Python, CUDA, cuDNN, image,
     digest) seen in the results."""
     rows = {}
-    for result in _results(pairs):
+    for result in _results(job_results):
         env = result.get("environment") or {}
         container = env.get("container") or {}
         row = {"framework": result["cell"]["framework"],
@@ -60,10 +60,10 @@ def software(pairs):
     return list(rows.values())
 
 
-def clock_policy(pairs):
+def clock_policy(job_results):
     """[(label, value)]: the GPU clock policies and how they were applied."""
     seen = []
-    for result in _results(pairs):
+    for result in _results(job_results):
         clocks = result.get("gpu_clocks") or {}
         if not clocks:
             continue
@@ -83,11 +83,11 @@ def _span(block, unit, digits=0):
             f"({block['min']:.{digits}f}-{block['max']:.{digits}f})")
 
 
-def telemetry(pairs):
+def telemetry(job_results):
     """One row per (job, GPU) that recorded telemetry: mean (min-max) SM
     clock, power and temperature, and any throttling flag raised."""
     rows = []
-    for entry, result in pairs:
+    for entry, result in job_results:
         block = (result or {}).get("telemetry")
         if not block:
             continue
@@ -103,10 +103,10 @@ def telemetry(pairs):
     return rows
 
 
-def warnings(pairs):
+def warnings(job_results):
     """One row per warning of a result, and per job that did not end ok."""
     rows = []
-    for entry, result in pairs:
+    for entry, result in job_results:
         if entry["status"] != "ok":
             rows.append({"job": entry["id"], "status": entry["status"],
                          "warning": entry.get("message") or ""})

@@ -265,11 +265,11 @@ def job_mode(entry, result, record):
         recorded(record), entry["spec"].get("framework"))
 
 
-def measured_modes(record, pairs):
+def measured_modes(record, job_results):
     """{framework: (mode, ...)} over the jobs of a run that measured
     (ended ok), each job's own mode (job_mode)."""
     found = {}
-    for entry, result in pairs:
+    for entry, result in job_results:
         if result is not None and result["status"] == "ok":
             found.setdefault(entry["spec"].get("framework"), set()).add(
                 job_mode(entry, result, record))
