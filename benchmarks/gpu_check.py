@@ -251,21 +251,24 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
              out_path], env,
             timeout if left is None else min(timeout, left))
         wall = time.monotonic() - started
-        # The harness restores what a clock policy changed; this catches
-        # a cell that could not (killed), as the sweep does.
-        leftover = gpu_restore.after_cell(out_path,
-                                          cell_id + ".clock-state.json")
-        if leftover:
-            log(leftover)
-        result = None
-        if os.path.exists(out_path):
-            with open(out_path) as handle:
-                result = json.load(handle)
         results.append({"id": cell_id, "network": network,
                         "batch": batch, "exit": rc, "wall_s": wall,
-                        "result": result,
+                        "result": cell_result(out_path, cell_id, log),
                         "log_tail": output.strip().splitlines()[-15:]})
     return results
+
+
+def cell_result(out_path, cell_id, log):
+    """The result a cell left at `out_path`, or None, once its clocks are
+    checked: the harness restores what a clock policy changed; this
+    catches a cell that could not (killed), as the sweep does."""
+    leftover = gpu_restore.after_cell(out_path, cell_id + ".clock-state.json")
+    if leftover:
+        log(leftover)
+    if not os.path.exists(out_path):
+        return None
+    with open(out_path) as handle:
+        return json.load(handle)
 
 
 def run_forked(python, cells, folder, timeout, log, deadline=None):
@@ -311,20 +314,10 @@ def run_forked(python, cells, folder, timeout, log, deadline=None):
         output.seek(0)
         tail = output.read().strip().splitlines()[-15:]
     wall = time.monotonic() - started
-    forked = []
-    for cell in chosen:
-        out_path = os.path.join(fork_dir, cell["id"] + ".json")
-        leftover = gpu_restore.after_cell(out_path,
-                                          cell["id"] + ".clock-state.json")
-        if leftover:
-            log(leftover)
-        result = None
-        if os.path.exists(out_path):
-            with open(out_path) as handle:
-                result = json.load(handle)
-        forked.append({"id": cell["id"], "exit": rc, "wall_s": wall,
-                       "result": result, "log_tail": tail})
-    return forked
+    return [{"id": cell["id"], "exit": rc, "wall_s": wall,
+             "result": cell_result(os.path.join(fork_dir, cell["id"] +
+                                                ".json"), cell["id"], log),
+             "log_tail": tail} for cell in chosen]
 
 
 # --- entry point -------------------------------------------------------------
