@@ -18,6 +18,7 @@ import fake_harness
 import needs
 import waits
 from dlrepro.run import store
+from harness.timing import FIRST_TIMED
 from cli import invoke  # noqa: F401 (this module's callers')
 from paths import SCRIPTED
 
@@ -188,3 +189,22 @@ def comparable(result):
                       if not k.startswith("achieved")},
             "environment": sorted(result["environment"]),
             "timing": sorted(result["timing"] or {})}
+
+
+def timed_cells(out):
+    """Cells of the run's workers that have finished a timed iteration (a
+    worker's log is copied into its job's log only when the cell ends)."""
+    return sum(path.read_text(errors="replace").count(FIRST_TIMED)
+               for path in latest(out).glob("*.worker.log"))
+
+
+def finished(out, name):
+    """The cell's final result, written by its task, or None."""
+    path = next((p for p in latest(out).glob(f"*-{name}-cpu-*.json")
+                 if p.name.count(".") == 1), None)
+    try:
+        found = json.loads(Path(path).read_text()) if path else None
+    except ValueError:
+        return None
+    return found if found and "wall_s" in (found.get("engine") or {}) \
+        else None

@@ -93,7 +93,7 @@ def test_a_dry_run_lists_the_jobs_in_the_order_the_workers_take_them():
 
 def test_without_group_isolation_repeat_keeps_the_plan_order(tmp_path):
     cell = GROUP[:GROUP.index("--isolation")] + GROUP[
-        GROUP.index("--isolation") + 2:]
+        GROUP.index("--isolation") + 2:] + ["--isolation", "cell"]
     done = invoke(*cell, "--repeat", "2", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     run_dir = (tmp_path / "latest").resolve()

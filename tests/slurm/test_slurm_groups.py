@@ -10,7 +10,6 @@ import json
 import os
 import math
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,8 @@ from dlrepro.bench import phases
 from dlrepro.run import store
 from dlrepro.run import process
 from harness.blocks import utc_stamp
-from harness.timing import FIRST_TIMED
-from slurmenv import fake, invoke, latest, record, result, start
+from slurmenv import (fake, finished, invoke, latest, record, result, start,
+                      timed_cells)
 from waits import wait_for
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
@@ -130,25 +129,6 @@ def test_a_cell_out_of_memory_in_its_worker_is_measured_again_alone(
     # result saying where it ran
     assert last[:2] == ("ok", 1) and last[2] != first[2]
     assert first[3] == alone[3] == last[3]
-
-
-def timed_cells(out):
-    """Cells of the run's workers that have finished a timed iteration (a
-    worker's log is copied into its job's log only when the cell ends)."""
-    return sum(path.read_text(errors="replace").count(FIRST_TIMED)
-               for path in latest(out).glob("*.worker.log"))
-
-
-def finished(out, name):
-    """The cell's final result, written by its task, or None."""
-    path = next((p for p in latest(out).glob(f"*-{name}-cpu-*.json")
-                 if p.name.count(".") == 1), None)
-    try:
-        found = json.loads(Path(path).read_text()) if path else None
-    except ValueError:
-        return None
-    return found if found and "wall_s" in (found.get("engine") or {}) \
-        else None
 
 
 def test_scancel_mid_group_keeps_finished_cells_and_resume_runs_the_rest(

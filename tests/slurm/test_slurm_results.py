@@ -139,9 +139,13 @@ def test_no_wait_then_report_then_resume_collects(tmp_path):
 
 # --- faults ------------------------------------------------------------------
 
+# A task per cell, named: PyTorch's CPU cells fork by default, a key per
+# task (tests/slurm/test_slurm_fork.py).
+CELL = ["--isolation", "cell"]
+
 def test_scancel_of_a_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     out = tmp_path / "r"
-    proc = start(*fake(out, "fcn5", "fcn8", iterations=60),
+    proc = start(*fake(out, "fcn5", "fcn8", iterations=60, extra=CELL),
                  modes="fcn8=slow")
     task = wait_for(lambda: running(out, "fcn8"))
     wait_for(lambda: timing(out, "fcn8"))
@@ -160,7 +164,7 @@ def test_scancel_of_a_task_ends_its_cell_keeping_what_was_measured(tmp_path):
         assert "CANCELLED by " in cancelled["error"]["message"]
     # --resume runs only the cancelled cell again, as a new array.
     resumed = invoke(*fake(out, "fcn5", "fcn8", iterations=60,
-                           extra=["--resume"]))
+                           extra=CELL + ["--resume"]))
     assert resumed.returncode == 0, resumed.stderr
     rec = record(out)
     assert [j.split("-")[2] for j in rec["slurm"]["arrays"][-1]["jobs"]] \
@@ -172,13 +176,14 @@ def test_scancel_of_a_task_ends_its_cell_keeping_what_was_measured(tmp_path):
 def test_resume_submits_only_what_failed(tmp_path):
     out = tmp_path / "r"
     first = invoke(*fake(out, "fcn5", "fcn8",
-                         extra=["--array-throttle", "1", "--exclusive"]),
+                         extra=CELL + ["--array-throttle", "1",
+                                       "--exclusive"]),
                    modes="fcn8=crash")
     assert first.returncode == 0, first.stderr
     assert result(out, "fcn8")["status"] == "error"
     sbatch = record(out)["slurm"]["arrays"][0]["sbatch"]
     assert "--array=0-1%1" in sbatch and "--exclusive" in sbatch
-    resumed = invoke(*fake(out, "fcn5", "fcn8", extra=["--resume"]))
+    resumed = invoke(*fake(out, "fcn5", "fcn8", extra=CELL + ["--resume"]))
     assert resumed.returncode == 0, resumed.stderr
     arrays = record(out)["slurm"]["arrays"]
     assert len(arrays) == 2
