@@ -208,3 +208,46 @@ def finished(out, name):
         return None
     return found if found and "wall_s" in (found.get("engine") or {}) \
         else None
+
+
+THREE = ("fcn5", "fcn8", "fcn-r")
+
+
+def statuses_of(out, networks=THREE):
+    """{network: its job's status in run.json}."""
+    return {next(n for n in networks if f"-{n}-cpu-" in e["id"]):
+            e["status"] for e in record(out)["jobs"]}
+
+
+def scancel_mid_key(out, extra):
+    """fcn5, a slow fcn8 and fcn-r in one task (a group's worker or a fork
+    server: `extra` names the mode), scancelled while fcn8 measures: fcn5
+    stays ok, fcn8 keeps what it measured and fcn-r is cancelled unbegun,
+    both `Cancelled`; then --resume measures the two, and fcn5 not again.
+    The cancelled task's id."""
+    proc = start(*fake(out, *THREE, iterations=60, extra=extra),
+                 modes="fcn8=slow")
+    waits.wait_for(lambda: (latest(out) / "run.json").exists() and
+                   finished(out, "fcn5") and timed_cells(out) == 2)
+    # the watcher ends the finished cell while its task runs on, and
+    # counts as running only the cell under way
+    waits.wait_for(lambda: list(statuses_of(out).values())[:2] ==
+                   ["ok", "running"])
+    assert statuses_of(out)["fcn-r"] != "running"
+    task = result(out, "fcn5")["engine"]["job_id"]
+    subprocess.run(["scancel", task], check=True)
+    _out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert statuses_of(out) == {"fcn5": "ok", "fcn8": "error",
+                                "fcn-r": "error"}, err
+    stopped, unrun = result(out, "fcn8"), result(out, "fcn-r")
+    assert stopped["error"]["type"] == unrun["error"]["type"] == "Cancelled"
+    assert stopped["timing"]["completed_iterations"] >= 1
+    assert task in unrun["error"]["message"]
+    kept = result(out, "fcn5")
+    again = cli.invoke(*fake(out, *THREE, iterations=60,
+                             extra=list(extra) + ["--resume"]))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert result(out, "fcn5") == kept              # not measured twice
+    assert statuses_of(out) == dict.fromkeys(THREE, "ok")
+    return task

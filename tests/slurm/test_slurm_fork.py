@@ -4,13 +4,10 @@ the fork server (tests/bin/scripted-python's real harness/forkserver.py
 with scripted cells) as the local engine does; each cell is a child of
 it, and a cell's timeout stops that child alone. Shared helpers:
 tests/slurmenv.py; the group counterpart: tests/slurm/test_slurm_groups.py."""
-import subprocess
-
 import pytest
 
-from slurmenv import (fake, finished, invoke, latest, record, result, start,
-                      timed_cells)
-from waits import wait_for
+from slurmenv import (fake, invoke, record, result, scancel_mid_key,
+                      statuses_of)
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -28,11 +25,6 @@ def forked(out, network):
         (found.get("slurm") or {}).get("job_id"))
 
 
-def statuses(out):
-    return {next(n for n in NETWORKS if f"-{n}-cpu-" in e["id"]):
-            e["status"] for e in record(out)["jobs"]}
-
-
 def test_a_key_is_one_task_one_server_and_a_timeout_stops_the_child(
         tmp_path):
     out = tmp_path / "r"
@@ -41,7 +33,7 @@ def test_a_key_is_one_task_one_server_and_a_timeout_stops_the_child(
                   modes="fcn8=slow")
     assert " in 1 task(s), one per group" in done.stdout, \
         done.stdout + done.stderr
-    assert statuses(out) == {"fcn5": "ok", "fcn8": "timeout",
+    assert statuses_of(out) == {"fcn5": "ok", "fcn8": "timeout",
                              "fcn-r": "ok"}, done.stdout + done.stderr
     assert record(out)["isolation"] == "fork"
     cells = [forked(out, n) for n in NETWORKS]
@@ -60,29 +52,8 @@ def test_scancel_mid_key_keeps_finished_cells_and_resume_runs_the_rest(
     cell not begun is cancelled; --resume forks the two again, from one
     new task, and measures nothing twice."""
     out = tmp_path / "r"
-    proc = start(*fake(out, *NETWORKS, iterations=60, extra=FORK),
-                 modes="fcn8=slow")
-    wait_for(lambda: (latest(out) / "run.json").exists() and
-             finished(out, "fcn5") and timed_cells(out) == 2)
-    wait_for(lambda: list(statuses(out).values())[:2] == ["ok", "running"])
-    task = result(out, "fcn5")["engine"]["job_id"]
-    subprocess.run(["scancel", task], check=True)
-    _out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err
-    assert statuses(out) == {"fcn5": "ok", "fcn8": "error",
-                             "fcn-r": "error"}, err
-    kept = result(out, "fcn5")
-    stopped, unrun = result(out, "fcn8"), result(out, "fcn-r")
-    assert stopped["error"]["type"] == unrun["error"]["type"] == "Cancelled"
-    assert stopped["timing"]["completed_iterations"] >= 1
-    assert task in unrun["error"]["message"]
-
-    again = invoke(*fake(out, *NETWORKS, iterations=60, extra=FORK
-                         + ["--resume"]))
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert result(out, "fcn5") == kept              # not measured twice
+    task = scancel_mid_key(out, FORK)
     rest = [forked(out, n) for n in ("fcn8", "fcn-r")]
     assert [c[:3] for c in rest] == [("ok", "fork", 1), ("ok", "fork", 2)]
     assert rest[0][3] == rest[1][3]                 # one new server ...
     assert rest[0][5] == rest[1][5] != task         # ... in one new task
-    assert statuses(out) == dict.fromkeys(NETWORKS, "ok")

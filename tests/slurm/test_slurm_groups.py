@@ -17,9 +17,8 @@ from dlrepro.bench import phases
 from dlrepro.run import store
 from dlrepro.run import process
 from harness.blocks import utc_stamp
-from slurmenv import (fake, finished, invoke, latest, record, result, start,
-                      timed_cells)
-from waits import wait_for
+from slurmenv import (fake, invoke, latest, record, result,
+                      scancel_mid_key, statuses_of)
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -44,10 +43,6 @@ def placed(out, network):
 
 def network(job_id):
     return next(n for n in NETWORKS if f"-{n}-cpu-" in job_id)
-
-
-def statuses(out):
-    return {network(e["id"]): e["status"] for e in record(out)["jobs"]}
 
 
 def time_limit(task):
@@ -83,7 +78,7 @@ def test_a_group_is_one_array_task_in_one_worker_its_limit_the_sum(
     cell = 60 + process.GRACE_S + 600
     assert f"--time={math.ceil(3 * cell / 60)}" in array["sbatch"]
     assert time_limit(task) == math.ceil(3 * cell / 60)
-    assert statuses(out) == dict.fromkeys(NETWORKS, "ok")
+    assert statuses_of(out) == dict.fromkeys(NETWORKS, "ok")
     for entry in record(out)["jobs"]:
         assert entry["slurm"]["job_id"] == task
         assert (latest(out) / entry["log"]).exists()
@@ -96,7 +91,7 @@ def test_a_cell_past_its_timeout_ends_timeout_and_the_group_goes_on(
     # the slow cell's 21 one-second steps
     done = grouped(out, iterations=20, extra=["--timeout", "15"],
                    modes="fcn8=slow")
-    assert statuses(out) == {"fcn5": "ok", "fcn8": "timeout",
+    assert statuses_of(out) == {"fcn5": "ok", "fcn8": "timeout",
                              "fcn-r": "ok"}, done.stdout + done.stderr
     first, slow, last = (placed(out, n) for n in NETWORKS)
     assert slow[1:3] == (2, first[2])
@@ -117,7 +112,7 @@ def test_a_cell_out_of_memory_in_its_worker_is_measured_again_alone(
     done = grouped(out, extra=["--timeout", "60"],
                    modes="fcn8=oom-in-group")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert statuses(out) == dict.fromkeys(NETWORKS, "ok"), \
+    assert statuses_of(out) == dict.fromkeys(NETWORKS, "ok"), \
         done.stdout + done.stderr
     first, alone, last = (placed(out, n) for n in NETWORKS)
     attempt = result(out, "fcn8")["isolation"]["retried_alone_after"]
@@ -134,30 +129,7 @@ def test_a_cell_out_of_memory_in_its_worker_is_measured_again_alone(
 def test_scancel_mid_group_keeps_finished_cells_and_resume_runs_the_rest(
         tmp_path):
     out = tmp_path / "r"
-    proc = start(*fake(out, *NETWORKS, iterations=60, extra=GROUP),
-                 modes="fcn8=slow")
-    wait_for(lambda: (latest(out) / "run.json").exists() and
-             finished(out, "fcn5") and timed_cells(out) == 2)
-    # the watcher ends the finished cell while its task runs on, and
-    # counts as running only the cell under way
-    wait_for(lambda: list(statuses(out).values())[:2] == ["ok", "running"])
-    assert statuses(out)["fcn-r"] != "running"
-    task = placed(out, "fcn5")[3]
-    subprocess.run(["scancel", task], check=True)
-    _out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 0, err
-    assert statuses(out) == {"fcn5": "ok", "fcn8": "error",
-                             "fcn-r": "error"}, err
-    kept = result(out, "fcn5")
-    stopped, unrun = result(out, "fcn8"), result(out, "fcn-r")
-    assert stopped["error"]["type"] == unrun["error"]["type"] == "Cancelled"
-    assert stopped["timing"]["completed_iterations"] >= 1
-    assert task in unrun["error"]["message"]
-
-    again = invoke(*fake(out, *NETWORKS, iterations=60, extra=GROUP
-                         + ["--resume"]))
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert result(out, "fcn5") == kept              # not measured twice
+    task = scancel_mid_key(out, GROUP)
     arrays = record(out)["slurm"]["arrays"]
     assert len(arrays) == 2
     assert [[network(j) for j in t] for t in arrays[1]["tasks"]] == \
@@ -165,7 +137,6 @@ def test_scancel_mid_group_keeps_finished_cells_and_resume_runs_the_rest(
     rest = [placed(out, n) for n in ("fcn8", "fcn-r")]
     assert [c[:2] for c in rest] == [("ok", 1), ("ok", 2)]
     assert rest[0][2] == rest[1][2] and rest[0][3] != task
-    assert statuses(out) == dict.fromkeys(NETWORKS, "ok")
     assert store.read_run(latest(out))["status"] == "complete"
 
 
