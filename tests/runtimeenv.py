@@ -223,8 +223,8 @@ def run_pipeline(rt, jobs, out):
     run = pipeline.Run(kind="bench", jobs=jobs, out=out, name="t",
                        command="test")
     run_dir = pipeline.start(run, rt, matrix.load())
-    _record, pairs = store.load_run(run_dir)
-    return run_dir, {e["id"]: (e, r) for e, r in pairs}
+    _record, job_results = store.load_run(run_dir)
+    return run_dir, {e["id"]: (e, r) for e, r in job_results}
 
 
 def run_one(rt, job, out):

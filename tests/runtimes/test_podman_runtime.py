@@ -149,10 +149,16 @@ def test_an_out_of_memory_kill_ends_as_oom(image, tmp_path, monkeypatch):
     monkeypatch.setenv(docker_runtime.BASE_OVERRIDES_ENV, BASE_OVERRIDES)
     rt = HogRuntime(name_prefix=PREFIX, memory="64m")
     job = make_job(make_cell("podman"), "oom")
-    _run_dir, found = run_pipeline(rt, [job], tmp_path)
+    litter = ROOT / "oom"
+    before = litter.exists()
+    run_dir, found = run_pipeline(rt, [job], tmp_path)
     entry, result = found[job.id]
     assert entry["status"] == "oom", entry["message"]
     assert result["error"]["type"] == "OutOfMemory"
+    # conmon creates a file `oom` in podman's working directory on an OOM
+    # kill: the run folder's, never the user's checkout
+    assert (run_dir / "oom").exists()
+    assert litter.exists() == before
 
 
 def test_a_container_killed_while_another_process_is_oom_killed_is_not_oom(

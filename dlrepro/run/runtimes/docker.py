@@ -170,7 +170,8 @@ class Runtime(Base):
         name = container_name(run_dir, job.id)
         tag = self.images[job.placement.target]
         return self.container_launch(name,
-                                     self.run_argv(job, run_dir, tag, name))
+                                     self.run_argv(job, run_dir, tag, name),
+                                     run_dir)
 
     def cleanup(self, job, run_dir):
         run_dir = Path(run_dir).resolve()
@@ -190,7 +191,7 @@ class Runtime(Base):
                              name)
         argv = worker_argv(argv, job, self.harness_results_dir(run_dir))
         argv[2:2] = ["--interactive"]
-        launch = self.container_launch(name, argv)._replace(
+        launch = self.container_launch(name, argv, run_dir)._replace(
             results_dir=self.harness_results_dir(run_dir))
         if job.isolation != "fork":
             return launch
@@ -212,17 +213,22 @@ class Runtime(Base):
         self._end_children(name)
         self._remove(name)
 
+    def client_cwd(self, run_dir):
+        """Where the container's client runs: docker's writes nothing
+        there."""
+        return str(ROOT)
+
     def _end_children(self, name):
         children = self.children.pop(name, None)
         if children is not None:
             children.close()
 
-    def container_launch(self, name, argv):
-        """The Launch of `argv`, which runs the container `name`: stopped
-        and inspected by that name."""
+    def container_launch(self, name, argv, run_dir):
+        """The Launch of `argv`, which runs the container `name` for a job
+        of `run_dir`: stopped and inspected by that name."""
         # A container of the same name left by an interrupted run.
         self._remove(name)
-        return Launch(argv=argv, env=None, cwd=str(ROOT),
+        return Launch(argv=argv, env=None, cwd=self.client_cwd(run_dir),
                       stop=lambda: self._stop(name),
                       kill=lambda: self._kill(name),
                       post_mortem=lambda _pid=None: self._post_mortem(name))

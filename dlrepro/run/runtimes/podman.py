@@ -194,8 +194,15 @@ class Runtime(docker.Runtime):
         return podman_images.inspected(self.podman_bin, "container", name,
                                        CLI_TIMEOUT_S)
 
-    def container_launch(self, name, argv):
-        launch = super().container_launch(name, argv)
+    def client_cwd(self, run_dir):
+        """The run folder: podman's container monitor (conmon) inherits
+        podman's working directory and creates a file named `oom` there
+        when the container is OOM-killed; in the repository's root it was
+        litter in the user's checkout."""
+        return str(run_dir)
+
+    def container_launch(self, name, argv, run_dir):
+        launch = super().container_launch(name, argv, run_dir)
         before = oomkills.machine_count()
         self._end_log(name)
         log = self.kernel_logs[name] = oomkills.KernelLog()
