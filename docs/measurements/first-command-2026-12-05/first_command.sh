@@ -1,7 +1,7 @@
 #!/bin/bash
 # The README's first command on this machine, from a fresh clone of REPO
 # with empty uv and pip caches, each framework in its default mode; then the
-# sweep's measured fraction (sweep_fraction.py, beside this script).
+# sweep's measured fraction (../fork-quiet-2026-12-05/sweep_fraction.py).
 #   REPO=/path/to/a/checkout bash first_command.sh
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -16,5 +16,5 @@ rc=$?
 t2=$(date +%s.%N)
 echo "setup.sh $(echo "$t1 - $t0" | bc) s; invoke bench (with the environments) $(echo "$t2 - $t1" | bc) s; whole $(echo "$t2 - $t0" | bc) s; bench rc $rc"
 .venv/bin/invoke report --out "$out" > "$out/report.txt" 2>&1
-python3 "$here/sweep_fraction.py" "$out/latest"
+python3 "$here/../fork-quiet-2026-12-05/sweep_fraction.py" "$out/latest"
 rm -rf "$UV_CACHE_DIR"
