@@ -14,9 +14,7 @@ import os
 import signal
 import threading
 
-from harness import resultfile
-
-from dlrepro.run.paths import RUN_RECORD
+from dlrepro.run import runrecord
 
 # How often the thread looks, in seconds.
 POLL_S = 0.5
@@ -63,8 +61,7 @@ class HeldFolder:
         if self.where() is None:
             return False
         try:
-            resultfile.write_atomic(f"/proc/self/fd/{self.fd}/{RUN_RECORD}",
-                                    record)
+            runrecord.write_run(f"/proc/self/fd/{self.fd}", record)
         except OSError:
             return False
         return True
