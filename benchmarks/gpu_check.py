@@ -209,10 +209,7 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
     stopped at the deadline."""
     # Why this is long: one loop that writes each cell's spec, runs it
     # within the budget, restores the clocks and keeps what it left.
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    # The repository's harness first; keep what the caller had after it.
-    env["PYTHONPATH"] = os.pathsep.join(
-        [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env = harness_env()
     results = []
     for cell_id, network, batch, framework, precision in cell_plan(
             device, networks, batches):
@@ -258,6 +255,15 @@ def run_cells(python, device, networks, batches, iterations, warmup, policy,
     return results
 
 
+def harness_env():
+    """The environment of a harness process: the repository's harness
+    first on the path, what the caller had after it."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        [ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
 def cell_result(out_path, cell_id, log):
     """The result a cell left at `out_path`, or None, once its clocks are
     checked: the harness restores what a clock policy changed; this
@@ -293,9 +299,7 @@ def run_forked(python, cells, folder, timeout, log, deadline=None):
         lines.append(workerlines.command_line(path))
     log("running {} PyTorch cells through a fork server ...".format(
         len(chosen)))
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join(
-        [ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
-            os.pathsep) if p]))
+    env = harness_env()
     started = time.monotonic()
     limit = timeout * len(chosen)
     with tempfile.TemporaryFile("w+") as output:
