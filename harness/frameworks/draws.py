@@ -1,5 +1,6 @@
 """Initial weights drawn on the host with numpy, for the backends whose own
-generators made their model build the slowest (TensorFlow, MXNet, JAX).
+generators made their model build the slowest (TensorFlow, MXNet, JAX, and
+CNTK's dense and embedding layers).
 
 The distributions are harness.networks': Glorot-uniform, limit
 sqrt(6 / (fan_in + fan_out)), and uniform(-0.05, 0.05) embeddings. Each

@@ -81,6 +81,10 @@ NO_TRANSFORMER = ("caffe", "cntk")
 FIRST_LOSS_EXCESS = {"lstm": 0.01, "lstm32": 0.01, "lstm64": 0.01,
                      "alexnet-r": 0.2, "fcn-r": 0.35, "resnet-56": 4.0,
                      "gpt-small": 0.05, "gpt-tiny": 0.02}
+# CNTK's resnet-56 starts wider: 3.7-16.0 nats over seeds 0-6 at batch 16,
+# with its own generator for every weight (stop 49's code) as with numpy's
+# for the dense layer (now), against PyTorch's 4.4-8.8 on the same seeds.
+FIRST_LOSS_EXCESS_OF = {("cntk", "resnet-56"): 6.5}
 FIRST_LOSS_BELOW = 0.1
 
 # Networks whose loss on the fixed batch must fall within their steps. Not
@@ -194,7 +198,9 @@ def test_first_loss_is_close_to_ln_classes(variant, name, probe_dir):
     first = _report(variant, name, probe_dir)["losses"][0]
     ln_classes = math.log(network.classes)
     assert ln_classes * (1 - FIRST_LOSS_BELOW) <= first, first
-    assert first <= ln_classes * (1 + FIRST_LOSS_EXCESS[name]), first
+    excess = FIRST_LOSS_EXCESS_OF.get((VARIANTS[variant], name),
+                                      FIRST_LOSS_EXCESS[name])
+    assert first <= ln_classes * (1 + excess), first
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

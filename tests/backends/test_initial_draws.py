@@ -2,8 +2,8 @@
 
 harness.networks documents Glorot-uniform weights (limit sqrt(6 / (fan_in +
 fan_out))) and uniform(-0.05, 0.05) embeddings. TensorFlow, MXNet and JAX
-draw them with numpy (harness.frameworks.draws), PyTorch with its own
-generator. For a large layer in each backend the sample's mean and standard
+draw them with numpy (harness.frameworks.draws), CNTK its dense and
+embedding weights (in its image), PyTorch with its own generator. For a large layer in each backend the sample's mean and standard
 deviation must lie within five standard errors of the documented uniform's
 (mean 0, std limit / sqrt(3)), every value within the limit, and a seed
 must give the same weights twice and another seed other weights.
@@ -24,7 +24,7 @@ Z = 5.0
 # standard error is sqrt((kurtosis - 1) / n) = sqrt(0.8 / n), its std's half.
 STD_REL_SE = math.sqrt(0.8) / 2
 
-BACKENDS = ("pytorch", "tensorflow", "mxnet", "jax")
+BACKENDS = ("pytorch", "tensorflow", "mxnet", "jax", "cntk")
 
 # The first weight of fcn-r (784 x 2048 Glorot) and lstm32's embedding
 # (10000 x 256, uniform(-0.05, 0.05)), as each backend holds them.
@@ -37,7 +37,12 @@ PROBE = """
     backend = load(framework)
     backend.configure(1, "cpu", 0)
 
-    def first(model):
+    def first(model, network):
+        if framework == "cntk":
+            # model.parameters is not in layer order: the layer's by shape.
+            shape = {"fcn-r": (784, 2048), "lstm32": (10000, 256)}[network]
+            (weight,) = [p for p in model.parameters if p.shape == shape]
+            return np.asarray(weight.value)
         if framework == "pytorch":
             return model[0].weight.detach().numpy()
         if framework == "tensorflow":
@@ -50,7 +55,7 @@ PROBE = """
     for network in ("fcn-r", "lstm32"):
         for seed in (0, 0, 1):
             values = first(backend.build_model(nets.get(network), 1, "cpu",
-                                               seed))
+                                               seed), network)
             entry = out.setdefault(network, {"digests": []})
             entry["digests"].append(
                 hashlib.sha256(np.ascontiguousarray(values)).hexdigest())
