@@ -14,7 +14,7 @@ BENCH = ["bench", "--framework", "pytorch", "--runtime", "native",
          "--python", SCRIPTED, "--iterations", "3", "--warmup", "1",
          "--threads", "1"]
 # A process per cell, named: what the fault tests were written for, while
-# PyTorch's CPU cells fork by default (dlrepro.run.groups.FORK_BY_DEFAULT;
+# PyTorch's CPU cells fork by default (dlrepro.run.groups.FORK_DEFAULTS;
 # fork's faults have tests of their own, test_fork_faults).
 CELL = ["--isolation", "cell"]
 

@@ -45,16 +45,19 @@ MIXED = "mixed"
 # (fcn8 15% faster after fcn5) and CNTK (fcn5 2.5% slower, first warm-ups
 # of 4-17 s in a worker) stay one process per cell.
 GROUP_BY_DEFAULT = ("tensorflow", "caffe")
-# The frameworks whose native CPU cells fork where nothing names a mode:
-# those for which benchmarks/isolation.py, fork and cell side by side in 4
-# balanced rounds on a quiet machine, found every smoke network's ratio
+# The frameworks whose CPU cells fork where nothing names a mode, each with
+# the runtimes where benchmarks/isolation.py, fork and cell side by side in
+# 4 balanced rounds on a quiet machine, found every smoke network's ratio
 # fork/cell of mean iteration times with a Bonferroni interval containing
-# 1 (docs/measurements/fork-balanced-2026-12-05). Where it was not
+# 1: PyTorch, JAX and MXNet natively (docs/measurements/
+# fork-balanced-2026-12-05), CNTK in its image under Docker
+# (docs/measurements/fork-cntk-image-2026-12-05). Where it was not
 # measured the default stays `cell`: GPU cells (no GPU has run fork yet),
-# containers, CNTK and Caffe (which run only in their images).
-FORK_BY_DEFAULT = ("pytorch", "jax", "mxnet")
+# the native frameworks in containers, CNTK under Podman and Charliecloud.
+# Caffe keeps `group` (GROUP_BY_DEFAULT), which measures more of its sweep.
+FORK_DEFAULTS = {"pytorch": ("native",), "jax": ("native",),
+                 "mxnet": ("native",), "cntk": ("docker",)}
 FORK_DEFAULT_DEVICES = ("cpu",)
-FORK_DEFAULT_RUNTIMES = ("native",)
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one
 # Slurm array task per group.
@@ -97,15 +100,14 @@ def check(mode, runtime, executor):
 def default_for(framework, runtime, executor, device="cpu"):
     """A framework's mode where nothing names one: `group` for
     GROUP_BY_DEFAULT's where a group can run (its runtime and engine),
-    `fork` for FORK_BY_DEFAULT's cells where fork was measured equal to
-    cell (FORK_DEFAULT_DEVICES, FORK_DEFAULT_RUNTIMES) and can run, else
-    `cell`."""
+    `fork` for FORK_DEFAULTS' cells where fork was measured equal to cell
+    (their runtimes, FORK_DEFAULT_DEVICES) and can run, else `cell`."""
     if not executor.runs_groups:
         return "cell"
     if framework in GROUP_BY_DEFAULT and runtime in GROUP_RUNTIMES:
         return "group"
-    if (framework in FORK_BY_DEFAULT and device in FORK_DEFAULT_DEVICES
-            and runtime in FORK_DEFAULT_RUNTIMES):
+    if (device in FORK_DEFAULT_DEVICES
+            and runtime in FORK_DEFAULTS.get(framework, ())):
         return "fork"
     return "cell"
 

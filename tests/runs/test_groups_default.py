@@ -2,7 +2,8 @@
 neither --isolation nor the suite names a mode, the frameworks whose
 iteration times the side-by-side benchmark found equal in both modes
 share a worker per group (GROUP_BY_DEFAULT) or fork each cell from a
-server per key (FORK_BY_DEFAULT: CPU cells, natively), and the others run
+server per key (FORK_DEFAULTS: CPU cells where fork was measured), and the
+others run
 a process per cell, in one run; on the real command line with the
 scripted harness, and as pure functions."""
 import json
@@ -53,11 +54,17 @@ def test_one_sweep_groups_tensorflow_and_forks_pytorch(tmp_path):
 
 
 def test_gpu_cells_and_containers_keep_a_process_per_cell():
-    """Fork was measured against cell on the CPU, natively, only."""
+    """Fork was measured against cell on the CPU only: natively for the
+    native frameworks, under Docker for CNTK."""
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
     assert groups.default_for("mxnet", "docker", LOCAL, "cpu") == "cell"
     assert groups.default_for("jax", "native", ENGINES["slurm"],
                               "cpu") == "fork"
+    assert groups.default_for("cntk", "docker", LOCAL, "cpu") == "fork"
+    assert groups.default_for("cntk", "docker", ENGINES["slurm"],
+                              "cpu") == "fork"
+    assert groups.default_for("cntk", "docker", LOCAL, "gpu") == "cell"
+    assert groups.default_for("cntk", "podman", LOCAL, "cpu") == "cell"
 
 
 def test_a_named_mode_overrides_every_framework_default(tmp_path):
@@ -87,9 +94,11 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     ("native", "local", {"pytorch": "fork", "mxnet": "fork", "cntk": "cell",
                          "jax": "fork", "tensorflow": "group",
                          "caffe": "group"}),
-    ("docker", "local", {"pytorch": "cell", "caffe": "group"}),
+    ("docker", "local", {"pytorch": "cell", "caffe": "group",
+                         "cntk": "fork"}),
     ("native", "slurm", {"jax": "fork", "tensorflow": "group"}),
-    ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group"}),
+    ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group",
+                               "cntk": "cell"}),
     ("apptainer", "local", {"tensorflow": "cell"}),
 ])
 def test_the_default_is_the_frameworks_where_groups_can_run(

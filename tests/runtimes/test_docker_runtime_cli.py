@@ -69,7 +69,7 @@ def test_ctrl_c_stops_the_container_and_says_how_to_resume(cntk_image, root,
     proc = processes.start(
         [INVOKE, "bench", "--runtime", "docker", "--framework", "cntk",
          "--network", "fcn-r", "--iterations", str(10 ** 7), "--warmup", "0",
-         "--threads", "1", "--out", str(tmp_path)],
+         "--threads", "1", "--out", str(tmp_path), "--isolation", "cell"],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, start_new_session=True)
     try:
