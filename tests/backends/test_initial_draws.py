@@ -3,10 +3,11 @@
 harness.networks documents Glorot-uniform weights (limit sqrt(6 / (fan_in +
 fan_out))) and uniform(-0.05, 0.05) embeddings. TensorFlow, MXNet and JAX
 draw them with numpy (harness.frameworks.draws), CNTK its dense and
-embedding weights (in its image), PyTorch with its own generator. For a large layer in each backend the sample's mean and standard
-deviation must lie within five standard errors of the documented uniform's
-(mean 0, std limit / sqrt(3)), every value within the limit, and a seed
-must give the same weights twice and another seed other weights.
+embedding weights (in its image), PyTorch with its own generator. For a
+large layer in each backend the sample's mean and standard deviation must
+lie within five standard errors of the documented uniform's (mean 0, std
+limit / sqrt(3)), every value within the limit, and a seed must give the
+same weights twice and another seed other weights.
 """
 import hashlib
 import math

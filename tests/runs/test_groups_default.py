@@ -3,9 +3,8 @@ neither --isolation nor the suite names a mode, the frameworks whose
 iteration times the side-by-side benchmark found equal in both modes
 share a worker per group (GROUP_BY_DEFAULT) or fork each cell from a
 server per key (FORK_DEFAULTS: CPU cells where fork was measured), and the
-others run
-a process per cell, in one run; on the real command line with the
-scripted harness, and as pure functions."""
+others run a process per cell, in one run; on the real command line with
+the scripted harness, and as pure functions."""
 import json
 
 import pytest

@@ -154,14 +154,14 @@ def _drawn(C, ctx, shape, limit, name):
 
 def _affine(C, x, W, activation):
     """What C.layers.Dense does with a W of known shape (its own W can only
-    take CNTK's initialisers): times, a zero bias, the activation, in one
-    block."""
+    take CNTK's initialisers): times, a zero bias, the activation (a
+    description's name, or None), in one block."""
     b = C.Parameter(W.shape[-1:], init=0, name="b")
 
     @C.layers.blocks.BlockFunction("Dense", "")
     def dense(x):
         r = C.times(x, W, output_rank=1, infer_input_rank_to_map=0) + b
-        return r if activation is None else activation(r)
+        return _apply_activation(C, activation, r)
     return dense(x)
 
 
@@ -172,8 +172,7 @@ def _glorot_weight(C, r, ctx):
 
 
 def _dense(C, r, x, build, ctx):
-    activation = _activation_kwargs(C, r.layer.activation).get("activation")
-    return _affine(C, x, _glorot_weight(C, r, ctx), activation)
+    return _affine(C, x, _glorot_weight(C, r, ctx), r.layer.activation)
 
 
 def _time_dense(C, r, x, build, ctx):
