@@ -2,9 +2,12 @@
 server (harness.forkserver) finds after importing the framework as it
 does (its PRELOAD), then after the framework touched its device or its
 thread pools as a cell does. Prints one JSON line:
-{"threads", "preload", "before", "after", "device_held"}: the thread
-count after the import (and settle's), fork_refusal's answer before and
-after, and the framework's own device check after."""
+{"threads", "preload", "frozen", "tracked", "before", "after",
+"device_held"}: the thread count after the import (and settle's), the
+objects the server froze and those its collector still tracks then,
+fork_refusal's answer before and after, and the framework's own device
+check after."""
+import gc
 import json
 import os
 import sys
@@ -37,9 +40,10 @@ def touch(framework):
 
 def main(framework):
     threads.apply(2)
-    loaded = forkserver.preload(framework)
-    loaded["threads"] = forkserver.settle(framework)
+    loaded, frozen = forkserver.make_ready(framework)
+    tracked = len(gc.get_objects())
     found = {"threads": forkserver.thread_count(), "preload": loaded,
+             "frozen": frozen, "tracked": tracked,
              "before": forkserver.fork_refusal(framework)}
     touch(framework)
     found["after"] = forkserver.fork_refusal(framework)

@@ -1,6 +1,7 @@
 """The fork server (harness/forkserver.py) with each native framework, in
 its venv: what it imports before a fork leaves it safe to fork (one
-thread once settled, or MXNet's fork-handled engine threads; no device),
+thread once settled, or MXNet's fork-handled engine threads; no device;
+its heap frozen out of the collector),
 a cell run the way a cell runs makes it unsafe (its own device and
 thread checks say so), and a forked child trains exactly as a process of
 its own (`python -m harness run`) does: the same losses from the same
@@ -29,6 +30,11 @@ def test_the_server_is_safe_to_fork_after_the_import_not_after_a_cell(
     assert found["preload"]["modules"]
     assert found["before"] is None, found
     assert found["after"] is not None, found
+    # The heap frozen: a child's collections walk only what it makes (an
+    # import leaves tens of thousands of objects; a handful were made
+    # since the freeze).
+    assert found["frozen"] > 20000, found
+    assert found["tracked"] < 1000, found
     if framework == "jax":
         # JAX's own check: its backends started
         assert "JAX has started its backends" in found["device_held"]
@@ -53,6 +59,11 @@ def test_a_forked_child_trains_as_a_process_of_its_own(
                                      "--fork", wait_s=WAIT_S)
     for found in forked:
         assert found["isolation"]["mode"] == "fork", found["isolation"]
+        # what the server froze stays frozen in the child, which then
+        # freezes its own model too
+        frozen = found["isolation"]["parent"]["frozen_objects"]
+        assert 0 < frozen < found["environment"]["python_gc"][
+            "frozen_objects"], found["isolation"]
     isolations = [f["isolation"] for f in forked]
     assert isolations[0]["worker_pid"] == isolations[1]["worker_pid"]
     assert isolations[0]["pid"] != isolations[1]["pid"]
