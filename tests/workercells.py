@@ -72,16 +72,16 @@ def venv_python(root, framework):
 
 
 def two_cells_in_one_worker(root, framework, folder, cells, *flags,
-                            wait_s=600):
+                            wait_s=600, python=None):
     """Cells a and b run by one `python -m harness worker` (`flags`: its
-    options, --fork) in the framework's venv, its standard error in
-    folder/log: both results, each schema-valid and ok."""
+    options, --fork) in the framework's venv (or `python`), its standard
+    error in folder/log: both results, each schema-valid and ok."""
     paths = [write_spec(folder, name, cell)
              for name, cell in zip("ab", cells)]
     with open(str(folder / "log"), "w") as err:
         proc = processes.start(
-            [venv_python(root, framework), "-s", "-m", "harness", "worker",
-             *flags], cwd=str(root), stdin=subprocess.PIPE,
+            [python or venv_python(root, framework), "-s", "-m", "harness",
+             "worker", *flags], cwd=str(root), stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=err, text=True)
         out, _ = proc.communicate(
             "".join(worker.command_line(p) for p in paths), timeout=wait_s)
@@ -94,3 +94,42 @@ def two_cells_in_one_worker(root, framework, folder, cells, *flags,
         assert store.validation_errors(result) == [], log
         assert result["status"] == "ok", result["error"]
     return results
+
+
+def forked_trains_as_alone(root, python, framework, folder, cells,
+                           wait_s=600):
+    """Cells a and b forked by one fork server, then each in a process of
+    its own (`python -m harness run`), all with `python`: asserts that the
+    server preloaded its framework, forked both (its own children, frozen
+    heap inherited) and that each child's losses equal the lone process's,
+    step by step. The forked results."""
+    forked = two_cells_in_one_worker(root, framework, folder, cells,
+                                     "--fork", wait_s=wait_s, python=python)
+    for found in forked:
+        isolation = found["isolation"]
+        assert isolation["mode"] == "fork", isolation
+        assert isolation["parent"]["preload"]["failed"] == {}, isolation
+        assert isolation["parent"]["preload"]["modules"], isolation
+        # what the server froze stays frozen in the child, which then
+        # freezes its own model too (None: a Python before 3.7)
+        frozen = isolation["parent"]["frozen_objects"]
+        if frozen is not None:
+            assert 0 < frozen < found["environment"]["python_gc"][
+                "frozen_objects"], isolation
+    isolations = [f["isolation"] for f in forked]
+    assert isolations[0]["worker_pid"] == isolations[1]["worker_pid"]
+    assert isolations[0]["pid"] != isolations[1]["pid"]
+    for name, cell, found in zip("ab", cells, forked):
+        alone = subprocess.run(
+            [python, "-s", "-m", "harness", "run", "--spec",
+             write_spec(folder, name + "-alone", cell), "--out",
+             str(folder / (name + "-alone.json"))], cwd=str(root),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            timeout=wait_s)
+        assert alone.returncode == 0, alone.stderr[-3000:]
+        alone = json.loads((folder / (name + "-alone.json")).read_text())
+        assert alone["status"] == "ok", alone["error"]
+        assert found["loss"]["warmup"] == alone["loss"]["warmup"]
+        assert found["loss"]["per_iteration"] == \
+            alone["loss"]["per_iteration"]
+    return forked

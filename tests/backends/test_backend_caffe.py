@@ -15,6 +15,7 @@ import caffeenv
 import probes
 import pytest
 from probes import run_probe
+from workercells import forked_trains_as_alone
 
 from harness import networks as nets
 from harness.frameworks.caffe import backend
@@ -202,3 +203,21 @@ def test_cpu_image_holds_exactly_the_pinned_apt_closure(caffe_image):
         assert installed.get(name) == version, name
     # The reference BLAS, the pitfall without recommends, is not there.
     assert "libblas3" not in installed
+
+
+def test_a_forked_child_trains_as_a_process_of_its_own(
+        make_cell, caffe_python, root, tmp_path):
+    # The fork server in Caffe's image imports Caffe before it forks
+    # (harness.forkserver.PRELOAD): each child's losses must equal those of
+    # a process of its own, step by step.
+    cells = [make_cell(framework="caffe", network=network, batch_size=2,
+                       global_batch_size=2, iterations=3, warmup=1,
+                       threads=2)
+             for network in ("fcn-r", "lstm32")]
+    forked = forked_trains_as_alone(root, caffe_python, "caffe", tmp_path,
+                                    cells)
+    assert forked[0]["isolation"]["parent"]["preload"]["threads"][
+        "after"] == 1
+    # glog quieted before libcaffe loaded in the server: no INFO line of
+    # the children's net set-up in the server's standard error
+    assert "Initializing net" not in (tmp_path / "log").read_text()

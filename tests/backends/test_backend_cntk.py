@@ -18,6 +18,7 @@ import cntkenv
 import probes
 import pytest
 from probes import run_probe
+from workercells import forked_trains_as_alone
 
 from harness import networks as nets
 from harness.frameworks.cntk import backend
@@ -297,3 +298,17 @@ def test_cntk_cell_is_valid_and_one_thread_is_really_used(
                       "dataset": "cifar10", "batch_size": 32,
                       "global_batch_size": 32, "iterations": 8})
     probes.one_thread_cell(cntk_python, root, tmp_path, cell, schema)
+
+
+def test_a_forked_child_trains_as_a_process_of_its_own(
+        make_cell, cntk_python, root, tmp_path):
+    # The fork server in CNTK's image imports CNTK before it forks
+    # (harness.forkserver.PRELOAD): each child's losses must equal those of
+    # a process of its own, step by step.
+    cells = [make_cell(framework="cntk", network=network, batch_size=2,
+                       global_batch_size=2, iterations=3, warmup=1,
+                       threads=2)
+             for network in ("fcn-r", "lstm32")]
+    forked = forked_trains_as_alone(root, cntk_python, "cntk", tmp_path, cells)
+    assert forked[0]["isolation"]["parent"]["preload"]["threads"][
+        "after"] == 1

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from workercells import two_cells_in_one_worker, venv_python, write_spec
+from workercells import forked_trains_as_alone, venv_python
 
 WAIT_S = 600
 FRAMEWORKS = ("jax", "mxnet", "pytorch", "tensorflow")
@@ -50,35 +50,9 @@ def test_the_server_is_safe_to_fork_after_the_import_not_after_a_cell(
     (framework, 2) for framework in FRAMEWORKS] + [("mxnet", 1)])
 def test_a_forked_child_trains_as_a_process_of_its_own(
         root, make_cell, tmp_path, framework, threads):
-    python = venv_python(root, framework)
     cells = [make_cell(framework=framework, network=network, batch_size=2,
                        global_batch_size=2, iterations=3, warmup=1,
                        threads=threads)
              for network in ("fcn5", "lstm32")]
-    forked = two_cells_in_one_worker(root, framework, tmp_path, cells,
-                                     "--fork", wait_s=WAIT_S)
-    for found in forked:
-        assert found["isolation"]["mode"] == "fork", found["isolation"]
-        # what the server froze stays frozen in the child, which then
-        # freezes its own model too
-        frozen = found["isolation"]["parent"]["frozen_objects"]
-        assert 0 < frozen < found["environment"]["python_gc"][
-            "frozen_objects"], found["isolation"]
-    isolations = [f["isolation"] for f in forked]
-    assert isolations[0]["worker_pid"] == isolations[1]["worker_pid"]
-    assert isolations[0]["pid"] != isolations[1]["pid"]
-    # the same cells, each in a process of its own
-    for name, cell in zip("ab", cells):
-        alone = subprocess.run(
-            [python, "-s", "-m", "harness", "run", "--spec",
-             write_spec(tmp_path, name + "-alone", cell), "--out",
-             str(tmp_path / (name + "-alone.json"))], cwd=str(root),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            timeout=WAIT_S)
-        assert alone.returncode == 0, alone.stderr[-3000:]
-    for name, found in zip("ab", forked):
-        alone = json.loads((tmp_path / (name + "-alone.json")).read_text())
-        assert alone["status"] == "ok", alone["error"]
-        assert found["loss"]["warmup"] == alone["loss"]["warmup"]
-        assert found["loss"]["per_iteration"] == \
-            alone["loss"]["per_iteration"]
+    forked_trains_as_alone(root, venv_python(root, framework), framework,
+                           tmp_path, cells, wait_s=WAIT_S)
