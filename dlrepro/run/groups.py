@@ -51,12 +51,16 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # fork/cell of mean iteration times with a Bonferroni interval containing
 # 1: PyTorch, JAX and MXNet natively (docs/measurements/
 # fork-balanced-2026-12-05), CNTK in its image under Docker
-# (docs/measurements/fork-cntk-image-2026-12-05). Where it was not
-# measured the default stays `cell`: GPU cells (no GPU has run fork yet),
-# the native frameworks in containers, CNTK under Podman and Charliecloud.
-# Caffe keeps `group` (GROUP_BY_DEFAULT), which measures more of its sweep.
+# (docs/measurements/fork-cntk-image-2026-12-05), and Caffe in its image
+# under Docker once its server imported Caffe (docs/measurements/
+# fork-freeze-2026-12-05: 0.93 of its sweep measured, as grouped). Where
+# it was not measured the default stays `cell` (GPU cells: no GPU has run
+# fork yet; the native frameworks in containers; CNTK under Podman and
+# Charliecloud) or GROUP_BY_DEFAULT's `group` (Caffe under Podman and
+# Charliecloud). A fork default comes before a group default.
 FORK_DEFAULTS = {"pytorch": ("native",), "jax": ("native",),
-                 "mxnet": ("native",), "cntk": ("docker",)}
+                 "mxnet": ("native",), "cntk": ("docker",),
+                 "caffe": ("docker",)}
 FORK_DEFAULT_DEVICES = ("cpu",)
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one
@@ -98,17 +102,18 @@ def check(mode, runtime, executor):
 
 
 def default_for(framework, runtime, executor, device="cpu"):
-    """A framework's mode where nothing names one: `group` for
-    GROUP_BY_DEFAULT's where a group can run (its runtime and engine),
-    `fork` for FORK_DEFAULTS' cells where fork was measured equal to cell
-    (their runtimes, FORK_DEFAULT_DEVICES) and can run, else `cell`."""
+    """A framework's mode where nothing names one: `fork` for
+    FORK_DEFAULTS' cells where fork was measured equal to cell (their
+    runtimes, FORK_DEFAULT_DEVICES), else `group` for GROUP_BY_DEFAULT's
+    where a group can run (its runtime), else `cell`; `cell` wherever the
+    engine feeds no workers."""
     if not executor.runs_groups:
         return "cell"
-    if framework in GROUP_BY_DEFAULT and runtime in GROUP_RUNTIMES:
-        return "group"
     if (device in FORK_DEFAULT_DEVICES
             and runtime in FORK_DEFAULTS.get(framework, ())):
         return "fork"
+    if framework in GROUP_BY_DEFAULT and runtime in GROUP_RUNTIMES:
+        return "group"
     return "cell"
 
 
