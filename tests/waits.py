@@ -20,6 +20,20 @@ def wait_for(predicate, seconds=120, every=0.1, what="the event"):
         time.sleep(every)
 
 
+def wait_while_running(proc, predicate, seconds, every=0.2,
+                       what="the event"):
+    """predicate()'s first true value while `proc` (a Popen with its
+    output on a pipe) runs; its output in the failure if it ends first,
+    instead of waiting out the bound for what can no longer come."""
+    def running_and_true():
+        if proc.poll() is not None:
+            output = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"the run ended (status {proc.returncode}) "
+                                 f"before {what}: {output[-3000:]}")
+        return predicate()
+    return wait_for(running_and_true, seconds, every, what)
+
+
 def later_second(than):
     """Once the clock's whole second (int(time.time())) is past `than`: a
     run's start is stamped to the second, and runs that must have an order
