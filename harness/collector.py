@@ -47,11 +47,16 @@ def freeze():
     return count()
 
 
+def collect_and_freeze():
+    """A full collection, then what survives frozen: freeze's count."""
+    gc.collect()
+    return freeze()
+
+
 def settle(clock=time.perf_counter):
     """At a cell's warm-up: the result's environment.python_gc block."""
     start = clock()
-    gc.collect()
-    frozen = freeze()
+    frozen = collect_and_freeze()
     return {"enabled": gc.isenabled(),
             "thresholds": list(gc.get_threshold()),
             "frozen_objects": frozen,

@@ -39,7 +39,6 @@ the server during a cell reach the child, which ends its cell as `run`
 does; the server then says `cell-done` and exits (143, 130).
 """
 import atexit
-import gc
 import importlib
 import os
 import random
@@ -196,8 +195,7 @@ def freeze_heap():
     2-core VM (285,000 objects after torch's import); the child's settle
     still ends in the state a process of its own reaches, everything
     alive frozen. The objects frozen; None before Python 3.7."""
-    gc.collect()
-    return collector.freeze()
+    return collector.collect_and_freeze()
 
 
 def make_ready(framework):

@@ -71,6 +71,15 @@ def venv_python(root, framework):
     return str(python)
 
 
+def small_cells(make_cell, framework, networks, threads=2):
+    """A cell per network, as small as one gets: batch 2, one warm-up and
+    3 timed iterations."""
+    return [make_cell(framework=framework, network=network, batch_size=2,
+                      global_batch_size=2, iterations=3, warmup=1,
+                      threads=threads)
+            for network in networks]
+
+
 def two_cells_in_one_worker(root, framework, folder, cells, *flags,
                             wait_s=600, python=None):
     """Cells a and b run by one `python -m harness worker` (`flags`: its

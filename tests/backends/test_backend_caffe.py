@@ -15,7 +15,7 @@ import caffeenv
 import probes
 import pytest
 from probes import run_probe
-from workercells import forked_trains_as_alone
+from workercells import forked_trains_as_alone, small_cells
 
 from harness import networks as nets
 from harness.frameworks.caffe import backend
@@ -210,10 +210,7 @@ def test_a_forked_child_trains_as_a_process_of_its_own(
     # The fork server in Caffe's image imports Caffe before it forks
     # (harness.forkserver.PRELOAD): each child's losses must equal those of
     # a process of its own, step by step.
-    cells = [make_cell(framework="caffe", network=network, batch_size=2,
-                       global_batch_size=2, iterations=3, warmup=1,
-                       threads=2)
-             for network in ("fcn-r", "lstm32")]
+    cells = small_cells(make_cell, "caffe", ("fcn-r", "lstm32"))
     forked = forked_trains_as_alone(root, caffe_python, "caffe", tmp_path,
                                     cells)
     assert forked[0]["isolation"]["parent"]["preload"]["threads"][

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from workercells import forked_trains_as_alone, venv_python
+from workercells import forked_trains_as_alone, small_cells, venv_python
 
 WAIT_S = 600
 FRAMEWORKS = ("jax", "mxnet", "pytorch", "tensorflow")
@@ -50,9 +50,6 @@ def test_the_server_is_safe_to_fork_after_the_import_not_after_a_cell(
     (framework, 2) for framework in FRAMEWORKS] + [("mxnet", 1)])
 def test_a_forked_child_trains_as_a_process_of_its_own(
         root, make_cell, tmp_path, framework, threads):
-    cells = [make_cell(framework=framework, network=network, batch_size=2,
-                       global_batch_size=2, iterations=3, warmup=1,
-                       threads=threads)
-             for network in ("fcn5", "lstm32")]
+    cells = small_cells(make_cell, framework, ("fcn5", "lstm32"), threads)
     forked_trains_as_alone(root, venv_python(root, framework), framework,
                            tmp_path, cells, wait_s=WAIT_S)
