@@ -18,7 +18,8 @@ ok@SECONDS (ok, each iteration taking SECONDS: a history with a step),
 sleep@SECONDS (ok, each iteration sleeping SECONDS of real time: a cell
 that is still measuring when a test acts on the sweep),
 oom (the real harness.throughput, the device out of memory at the second
-step: status `oom`), oom-in-group and hog-in-group (ok here, alone; see
+step: status `oom`), litter-MODE (a file left in the process's temp dir,
+as frameworks leave some, then MODE), oom-in-group and hog-in-group (ok here, alone; see
 `worker`).
 `worker` (below) is `python -m harness worker` with these cells.
 """
@@ -26,6 +27,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -202,6 +204,9 @@ def cell(mode, spec, out, isolation=None, group_clocks=None):
     status its process exits with."""
     # Why this is long: one branch per scripted mode, read as one table of
     # the ways a harness process can end.
+    if mode.startswith("litter-"):
+        tempfile.mkstemp(prefix="fake-framework-")
+        mode = mode[len("litter-"):]
     if mode == "torn-clocks":
         # a clock-state file cut short, as a SIGKILL mid-write could leave it
         with open(os.path.join(os.path.dirname(out),

@@ -3,6 +3,7 @@
 import os
 import shutil
 import subprocess
+import tempfile
 
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
@@ -23,6 +24,7 @@ class Runtime(Base):
         self.python = python
         self.pythons = {}
         self.watches = oomkills.Watches()
+        self.temp_dirs = TempDirs()
 
     def check(self):
         if self.python is None:
@@ -65,6 +67,7 @@ class Runtime(Base):
         # The repository's harness, not any installed copy.
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONUNBUFFERED"] = "1"
+        env["TMPDIR"] = self.temp_dirs.make(job.id)
         watch = self.watches.start(job.id)
         return Launch(argv=[str(python)] + harness_args(job, run_dir),
                       env=env, cwd=str(ROOT),
@@ -72,6 +75,42 @@ class Runtime(Base):
 
     def cleanup(self, job, run_dir):
         self.watches.end(job.id)
+        self.temp_dirs.remove(job.id)
+
+    def worker_launch(self, job, run_dir, launch):
+        # The worker outlives its first job's cleanup: a folder of its own,
+        # which a fork server's children share.
+        worker = super().worker_launch(job, run_dir, launch)
+        return worker._replace(env=dict(
+            worker.env, TMPDIR=self.temp_dirs.make(("worker", job.id))))
+
+    def worker_cleanup(self, job, run_dir):
+        self.temp_dirs.remove(("worker", job.id))
+
+
+class TempDirs:
+    """A temp dir of its own for each process the runtime starts (its
+    TMPDIR), in this host's, removed once the process has ended. What a
+    framework leaves there otherwise stays in /tmp for good: torchrun's
+    log folder of every data-parallel run, TensorFlow's autograph sources
+    wherever a process ends without its atexit handlers (a fork server's
+    children, a killed cell), a convergence run's plan when it is killed.
+    In a container /tmp is the container's own and goes with it. Also why
+    torch.compile's kernel cache (under the temp dir) starts empty in each
+    cell natively, as it does in a container."""
+
+    def __init__(self):
+        self.folders = {}
+
+    def make(self, key):
+        self.remove(key)
+        folder = self.folders[key] = tempfile.mkdtemp(prefix="dlrepro-tmp-")
+        return folder
+
+    def remove(self, key):
+        folder = self.folders.pop(key, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _why_not_a_program(name):

@@ -1,0 +1,83 @@
+"""Natively, each process the host starts (a cell's, a group's worker, a
+fork server) gets a temp dir of its own, removed once the process has
+ended (dlrepro.run.runtimes.native.TempDirs), so that a run leaves
+nothing in the host's temp dir: on the real command line, with the
+scripted harness in every mode (a cell killed mid-cell too, as a
+TensorFlow cell leaves its autograph sources when killed), and with real
+PyTorch, whose torchrun makes a log folder there for every data-parallel
+run and never removes it."""
+import os
+import sys
+import tempfile
+
+import pytest
+
+from cli import invoke
+from dlrepro.run import runtimes, store
+from groupcells import job
+from scripted import BENCH
+
+
+@pytest.fixture
+def host_tmp(tmp_path):
+    """The temp dir `invoke` runs with, and so the one its processes'
+    own are made in."""
+    folder = tmp_path / "host-tmp"
+    folder.mkdir()
+    return folder
+
+
+def left_in(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_each_process_gets_its_own_and_its_end_removes_it(
+        monkeypatch, host_tmp, tmp_path):
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    runtime = runtimes.get("native", python=sys.executable)
+    first, second = job("fcn5", isolation="fork"), job("fcn8")
+    for j in (first, second):
+        runtime.pythons[j.placement.target] = sys.executable
+    cells = [runtime.launch(j, tmp_path).env["TMPDIR"]
+             for j in (first, second)]
+    worker = runtime.worker_launch(
+        first, tmp_path, runtime.launch(first, tmp_path)).env["TMPDIR"]
+    made = cells[1:] + [worker]
+    assert len(set(made)) == 2
+    assert all(os.path.dirname(f) == str(host_tmp) for f in made)
+    # A cell's end leaves its worker's, whose children still use it.
+    runtime.cleanup(first, tmp_path)
+    runtime.cleanup(second, tmp_path)
+    assert left_in(host_tmp) == [os.path.basename(worker)]
+    (host_tmp / worker / "left-by-a-child").write_text("")
+    runtime.worker_cleanup(first, tmp_path)
+    assert left_in(host_tmp) == []
+
+
+@pytest.mark.parametrize("isolation", ["cell", "group", "fork"])
+def test_what_a_cell_leaves_goes_with_its_process_killed_or_not(
+        isolation, host_tmp, tmp_path):
+    # The scripted harness leaves a file in its temp dir, as a framework
+    # would, in a cell that ends ok and in one it then SIGKILLs.
+    done = invoke(*BENCH, "--isolation", isolation,
+                  "--network", "fcn5", "--network", "fcn8",
+                  "--out", str(tmp_path / "out"),
+                  modes="fcn5=litter-ok,fcn8=litter-kill",
+                  env=dict(os.environ, TMPDIR=str(host_tmp)))
+    run_dir = (tmp_path / "out" / "latest").resolve()
+    assert sorted(e["status"] for e in store.read_run(run_dir)["jobs"]) \
+        == ["error", "ok"], done.stdout + done.stderr
+    assert left_in(host_tmp) == []
+
+
+def test_a_data_parallel_pytorch_run_leaves_nothing_behind(
+        framework_python, host_tmp, tmp_path):
+    framework_python("pytorch")
+    done = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
+                  "--synthetic", "--train-samples", "128", "--test-samples",
+                  "64", "--global-batch-size", "64", "--epochs", "1",
+                  "--workers", "2", "--runtime", "native", "--out",
+                  str(tmp_path / "out"),
+                  env=dict(os.environ, TMPDIR=str(host_tmp)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert left_in(host_tmp) == []
