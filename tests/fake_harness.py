@@ -19,8 +19,8 @@ sleep@SECONDS (ok, each iteration sleeping SECONDS of real time: a cell
 that is still measuring when a test acts on the sweep),
 oom (the real harness.throughput, the device out of memory at the second
 step: status `oom`), litter-MODE (a file left in the process's temp dir,
-as frameworks leave some, then MODE), oom-in-group and hog-in-group (ok here, alone; see
-`worker`).
+as frameworks leave some, then MODE), oom-in-group and hog-in-group (ok
+here, alone; see `worker`).
 `worker` (below) is `python -m harness worker` with these cells.
 """
 import json
