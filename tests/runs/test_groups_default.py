@@ -52,11 +52,13 @@ def test_one_sweep_groups_tensorflow_and_forks_pytorch(tmp_path):
          for fw in ("pytorch", "tensorflow")])
 
 
-def test_gpu_cells_and_containers_keep_a_process_per_cell():
-    """Fork was measured against cell on the CPU only: natively for the
-    native frameworks, under Docker for CNTK."""
+def test_fork_is_a_default_only_where_it_was_measured_against_cell():
+    """Fork was measured against cell on the CPU only: natively and under
+    Docker for the native frameworks, under Docker for CNTK and Caffe."""
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
-    assert groups.default_for("mxnet", "docker", LOCAL, "cpu") == "cell"
+    assert groups.default_for("pytorch", "docker", LOCAL, "gpu") == "cell"
+    assert groups.default_for("mxnet", "docker", ENGINES["slurm"],
+                              "cpu") == "fork"
     assert groups.default_for("jax", "native", ENGINES["slurm"],
                               "cpu") == "fork"
     assert groups.default_for("cntk", "docker", LOCAL, "cpu") == "fork"
@@ -93,9 +95,11 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     ("native", "local", {"pytorch": "fork", "mxnet": "fork", "cntk": "cell",
                          "jax": "fork", "tensorflow": "group",
                          "caffe": "group"}),
-    ("docker", "local", {"pytorch": "cell", "caffe": "fork",
-                         "cntk": "fork", "tensorflow": "group"}),
-    ("podman", "local", {"caffe": "group", "cntk": "cell"}),
+    ("docker", "local", {"pytorch": "fork", "jax": "fork", "mxnet": "fork",
+                         "caffe": "fork", "cntk": "fork",
+                         "tensorflow": "group"}),
+    ("podman", "local", {"pytorch": "cell", "mxnet": "cell",
+                         "caffe": "group", "cntk": "cell"}),
     ("native", "slurm", {"jax": "fork", "tensorflow": "group"}),
     ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group",
                                "cntk": "cell"}),
