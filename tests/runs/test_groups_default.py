@@ -54,7 +54,8 @@ def test_one_sweep_groups_tensorflow_and_forks_pytorch(tmp_path):
 
 def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     """Fork was measured against cell on the CPU only: natively and under
-    Docker for the native frameworks, under Docker for CNTK and Caffe."""
+    Docker for the native frameworks (PyTorch and MXNet under Podman too),
+    under Docker for CNTK and Caffe."""
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
     assert groups.default_for("pytorch", "docker", LOCAL, "gpu") == "cell"
     assert groups.default_for("mxnet", "docker", ENGINES["slurm"],
@@ -98,7 +99,7 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     ("docker", "local", {"pytorch": "fork", "jax": "fork", "mxnet": "fork",
                          "caffe": "fork", "cntk": "fork",
                          "tensorflow": "group"}),
-    ("podman", "local", {"pytorch": "cell", "mxnet": "cell",
+    ("podman", "local", {"pytorch": "fork", "mxnet": "fork", "jax": "cell",
                          "caffe": "group", "cntk": "cell"}),
     ("native", "slurm", {"jax": "fork", "tensorflow": "group"}),
     ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group",
