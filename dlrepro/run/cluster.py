@@ -27,10 +27,13 @@ from dlrepro.errors import UserError
 from dlrepro.run import nodeenv, store, writer
 from dlrepro.run.paths import JobPaths
 # Base ports: PORT_BASE + (job id mod PORT_SLOTS) * PORT_SPAN; a framework
-# may use port .. port + PORT_SPAN - 1.
-PORT_BASE = 29500
-PORT_SLOTS = 2000
+# may use port .. port + PORT_SPAN - 1. All of them lie below Linux's
+# default ephemeral range (32768-60999), from which every outgoing
+# connection of the node takes its local port: a port there may be any
+# connection's, now or, in TIME_WAIT, for a minute after it closed.
+PORT_BASE = 20000
 PORT_SPAN = 10
+PORT_SLOTS = (32768 - PORT_BASE) // PORT_SPAN
 # How long node 0 waits for the other nodes' results after its own part
 # ended (Slurm's KillWait, 30 s on the test cluster, bounds it after a
 # SIGTERM).
@@ -86,18 +89,31 @@ def interface_of(address):
 def port_problem(port, address, host):
     """Why the job's ports cannot be used on this node, or None."""
     for candidate in range(port, port + PORT_SPAN):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        try:
-            sock.bind(("0.0.0.0", candidate))
-        except OSError as exc:
-            what = ("is taken by another process"
-                    if exc.errno == errno.EADDRINUSE else
-                    f"cannot be bound ({exc.strerror})")
+        what = bind_problem(candidate)
+        if what:
             return (f"port {candidate} on node {host} ({address}) {what}; "
                     f"the job's rendezvous uses ports {port}-"
                     f"{port + PORT_SPAN - 1}, derived from its Slurm job id")
-        finally:
-            sock.close()
+    return None
+
+
+def bind_problem(port):
+    """Why a listener cannot bind `port` on every address here, or
+    None."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # As the frameworks' own listeners bind: c10d's TCPStore and
+    # TensorFlow's gRPC server both start on a port whose last connection
+    # lies in TIME_WAIT (checked), where a plain bind fails; a port that
+    # a process listens on is taken for them and for this.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("0.0.0.0", port))
+    except OSError as exc:
+        return ("is taken by another process"
+                if exc.errno == errno.EADDRINUSE else
+                f"cannot be bound ({exc.strerror})")
+    finally:
+        sock.close()
     return None
 
 

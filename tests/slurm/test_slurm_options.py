@@ -1,6 +1,8 @@
 """The Slurm executor's pure parts, no cluster needed: Slurm's task ranges,
 where options come from, and the arrays jobs are grouped into."""
 import json
+import socket
+import time
 
 import pytest
 
@@ -129,10 +131,52 @@ def test_nodes_are_checked_before_anything_runs(nodes, executor, runtime,
 
 def test_the_port_comes_from_the_job_id():
     from dlrepro.run import cluster as slurmnode
-    assert slurmnode.port_of(0) == 29500
-    assert slurmnode.port_of(17) == 29670
-    assert slurmnode.port_of(2017) == 29670
-    assert max(slurmnode.port_of(i) for i in range(4000)) + 9 < 65536
+    assert slurmnode.port_of(0) == 20000
+    assert slurmnode.port_of(17) == 20170
+    assert slurmnode.port_of(17 + slurmnode.PORT_SLOTS) == 20170
+    # Below Linux's default ephemeral range, where outgoing connections
+    # take their local ports.
+    assert max(slurmnode.port_of(i) for i in range(4000)) + 9 < 32768
+
+
+def _time_wait(port, deadline_s=30):
+    """Whether /proc/net/tcp shows a socket on local `port` in TIME_WAIT
+    (state 06), waited for up to `deadline_s`."""
+    mark = f":{port:04X}"
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        with open("/proc/net/tcp") as table:
+            for line in table.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if local.endswith(mark) and state == "06":
+                    return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_port_in_time_wait_is_free_one_listened_on_is_not():
+    from dlrepro.run import cluster
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    assert cluster.bind_problem(port) == "is taken by another process"
+    listener.close()
+    # The served side closes first, so its socket on `port` waits in
+    # TIME_WAIT once the client has closed too: what a rendezvous leaves
+    # behind on its port.
+    served.close()
+    assert client.recv(1) == b""
+    client.close()
+    assert _time_wait(port)
+    plain = socket.socket()
+    with pytest.raises(OSError):   # what the check did before
+        plain.bind(("0.0.0.0", port))
+    plain.close()
+    assert cluster.bind_problem(port) is None
 
 
 def test_podman_and_charliecloud_give_a_multi_node_job_the_nodes_network(
