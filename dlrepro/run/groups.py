@@ -50,20 +50,24 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # 4 balanced rounds on a quiet machine, found every smoke network's ratio
 # fork/cell of mean iteration times with a Bonferroni interval containing
 # 1: PyTorch, JAX and MXNet natively (docs/measurements/
-# fork-balanced-2026-12-05) and in their images under Docker (PyTorch and
-# MXNet under Podman too: docs/measurements/fork-containers-2026-12-05),
-# CNTK in its image under Docker (docs/measurements/
-# fork-cntk-image-2026-12-05), and Caffe in its image under Docker once
-# its server imported Caffe (docs/measurements/fork-freeze-2026-12-05:
-# 0.93 of its sweep measured, as grouped). Where it was not measured the
-# default stays `cell` (GPU cells: no GPU has run fork yet; JAX and CNTK
-# under Podman, every framework under Charliecloud) or GROUP_BY_DEFAULT's
-# `group` (TensorFlow; Caffe under Podman and Charliecloud). A fork
+# fork-balanced-2026-12-05) and in their images under Docker and Podman
+# (docs/measurements/fork-containers-2026-12-05; JAX and MXNet under
+# Charliecloud too), CNTK in its image under Docker (docs/measurements/
+# fork-cntk-image-2026-12-05), Podman and Charliecloud, and Caffe in its
+# image under Docker once its server imported Caffe (docs/measurements/
+# fork-freeze-2026-12-05: 0.93 of its sweep measured, as grouped) and
+# Podman. Elsewhere the default stays `cell` or GROUP_BY_DEFAULT's `group`
+# (TensorFlow): GPU cells (no GPU has run fork yet); PyTorch under
+# Charliecloud (fcn-r 8% faster under fork, its Bonferroni interval
+# [0.859, 0.988]; 2% alone); Caffe under Charliecloud, where the rule held
+# but every place after a worker's first ran 2-5% slower under fork (its
+# `group`, measured equal to cell, kept until a rerun says which). A fork
 # default comes before a group default.
 FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman"),
-                 "jax": ("native", "docker"),
-                 "mxnet": ("native", "docker", "podman"),
-                 "cntk": ("docker",), "caffe": ("docker",)}
+                 "jax": ("native", "docker", "podman", "charliecloud"),
+                 "mxnet": ("native", "docker", "podman", "charliecloud"),
+                 "cntk": ("docker", "podman", "charliecloud"),
+                 "caffe": ("docker", "podman")}
 FORK_DEFAULT_DEVICES = ("cpu",)
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one
