@@ -61,8 +61,8 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # Charliecloud (fcn-r 8% faster under fork, its Bonferroni interval
 # [0.859, 0.988]; 2% alone); Caffe under Charliecloud, where the rule held
 # but every place after a worker's first ran 2-5% slower under fork (its
-# `group`, measured equal to cell, kept until a rerun says which). A fork
-# default comes before a group default.
+# `group`, measured equal to cell under Docker, kept until a rerun says
+# which). A fork default comes before a group default.
 FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman"),
                  "jax": ("native", "docker", "podman", "charliecloud"),
                  "mxnet": ("native", "docker", "podman", "charliecloud"),

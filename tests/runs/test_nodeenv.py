@@ -75,7 +75,7 @@ def test_the_cluster_comes_from_the_node_environment():
     found = cluster.cluster_of(env, "native", 90)
     assert (found["nodes"], found["node_rank"], found["hosts"],
             found["port"], found["timeout_s"]) == (
-        2, 1, ["localhost", "localhost"], 29670, 30)
+        2, 1, ["localhost", "localhost"], 20170, 30)
     assert found["network"] == ("host network of node localhost (native: "
                                 "the node's own network namespace)")
 
