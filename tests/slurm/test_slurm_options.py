@@ -2,7 +2,6 @@
 where options come from, and the arrays jobs are grouped into."""
 import json
 import socket
-import time
 
 import pytest
 
@@ -10,6 +9,7 @@ from dlrepro.bench import plan
 from dlrepro.errors import UserError
 from dlrepro.run.engines import slurm
 from dlrepro.run.engines.slurm import client, submit
+from waits import wait_for
 
 
 @pytest.mark.parametrize("text, indices", [
@@ -139,18 +139,15 @@ def test_the_port_comes_from_the_job_id():
     assert max(slurmnode.port_of(i) for i in range(4000)) + 9 < 32768
 
 
-def _time_wait(port, deadline_s=30):
+def _in_time_wait(port):
     """Whether /proc/net/tcp shows a socket on local `port` in TIME_WAIT
-    (state 06), waited for up to `deadline_s`."""
+    (state 06)."""
     mark = f":{port:04X}"
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        with open("/proc/net/tcp") as table:
-            for line in table.readlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                if local.endswith(mark) and state == "06":
-                    return True
-        time.sleep(0.05)
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1].endswith(mark) and fields[3] == "06":
+                return True
     return False
 
 
@@ -171,7 +168,8 @@ def test_a_port_in_time_wait_is_free_one_listened_on_is_not():
     served.close()
     assert client.recv(1) == b""
     client.close()
-    assert _time_wait(port)
+    wait_for(lambda: _in_time_wait(port), 30, 0.05,
+             what=f"port {port} in TIME_WAIT")
     plain = socket.socket()
     with pytest.raises(OSError):   # what the check did before
         plain.bind(("0.0.0.0", port))
