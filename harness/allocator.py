@@ -25,8 +25,25 @@ every few steps (strace: brk down by 78 MB, then up again in 20 MB steps;
 10,000-28,000 faults in 8 steps against 5,000-12,500 with trimming off),
 and whether it did depended on where earlier cells had left live blocks
 on the heap. No cell's process gives heap memory back during the cell
-now; it does at exit or, in a worker, before the next cell. Elsewhere
-(musl, macOS) nothing is set and the result says so (null).
+now; it does at exit or, in a worker, before the next cell.
+
+Fixing the thresholds left one history in place: a block at or above the
+mmap threshold is mapped anew, and faulted in page by page, only when the
+heap has no free chunk large enough for it; when it has one, the block
+comes from the heap with its pages already in. Which a step met depended
+on the heap its process happened to have. PyTorch's fcn-r at batch 16
+allocates a 32 MiB gradient every step: six processes alike but for that
+averaged 4,600 to 8,300 faults a step and 48 to 60 ms a step, and under
+fork it ran 0.915 [0.869, 0.963] as long as under cell
+(docs/measurements/allocator-2026-12-06). So mmap is off (M_MMAP_MAX
+0): every block comes from the heap, which grows to the cell's peak in its
+warm-up and, trimming off, stays. No timed step then faults for memory
+its cell freed, in any process or mode (0 to 500 faults a step, 40 to 43
+ms; fork/cell 0.968 [0.919, 1.019]): the state that an allocator which
+keeps freed memory (jemalloc, tcmalloc: the usual advice for PyTorch on
+CPUs) gives, and the one a default glibc process reaches only by chance.
+Where the heap cannot grow, glibc still maps a block as its fallback.
+Elsewhere (musl, macOS) nothing is set and the result says so (null).
 """
 import ctypes
 import os
@@ -37,6 +54,8 @@ TRIM_OFF = -1  # mallopt(3): "disables trimming completely"
 TRIM_OFF_BYTES = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 _M_TRIM_THRESHOLD = -1  # malloc.h
 _M_MMAP_THRESHOLD = -3
+_M_MMAP_MAX = -4
+MMAP_MAX = 0  # no block mapped on its own: all from the heap
 
 _held = []  # the block `hold` returned, once per process
 
@@ -67,9 +86,11 @@ def hold(libc=None):
     # mallopt returns 1 on success; a fixed value also stops the adapting.
     set_ok = (libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and
               libc.mallopt(_M_TRIM_THRESHOLD, TRIM_OFF) == 1)
+    mmap_off = libc.mallopt(_M_MMAP_MAX, MMAP_MAX) == 1
     block = {"library": version,
              "mmap_threshold_bytes": MMAP_THRESHOLD if set_ok else None,
-             "trim_threshold_bytes": TRIM_OFF_BYTES if set_ok else None}
+             "trim_threshold_bytes": TRIM_OFF_BYTES if set_ok else None,
+             "mmap_max": MMAP_MAX if mmap_off else None}
     _held.append(block)
     return dict(block)
 

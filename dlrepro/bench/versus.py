@@ -240,16 +240,22 @@ def _allocator_state(result):
     trim = allocator["trim_threshold_bytes"]
     # SIZE_MAX (harness.allocator.TRIM_OFF_BYTES): glibc never trims by itself.
     trim = "off" if trim >= 2 ** 32 - 1 else f"{trim // 2 ** 20} MiB"
+    # mmap_max 0 (harness.allocator.MMAP_MAX): every block from the heap;
+    # absent before the harness set it, null where mallopt refused it.
+    mapping = {0: ", mmap off"}.get(allocator.get("mmap_max"), "")
     return (f"{allocator['library']} fixed at mmap "
-            f"{allocator['mmap_threshold_bytes'] // 2 ** 20} MiB, trim {trim}")
+            f"{allocator['mmap_threshold_bytes'] // 2 ** 20} MiB, trim {trim}"
+            f"{mapping}")
 
 
 def _states_line(base_pairs, new_pairs, state_of, what, why):
     """One line when the two runs' cells ran with `what` in different
     states (state_of(result)), else None."""
+    # Only cells that ran: an unsupported or failed cell's result has no
+    # environment to tell, and no iteration time the state could explain.
     def states(job_results):
-        return sorted({state_of(result)
-                       for _, result in job_results if result is not None})
+        return sorted({state_of(result) for _, result in job_results
+                       if result is not None and result.get("status") == "ok"})
     base, new = states(base_pairs), states(new_pairs)
     if base == new:
         return None

@@ -64,6 +64,39 @@ libc.free(block)
 
 
 @needs_glibc
+def test_a_held_process_gives_a_large_block_the_heap_its_last_one_left(root):
+    # 48 MiB, above any mmap threshold glibc takes: unheld, each such
+    # block is mapped anew and its pages faulted in, unless the heap has a
+    # free chunk for it, which depends on what the process did before.
+    # Held (mmap off), the second comes from where the first was freed on
+    # the heap, its pages already in: no fault for memory freed.
+    body = """
+import resource
+held = allocator.hold() if sys.argv[-1] == "hold" else None
+
+def touch(size):
+    block = libc.malloc(size)
+    ctypes.memset(ctypes.c_void_p(block), 1, size)
+    return block
+
+libc.free(touch(%d))
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+mapped = libc.mallinfo2().hblkhd
+block = touch(%d)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+print(libc.mallinfo2().hblkhd - mapped)
+print(held and held["mmap_max"])
+""" % (48 * MIB, 48 * MIB)
+    faults, mapped, mmap_max = probe(root, body.replace(
+        'sys.argv[-1] == "hold"', "True"))
+    assert int(mapped) == 0 and mmap_max == "0"
+    assert int(faults) < 48 * MIB // 4096 // 100, faults
+    faults, mapped, mmap_max = probe(root, body.replace(
+        'sys.argv[-1] == "hold"', "False"))
+    assert int(mapped) >= 48 * MIB and mmap_max == "None"
+
+
+@needs_glibc
 def test_freed_heap_stays_until_a_worker_gives_it_back(root):
     # 96 MiB freed at the heap's top: glibc's own trimming (at 64 MiB once
     # adapted, 128 KiB fresh) would give it back at the last free; held,
@@ -120,4 +153,4 @@ def test_a_refused_setting_is_recorded_as_unknown(monkeypatch):
     monkeypatch.setattr(allocator, "_held", [])
     assert allocator.hold(libc=Refusing()) == {
         "library": "glibc 2.36", "mmap_threshold_bytes": None,
-        "trim_threshold_bytes": None}
+        "trim_threshold_bytes": None, "mmap_max": None}

@@ -274,7 +274,8 @@ def test_real_pytorch_group(root, make_cell, tmp_path):
             "mmap_threshold_bytes": 32 * 1024 * 1024,
             # Trimming off: glibc's size_t maximum.
             "trim_threshold_bytes": 2 ** (8 * ctypes.sizeof(ctypes.c_size_t))
-            - 1}
+            - 1,
+            "mmap_max": 0}
 
 
 def long_cell(make_cell):

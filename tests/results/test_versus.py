@@ -224,8 +224,35 @@ def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
     assert first_line_against(runs, old) == (
         "note: the runs' C allocator differed (base: adapting to each "
         "process's history; this run: {} fixed at mmap 32 MiB, trim "
+        "off, mmap off); on the CPU a difference may be its page faults, "
+        "not the framework's".format(libc))
+
+
+def test_compare_says_when_large_blocks_could_still_be_mapped(runs,
+                                                              tmp_path):
+    # Thresholds fixed, but from before the harness turned mmap off.
+    old = tmp_path / runs["base"].name
+    shutil.copytree(runs["base"], old)
+    for entry in json.loads((old / "run.json").read_text())["jobs"]:
+        result = json.loads((old / entry["file"]).read_text())
+        del result["environment"]["allocator"]["mmap_max"]
+        resultfile.write_atomic(str(old / entry["file"]), result)
+    libc = os.confstr("CS_GNU_LIBC_VERSION")
+    assert first_line_against(runs, old) == (
+        "note: the runs' C allocator differed (base: {0} fixed at mmap 32 "
+        "MiB, trim off; this run: {0} fixed at mmap 32 MiB, trim off, mmap "
         "off); on the CPU a difference may be its page faults, not the "
         "framework's".format(libc))
+
+
+def test_a_cell_that_never_ran_has_no_allocator_state(runs):
+    # A cell unsupported here (Caffe natively) has no environment block:
+    # it must not read as a run adapting to its process's history.
+    pairs = _pairs(runs["base"])
+    entry, _ = pairs[0]
+    never_ran = {"status": "unsupported", "environment": None}
+    assert versus.allocator_line(pairs + [(entry, never_ran)],
+                                 _pairs(runs["same"])) is None
 
 
 def test_compare_says_when_pythons_collector_differed(runs, tmp_path):
