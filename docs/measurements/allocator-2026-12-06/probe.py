@@ -3,9 +3,9 @@ forked after the import, with the harness's allocator settings of today
 (mmap off) or of before (glibc's default mmap maximum, 65,536). Per
 process: mean and median step time, minor page faults a step (mean, and
 the fewest and most in one step), over 40 timed steps after 3 warm-up
-steps. Usage: probe.py fresh|fork new|old (ROOT: the repository; NETWORK and
-BATCH: another cell; FRAMEWORK: another
-backend, fresh only)."""
+steps. Usage: probe.py fresh|fork new|old (ROOT: the repository;
+NETWORK and BATCH: another cell; FRAMEWORK: another backend, fresh
+only)."""
 import ctypes
 import json
 import os
