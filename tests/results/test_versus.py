@@ -197,16 +197,23 @@ def test_the_gate_and_cells_that_cannot_be_compared(runs, tmp_path):
         "different thread count: 2 against 1"]
 
 
-def older_base(runs, tmp_path, key):
-    """The base run as one written before the harness recorded
-    environment[key] (and so before it set what that records)."""
+def edited_base(runs, tmp_path, edit):
+    """A copy of the base run with edit(environment) applied to each of
+    its results' environment blocks."""
     old = tmp_path / runs["base"].name
     shutil.copytree(runs["base"], old)
     for entry in json.loads((old / "run.json").read_text())["jobs"]:
         result = json.loads((old / entry["file"]).read_text())
-        del result["environment"][key]
+        edit(result["environment"])
         resultfile.write_atomic(str(old / entry["file"]), result)
     return old
+
+
+def older_base(runs, tmp_path, key):
+    """The base run as one written before the harness recorded
+    environment[key] (and so before it set what that records)."""
+    return edited_base(runs, tmp_path,
+                       lambda environment: environment.pop(key))
 
 
 def first_line_against(runs, old):
@@ -231,12 +238,9 @@ def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
 def test_compare_says_when_large_blocks_could_still_be_mapped(runs,
                                                               tmp_path):
     # Thresholds fixed, but from before the harness turned mmap off.
-    old = tmp_path / runs["base"].name
-    shutil.copytree(runs["base"], old)
-    for entry in json.loads((old / "run.json").read_text())["jobs"]:
-        result = json.loads((old / entry["file"]).read_text())
-        del result["environment"]["allocator"]["mmap_max"]
-        resultfile.write_atomic(str(old / entry["file"]), result)
+    old = edited_base(runs, tmp_path,
+                      lambda environment: environment["allocator"].pop(
+                          "mmap_max"))
     libc = os.confstr("CS_GNU_LIBC_VERSION")
     assert first_line_against(runs, old) == (
         "note: the runs' C allocator differed (base: {0} fixed at mmap 32 "
