@@ -15,12 +15,21 @@ fresh memory cost as much as the draw itself.
 
 The buffer is 64-byte aligned, so that JAX (PJRT's CPU client) and
 TensorFlow (through DLPack) can take it as it is instead of copying it. A
-large one is an anonymous mapping of its own, in 4 KiB pages as PyTorch's
-are: numpy asks for transparent huge pages for its large arrays
+large one is a private anonymous mapping of its own, in 4 KiB pages as
+PyTorch's are: numpy asks for transparent huge pages for its large arrays
 (MADV_HUGEPAGE), and where the kernel compacts memory for them on demand
 (defrag "madvise", a page cache filling the RAM) fcn5's build took 2-3x
 the wall time in stalls (TensorFlow: 22-31 s against 11-12 s on a loaded
-2-core VM, minor faults 4,100 against 117,600).
+2-core VM, minor faults 4,100 against 117,600). Private, not shared:
+a shared anonymous mapping is shared memory, whose pages cost a fifth
+more to fault in (fcn5's 118M values: 0.55 s shared, 0.45 s private on
+the 2-core VM); huge pages are refused outright where Python can say so
+(mmap.madvise, 3.8 and newer), for kernels that give them unasked.
+
+A large draw is made and scaled a cache-sized chunk at a time, from the
+one generator: the same values as one draw of the whole array followed by
+three passes over it, in one pass over memory (0.45 s to 0.38 s for
+fcn5's values; docs/measurements/fixed-costs-2026-12-06).
 """
 import math
 import mmap
@@ -31,6 +40,8 @@ ALIGNMENT = 64
 # From this size on a buffer is mapped on its own (numpy madvises huge
 # pages from 4 MiB).
 MAPPED_BYTES = 1 << 22
+# Values drawn and scaled at a time: 1 MiB, within any L2 cache.
+CHUNK = 1 << 18
 
 
 def _np():
@@ -58,11 +69,22 @@ def aligned_empty(shape, dtype="float32"):
     size = count * dtype.itemsize
     if size >= MAPPED_BYTES:
         # Page-aligned; unmapped when the last array over it goes.
-        return np.frombuffer(mmap.mmap(-1, size), dtype=dtype).reshape(
+        return np.frombuffer(_mapping(size), dtype=dtype).reshape(
             tuple(shape))
     raw = np.empty(size + ALIGNMENT, dtype=np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + size].view(dtype).reshape(tuple(shape))
+
+
+def _mapping(size):
+    """`size` bytes of private anonymous memory, no page touched yet."""
+    buffer = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    # Python 3.8 and newer only; the images' 3.6 leaves the kernel's choice.
+    advise = getattr(buffer, "madvise", None)
+    no_huge_pages = getattr(mmap, "MADV_NOHUGEPAGE", None)
+    if advise is not None and no_huge_pages is not None:
+        advise(no_huge_pages)
+    return buffer
 
 
 def uniform(key, shape, limit, out=None):
@@ -74,14 +96,21 @@ def uniform(key, shape, limit, out=None):
     if float(bound) > limit:  # rounded up: the next float32 towards zero
         bound = np.nextafter(bound, np.float32(0))
     values = aligned_empty(shape) if out is None else out
+    if not values.flags.c_contiguous:
+        # reshape(-1) would draw into a copy.
+        raise ValueError("draws.uniform draws into C-contiguous memory only")
     # u in [0, 1) has 24 bits: 2u - 1 is exact, and scaling a value under 1
-    # in magnitude cannot round past the bound. In place: the draw is the
-    # one pass over fresh memory.
-    np.random.default_rng(key).random(values.shape, dtype=np.float32,
-                                      out=values)
-    values *= np.float32(2)
-    values -= np.float32(1)
-    values *= bound
+    # in magnitude cannot round past the bound. A chunk at a time, each
+    # scaled while it is in the cache: the draw is the one pass over fresh
+    # memory, and the generator's stream is the same however it is cut.
+    generator = np.random.default_rng(key)
+    flat = values.reshape(-1)
+    for start in range(0, flat.size, CHUNK):
+        chunk = flat[start:start + CHUNK]
+        generator.random(chunk.shape, dtype=np.float32, out=chunk)
+        chunk *= np.float32(2)
+        chunk -= np.float32(1)
+        chunk *= bound
     return values
 
 

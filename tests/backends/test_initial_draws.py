@@ -11,6 +11,7 @@ same weights twice and another seed other weights.
 """
 import hashlib
 import math
+import os
 
 import numpy as np
 import pytest
@@ -157,6 +158,26 @@ def test_drawing_into_memory_given_draws_the_same_values():
     assert np.array_equal(drawn, given)
 
 
+def test_a_draw_in_chunks_is_the_one_draw_of_the_whole_array():
+    # Two chunks and an odd rest: a cut in the generator's stream (or a
+    # chunk drawn twice, or left undrawn) changes the values.
+    count, limit = 2 * draws.CHUNK + 3, 0.02
+    bound = np.float32(limit)
+    if float(bound) > limit:
+        bound = np.nextafter(bound, np.float32(0))
+    whole = np.random.default_rng(draws.keys(5)).random(count,
+                                                        dtype=np.float32)
+    whole = (whole * np.float32(2) - np.float32(1)) * bound
+    drawn = draws.uniform(draws.keys(5), (count,), limit)
+    assert np.array_equal(drawn, whole)
+
+
+def test_a_draw_refuses_memory_it_would_copy():
+    strided = np.empty((100, 300), dtype=np.float32)[:, ::2]
+    with pytest.raises(ValueError, match="C-contiguous"):
+        draws.uniform(draws.keys(0), strided.shape, 0.1, out=strided)
+
+
 def test_a_bound_never_rounds_past_the_limit():
     # float32(limit) > limit: the bound is the next float32 down.
     limit = 0.1
@@ -173,3 +194,10 @@ def test_a_large_buffer_is_mapped_aligned_and_writable_on_its_own():
     a.fill(1)
     b.fill(2)
     assert a.sum() == shape[0] and b[0] == 2
+    # Private: a child forked now writes its own pages, never the parent's.
+    pid = os.fork()
+    if pid == 0:
+        a.fill(3)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert a[0] == 1 and a[-1] == 1
