@@ -222,31 +222,33 @@ def first_line_against(runs, old):
     return proc.stdout.splitlines()[0]
 
 
-def test_compare_says_when_the_c_allocator_differed(runs, tmp_path):
+def _pop_allocator(environment):
     # Before the harness fixed glibc's thresholds.
-    old = older_base(runs, tmp_path, "allocator")
+    environment.pop("allocator")
+
+
+def _pop_mmap_max(environment):
+    # Thresholds fixed, but from before the harness turned mmap off.
+    environment["allocator"].pop("mmap_max")
+
+
+@pytest.mark.parametrize("edit, base_state", [
+    pytest.param(_pop_allocator, "adapting to each process's history",
+                 id="before-fixed-thresholds"),
+    pytest.param(_pop_mmap_max, "{libc} fixed at mmap 32 MiB, trim off",
+                 id="before-mmap-off"),
+])
+def test_compare_says_when_the_c_allocator_differed(runs, tmp_path, edit,
+                                                    base_state):
     assert versus.allocator_line(_pairs(runs["base"]),
                                  _pairs(runs["same"])) is None
+    old = edited_base(runs, tmp_path, edit)
     libc = os.confstr("CS_GNU_LIBC_VERSION")
     assert first_line_against(runs, old) == (
-        "note: the runs' C allocator differed (base: adapting to each "
-        "process's history; this run: {} fixed at mmap 32 MiB, trim "
-        "off, mmap off); on the CPU a difference may be its page faults, "
-        "not the framework's".format(libc))
-
-
-def test_compare_says_when_large_blocks_could_still_be_mapped(runs,
-                                                              tmp_path):
-    # Thresholds fixed, but from before the harness turned mmap off.
-    old = edited_base(runs, tmp_path,
-                      lambda environment: environment["allocator"].pop(
-                          "mmap_max"))
-    libc = os.confstr("CS_GNU_LIBC_VERSION")
-    assert first_line_against(runs, old) == (
-        "note: the runs' C allocator differed (base: {0} fixed at mmap 32 "
-        "MiB, trim off; this run: {0} fixed at mmap 32 MiB, trim off, mmap "
-        "off); on the CPU a difference may be its page faults, not the "
-        "framework's".format(libc))
+        "note: the runs' C allocator differed (base: {}; this run: {} "
+        "fixed at mmap 32 MiB, trim off, mmap off); on the CPU a difference "
+        "may be its page faults, not the framework's".format(
+            base_state.format(libc=libc), libc))
 
 
 def test_a_cell_that_never_ran_has_no_allocator_state(runs):
