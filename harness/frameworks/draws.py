@@ -21,15 +21,16 @@ PyTorch's are: numpy asks for transparent huge pages for its large arrays
 (defrag "madvise", a page cache filling the RAM) fcn5's build took 2-3x
 the wall time in stalls (TensorFlow: 22-31 s against 11-12 s on a loaded
 2-core VM, minor faults 4,100 against 117,600). Private, not shared:
-a shared anonymous mapping is shared memory, whose pages cost a fifth
-more to fault in (fcn5's 118M values: 0.55 s shared, 0.45 s private on
-the 2-core VM); huge pages are refused outright where Python can say so
-(mmap.madvise, 3.8 and newer), for kernels that give them unasked.
+a shared anonymous mapping is shared memory, whose pages cost more to
+fault in (fcn5's 118M values drawn: 0.54-0.61 s shared, 0.45-0.50 s
+private on the 2-core VM); huge pages are refused outright where Python
+can say so (mmap.madvise, 3.8 and newer), for kernels that give them
+unasked.
 
 A large draw is made and scaled a cache-sized chunk at a time, from the
 one generator: the same values as one draw of the whole array followed by
-three passes over it, in one pass over memory (0.45 s to 0.38 s for
-fcn5's values; docs/measurements/fixed-costs-2026-12-06).
+three passes over it, in one pass over memory (about 0.04 s of fcn5's
+0.45-0.50 s; docs/measurements/fixed-costs-2026-12-06).
 """
 import math
 import mmap
