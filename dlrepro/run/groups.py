@@ -56,14 +56,15 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # fork-cntk-image-2026-12-05), Podman and Charliecloud, and Caffe in its
 # image under Docker once its server imported Caffe (docs/measurements/
 # fork-freeze-2026-12-05: 0.93 of its sweep measured, as grouped) and
-# Podman. Elsewhere the default stays `cell` or GROUP_BY_DEFAULT's `group`
-# (TensorFlow): GPU cells (no GPU has run fork yet); PyTorch under
-# Charliecloud (fcn-r 8% faster under fork, its Bonferroni interval
-# [0.859, 0.988]; 2% alone); Caffe under Charliecloud, where the rule held
-# but every place after a worker's first ran 2-5% slower under fork (its
+# Podman; PyTorch under Charliecloud once glibc's mmap was off in every
+# cell (docs/measurements/fixed-costs-2026-12-06; before, its fcn-r ran 8%
+# faster under fork by the heap each process had). Elsewhere the default
+# stays `cell` or GROUP_BY_DEFAULT's `group` (TensorFlow): GPU cells (no
+# GPU has run fork yet); Caffe under Charliecloud, where the rule held but
+# every place after a worker's first ran 2-5% slower under fork (its
 # `group`, measured equal to cell under Docker, kept until a rerun says
 # which). A fork default comes before a group default.
-FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman"),
+FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman", "charliecloud"),
                  "jax": ("native", "docker", "podman", "charliecloud"),
                  "mxnet": ("native", "docker", "podman", "charliecloud"),
                  "cntk": ("docker", "podman", "charliecloud"),

@@ -54,10 +54,9 @@ def test_one_sweep_groups_tensorflow_and_forks_pytorch(tmp_path):
 
 def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     """Fork was measured against cell on the CPU only: natively, under
-    Docker and under Podman for the native frameworks (JAX and MXNet under
-    Charliecloud too), under Docker, Podman and Charliecloud for CNTK, under
-    Docker and Podman for Caffe; PyTorch under Charliecloud did not meet
-    the rule."""
+    Docker, Podman and Charliecloud for PyTorch, JAX and MXNet, under
+    Docker, Podman and Charliecloud for CNTK, under Docker and Podman for
+    Caffe (under Charliecloud its places leaned; it keeps `group`)."""
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
     assert groups.default_for("pytorch", "docker", LOCAL, "gpu") == "cell"
     assert groups.default_for("mxnet", "docker", ENGINES["slurm"],
@@ -71,7 +70,11 @@ def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     assert groups.default_for("cntk", "podman", LOCAL, "cpu") == "fork"
     assert groups.default_for("caffe", "podman", LOCAL, "gpu") == "group"
     assert groups.default_for("pytorch", "charliecloud", LOCAL,
-                              "cpu") == "cell"
+                              "cpu") == "fork"
+    assert groups.default_for("pytorch", "charliecloud", LOCAL,
+                              "gpu") == "cell"
+    assert groups.default_for("caffe", "charliecloud", LOCAL,
+                              "cpu") == "group"
     assert groups.default_for("mxnet", "charliecloud", LOCAL,
                               "gpu") == "cell"
 
@@ -110,7 +113,7 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
                          "caffe": "fork", "cntk": "fork",
                          "tensorflow": "group"}),
     ("native", "slurm", {"jax": "fork", "tensorflow": "group"}),
-    ("charliecloud", "slurm", {"pytorch": "cell", "caffe": "group",
+    ("charliecloud", "slurm", {"pytorch": "fork", "caffe": "group",
                                "cntk": "fork", "jax": "fork",
                                "mxnet": "fork", "tensorflow": "group"}),
     ("apptainer", "local", {"tensorflow": "cell"}),
