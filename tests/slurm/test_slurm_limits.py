@@ -134,6 +134,36 @@ def test_states_come_from_sacct(tmp_path, monkeypatch):
     assert said.stdout.split() == ["dlrepro|normal"], said
 
 
+def test_a_task_missing_from_saccts_answer_is_asked_of_scontrol(
+        tmp_path, monkeypatch):
+    """sacct answers from slurmdbd's records, a snapshot: while an array's
+    last pending task starts, its pending remainder can be missing from
+    the answer (ReFrame met it too: reframe-hpc/reframe#3707), and a task
+    the watcher waits on was taken for gone while it ran. A stand-in
+    sacct gives such an answer (the race cannot be had on demand); the
+    real scontrol, asked next, knows the held task."""
+    scancel = shutil.which("scancel")
+    array = subprocess.run(
+        ["sbatch", "--parsable", "--hold", "--array=0-1",
+         "--output=/dev/null", "--wrap", "true"], capture_output=True,
+        text=True, check=True).stdout.strip().split(";")[0]
+    try:
+        only = tmp_path / "bin"
+        only.mkdir()
+        (only / "scontrol").symlink_to(shutil.which("scontrol"))
+        (only / "sacct").write_text(
+            f"#!/bin/sh\necho '{array}_0|PENDING|JobHeldUser|"
+            f"None assigned|0:0'\n")
+        (only / "sacct").chmod(0o755)
+        monkeypatch.setenv("PATH", str(only))
+        known = client.states([array], {(array, 0), (array, 1)})
+    finally:
+        subprocess.run([scancel, array], check=True)
+    assert known[(array, 0)].source == "sacct"
+    assert known[(array, 1)].state == "PENDING"
+    assert known[(array, 1)].source == "scontrol"
+
+
 def test_a_preempted_task_ends_its_cell_keeping_what_was_measured(tmp_path):
     """A job in partition `high` that needs the node's CPUs preempts the
     sweep's task in `debug` (PreemptMode=CANCEL): SIGTERM, the harness

@@ -64,13 +64,14 @@ class TaskState(NamedTuple):
     source: Optional[str] = None    # who said so: "sacct" or "scontrol"
 
 
-def states(array_ids):
+def states(array_ids, expected=()):
     """{(array job id, task index): TaskState} for the tasks Slurm still
     knows: sacct where accounting is on, else `scontrol show job`. An
     array sacct does not know yet (slurmctld hands new jobs to slurmdbd a
     moment after sbatch returns) is asked of scontrol, so that a task just
     submitted is never taken for one gone; so is a task sacct says has
-    ended, in case slurmctld is still completing it."""
+    ended, in case slurmctld is still completing it, and a task of
+    `expected` (the keys the caller waits on) that sacct's answer lacks."""
     if not array_ids:
         return {}
     found = _sacct(array_ids)
@@ -79,16 +80,23 @@ def states(array_ids):
     known = {array_id for array_id, _ in found}
     ended = {array_id for (array_id, _), task in found.items()
              if task.state not in ACTIVE}
+    # sacct's answer is a snapshot of slurmdbd's records: while an array's
+    # last pending task starts, its pending remainder may be missing from
+    # it (the record being rewritten as that task's own).
+    lacking = {array_id for array_id, index in expected
+               if (array_id, index) not in found}
     for array_id in array_ids:
         if array_id not in known:
             found.update(_scontrol(array_id))
-        elif array_id in ended and shutil.which("scontrol"):
+        elif (array_id in ended or array_id in lacking) and \
+                shutil.which("scontrol"):
             # sacct records a task's end as soon as slurmctld signals it;
             # slurmctld keeps it COMPLETING until its processes are gone
             # (the harness writing what it measured, within KillWait).
             # Until then the task is not over.
             for key, task in _scontrol(array_id).items():
-                if key in found and task.state in ACTIVE:
+                if key not in found or (array_id in ended
+                                        and task.state in ACTIVE):
                     found[key] = task
     return found
 

@@ -59,6 +59,11 @@ class Watch:
         return sorted({self.by_id[i]["slurm"]["array_job_id"]
                        for i in self.pending})
 
+    def tasks(self):
+        return {(self.by_id[i]["slurm"]["array_job_id"],
+                 self.by_id[i]["slurm"]["array_task_id"])
+                for i in self.pending}
+
     def wait(self, events=None, deadline=None):
         """Until every pending job has ended (or the deadline, a
         time.monotonic() value, has passed)."""
@@ -67,7 +72,7 @@ class Watch:
         while self.pending and (deadline is None
                                 or time.monotonic() < deadline):
             try:
-                known = client.states(self.arrays())
+                known = client.states(self.arrays(), self.tasks())
             except UserError as exc:  # slurmctld busy or restarting
                 events.log(f"slurm: {exc}; asking again")
                 time.sleep(self.poll_s * 5)
