@@ -58,8 +58,10 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # fork-freeze-2026-12-05: 0.93 of its sweep measured, as grouped) and
 # Podman; PyTorch under Charliecloud once glibc's mmap was off in every
 # cell (docs/measurements/fixed-costs-2026-12-06; before, its fcn-r ran 8%
-# faster under fork by the heap each process had). Elsewhere the default
-# stays `cell` or GROUP_BY_DEFAULT's `group` (TensorFlow): GPU cells (no
+# faster under fork by the heap each process had); TensorFlow natively
+# (the same write-up: every interval containing 1, but wide). Elsewhere
+# the default stays `cell` or GROUP_BY_DEFAULT's `group` (TensorFlow in
+# its images, where fork was not measured against cell): GPU cells (no
 # GPU has run fork yet); Caffe under Charliecloud, where the rule held but
 # every place after a worker's first ran 2-5% slower under fork (its
 # `group`, measured equal to cell under Docker, kept until a rerun says
@@ -68,7 +70,8 @@ FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman", "charliecloud"),
                  "jax": ("native", "docker", "podman", "charliecloud"),
                  "mxnet": ("native", "docker", "podman", "charliecloud"),
                  "cntk": ("docker", "podman", "charliecloud"),
-                 "caffe": ("docker", "podman")}
+                 "caffe": ("docker", "podman"),
+                 "tensorflow": ("native",)}
 FORK_DEFAULT_DEVICES = ("cpu",)
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one

@@ -18,9 +18,10 @@ from scripted import BENCH, invoke
 LOCAL = ENGINES["local"]
 
 NETWORKS = ("fcn5", "fcn-r")
-# PyTorch's default is fork natively on the CPU, TensorFlow's group: one
-# sweep with both.
-MIXED = (BENCH[:2] + ["tensorflow"] + BENCH[1:]
+# PyTorch's default is fork natively on the CPU, Caffe's group (it runs
+# natively only with a --python of its own, as the scripted harness is
+# here): one sweep with both.
+MIXED = (BENCH[:2] + ["caffe"] + BENCH[1:]
          + [a for n in NETWORKS for a in ("--network", n)])
 
 
@@ -29,34 +30,42 @@ def results(run_dir):
             for e in store.read_run(run_dir)["jobs"]}
 
 
-def test_one_sweep_groups_tensorflow_and_forks_pytorch(tmp_path):
+def test_one_sweep_groups_caffe_and_forks_pytorch(tmp_path):
     done = invoke(*MIXED, "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
     run_dir = (tmp_path / "latest").resolve()
     record = store.read_run(run_dir)
-    assert record["isolation"] == {"pytorch": "fork", "tensorflow": "group"}
+    assert record["isolation"] == {"pytorch": "fork", "caffe": "group"}
     found = results(run_dir)
     assert {r["status"] for r in found.values()} == {"ok"}
-    tf = [r for i, r in found.items() if i.startswith("tensorflow-")]
+    caffe = [r for i, r in found.items() if i.startswith("caffe-")]
     torch = [r for i, r in found.items() if i.startswith("pytorch-")]
-    assert len(tf) == len(torch) == len(NETWORKS)
-    # TensorFlow's two cells in one worker, one after the other
-    assert [r["isolation"]["mode"] for r in tf] == ["group"] * 2
-    assert sorted(r["isolation"]["position"] for r in tf) == [1, 2]
-    assert len({r["isolation"]["worker_pid"] for r in tf}) == 1
+    assert len(caffe) == len(torch) == len(NETWORKS)
+    # Caffe's two cells in one worker, one after the other
+    assert [r["isolation"]["mode"] for r in caffe] == ["group"] * 2
+    assert sorted(r["isolation"]["position"] for r in caffe) == [1, 2]
+    assert len({r["isolation"]["worker_pid"] for r in caffe}) == 1
     # PyTorch's two, each a child of one fork server
     assert [r["isolation"]["mode"] for r in torch] == ["fork"] * 2
     assert len({r["isolation"]["worker_pid"] for r in torch}) == 1
     assert sorted(record["workers"]) == sorted(
         [[i for i in found if i.startswith(f"{fw}-")]
-         for fw in ("pytorch", "tensorflow")])
+         for fw in ("pytorch", "caffe")])
 
 
 def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     """Fork was measured against cell on the CPU only: natively, under
     Docker, Podman and Charliecloud for PyTorch, JAX and MXNet, under
     Docker, Podman and Charliecloud for CNTK, under Docker and Podman for
-    Caffe (under Charliecloud its places leaned; it keeps `group`)."""
+    Caffe (under Charliecloud its places leaned; it keeps `group`),
+    natively for TensorFlow (in its images it keeps `group`)."""
+    assert groups.default_for("tensorflow", "native", LOCAL, "cpu") == "fork"
+    assert groups.default_for("tensorflow", "native", ENGINES["slurm"],
+                              "cpu") == "fork"
+    assert groups.default_for("tensorflow", "native", LOCAL, "gpu") == \
+        "group"
+    assert groups.default_for("tensorflow", "docker", LOCAL, "cpu") == \
+        "group"
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
     assert groups.default_for("pytorch", "docker", LOCAL, "gpu") == "cell"
     assert groups.default_for("mxnet", "docker", ENGINES["slurm"],
@@ -95,8 +104,8 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     assert invoke(*MIXED, "--out", str(tmp_path)).returncode == 0
     compared = invoke("compare", "--out", str(tmp_path), "--against", base)
     assert compared.returncode == 0, compared.stderr
-    assert ("different isolation modes (pytorch: base cell, this run fork; "
-            "tensorflow: base cell, this run group)"
+    assert ("different isolation modes (caffe: base cell, this run group; "
+            "pytorch: base cell, this run fork)"
             in compared.stdout), compared.stdout
 
 
@@ -104,7 +113,7 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
 
 @pytest.mark.parametrize("runtime,executor,expected", [
     ("native", "local", {"pytorch": "fork", "mxnet": "fork", "cntk": "cell",
-                         "jax": "fork", "tensorflow": "group",
+                         "jax": "fork", "tensorflow": "fork",
                          "caffe": "group"}),
     ("docker", "local", {"pytorch": "fork", "jax": "fork", "mxnet": "fork",
                          "caffe": "fork", "cntk": "fork",
@@ -112,7 +121,7 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     ("podman", "local", {"pytorch": "fork", "mxnet": "fork", "jax": "fork",
                          "caffe": "fork", "cntk": "fork",
                          "tensorflow": "group"}),
-    ("native", "slurm", {"jax": "fork", "tensorflow": "group"}),
+    ("native", "slurm", {"jax": "fork", "tensorflow": "fork"}),
     ("charliecloud", "slurm", {"pytorch": "fork", "caffe": "group",
                                "cntk": "fork", "jax": "fork",
                                "mxnet": "fork", "tensorflow": "group"}),
@@ -127,7 +136,7 @@ def test_the_default_is_the_frameworks_where_groups_can_run(
 
 def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
     jobs = [job("a", framework=framework, isolation="cell")
-            for framework in ("pytorch", "jax", "tensorflow")]
+            for framework in ("pytorch", "jax", "caffe")]
     assert [j.isolation for j in groups.assign(jobs, "cell", "native",
                                                LOCAL)] == ["cell"] * 3
     assert [j.isolation for j in groups.assign(jobs, "group", "native",
@@ -136,7 +145,7 @@ def test_a_named_mode_is_every_jobs_and_none_is_each_frameworks():
                                                LOCAL)] == \
         ["fork", "fork", "group"]
     assert groups.summary(groups.assign(jobs, None, "native", LOCAL)) == \
-        {"pytorch": "fork", "jax": "fork", "tensorflow": "group"}
+        {"pytorch": "fork", "jax": "fork", "caffe": "group"}
     assert groups.summary(groups.assign(jobs, "group", "native", LOCAL)) \
         == "group"
     assert groups.summary([]) == "cell"

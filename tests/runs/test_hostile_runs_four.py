@@ -249,17 +249,18 @@ def test_a_resume_under_another_isolation_keeps_each_jobs_mode(tmp_path):
 def test_compare_names_only_frameworks_both_runs_measured(tmp_path):
     """Item 18: against a run of PyTorch (cell) and TensorFlow (group), a
     PyTorch-only run under cell was said to differ for TensorFlow. (Each
-    framework's default: PyTorch forks now.)"""
-    mixed = ["--framework", "tensorflow"]
+    framework's default: PyTorch's and TensorFlow's fork now natively,
+    Caffe's, run by the scripted harness, groups.)"""
+    mixed = ["--framework", "caffe"]
     base = finished(tmp_path, "fcn5", extra=mixed, isolation=())
     assert store.read_run(base)["isolation"] == {"pytorch": "fork",
-                                                 "tensorflow": "group"}
+                                                 "caffe": "group"}
     finished(tmp_path, "fcn5", extra=["--isolation", "fork"])
     assert "isolation" not in compare_against(tmp_path, base.name)
     finished(tmp_path, "fcn5", extra=["--isolation", "group"])
     said = compare_against(tmp_path, base.name)
     assert "(base: fork, this run: group)" in said, said
-    assert "tensorflow" not in said.split("\n")[0]
+    assert "caffe" not in said.split("\n")[0]
 
 
 # --- 21: a result belongs to its run ------------------------------------------

@@ -180,29 +180,30 @@ def test_a_groups_summed_limit_the_partition_refuses_leaves_no_run(
 
 
 def test_each_frameworks_default_in_one_submission(tmp_path):
-    """Without --isolation, TensorFlow's cells (grouped by default) share
-    one array task and worker, and PyTorch's (forked by default on the CPU)
+    """Without --isolation, Caffe's cells (grouped by default natively,
+    where only a --python of its own runs them) share one array task and
+    worker, and PyTorch's (forked by default on the CPU)
     one task and fork server, each cell a child of its own; queued by one
     submission."""
     out = tmp_path / "r"
     networks = ("fcn5", "fcn-r")
     args = fake(out, *networks)
     args[args.index("pytorch") + 1:args.index("pytorch") + 1] = [
-        "--framework", "tensorflow"]
+        "--framework", "caffe"]
     done = invoke(*args)
     assert done.returncode == 0, done.stdout + done.stderr
     run = record(out)
-    assert run["isolation"] == {"pytorch": "fork", "tensorflow": "group"}
+    assert run["isolation"] == {"pytorch": "fork", "caffe": "group"}
     tasks = sorted(t for array in run["slurm"]["arrays"]
                    for t in array["tasks"])
     assert [{j.split("-")[0] for j in t} for t in tasks] == [
-        {"pytorch"}, {"tensorflow"}], tasks
+        {"caffe"}, {"pytorch"}], tasks
     found = {e["id"]: json.loads((latest(out) / f"{e['id']}.json")
                                  .read_text()) for e in run["jobs"]}
     assert {r["status"] for r in found.values()} == {"ok"}
-    tf = [r for i, r in found.items() if i.startswith("tensorflow-")]
+    caffe = [r for i, r in found.items() if i.startswith("caffe-")]
     torch = [r for i, r in found.items() if i.startswith("pytorch-")]
-    for cells, mode in ((tf, "group"), (torch, "fork")):
+    for cells, mode in ((caffe, "group"), (torch, "fork")):
         assert [r["isolation"]["mode"] for r in cells] == [mode] * 2
         assert sorted(r["isolation"]["position"] for r in cells) == [1, 2]
         assert len({r["isolation"]["worker_pid"] for r in cells}) == 1
