@@ -58,19 +58,18 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # fork-freeze-2026-12-05: 0.93 of its sweep measured, as grouped) and
 # Podman; PyTorch under Charliecloud once glibc's mmap was off in every
 # cell (docs/measurements/fixed-costs-2026-12-06; before, its fcn-r ran 8%
-# faster under fork by the heap each process had); TensorFlow natively
-# (the same write-up: every interval containing 1, but wide). Elsewhere
-# the default stays `cell` or GROUP_BY_DEFAULT's `group` (TensorFlow in
-# its images, where fork was not measured against cell): GPU cells (no
-# GPU has run fork yet); Caffe under Charliecloud, where the rule held but
-# every place after a worker's first ran 2-5% slower under fork (its
-# `group`, measured equal to cell under Docker, kept until a rerun says
-# which). A fork default comes before a group default.
+# faster under fork by the heap each process had), and so Caffe (docs/
+# measurements/fork-default-2026-12-06: its lean under fork there gone);
+# TensorFlow natively (fixed-costs-2026-12-06: every interval containing
+# 1, but wide). Elsewhere the default stays `cell` or GROUP_BY_DEFAULT's
+# `group` (TensorFlow in its images, where fork was not measured against
+# cell): GPU cells (no GPU has run fork yet). A fork default comes before
+# a group default.
 FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman", "charliecloud"),
                  "jax": ("native", "docker", "podman", "charliecloud"),
                  "mxnet": ("native", "docker", "podman", "charliecloud"),
                  "cntk": ("docker", "podman", "charliecloud"),
-                 "caffe": ("docker", "podman"),
+                 "caffe": ("docker", "podman", "charliecloud"),
                  "tensorflow": ("native",)}
 FORK_DEFAULT_DEVICES = ("cpu",)
 # Where the host can feed a worker: a process it starts itself, natively

@@ -56,9 +56,8 @@ def test_one_sweep_groups_caffe_and_forks_pytorch(tmp_path):
 def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     """Fork was measured against cell on the CPU only: natively, under
     Docker, Podman and Charliecloud for PyTorch, JAX and MXNet, under
-    Docker, Podman and Charliecloud for CNTK, under Docker and Podman for
-    Caffe (under Charliecloud its places leaned; it keeps `group`),
-    natively for TensorFlow (in its images it keeps `group`)."""
+    Docker, Podman and Charliecloud for CNTK and Caffe, natively for
+    TensorFlow (in its images it keeps `group`)."""
     assert groups.default_for("tensorflow", "native", LOCAL, "cpu") == "fork"
     assert groups.default_for("tensorflow", "native", ENGINES["slurm"],
                               "cpu") == "fork"
@@ -83,7 +82,9 @@ def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     assert groups.default_for("pytorch", "charliecloud", LOCAL,
                               "gpu") == "cell"
     assert groups.default_for("caffe", "charliecloud", LOCAL,
-                              "cpu") == "group"
+                              "cpu") == "fork"
+    assert groups.default_for("caffe", "charliecloud", LOCAL,
+                              "gpu") == "group"
     assert groups.default_for("mxnet", "charliecloud", LOCAL,
                               "gpu") == "cell"
 
@@ -122,7 +123,7 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
                          "caffe": "fork", "cntk": "fork",
                          "tensorflow": "group"}),
     ("native", "slurm", {"jax": "fork", "tensorflow": "fork"}),
-    ("charliecloud", "slurm", {"pytorch": "fork", "caffe": "group",
+    ("charliecloud", "slurm", {"pytorch": "fork", "caffe": "fork",
                                "cntk": "fork", "jax": "fork",
                                "mxnet": "fork", "tensorflow": "group"}),
     ("apptainer", "local", {"tensorflow": "cell"}),
