@@ -82,7 +82,7 @@ def states(array_ids, expected=()):
              if task.state not in ACTIVE}
     # sacct's answer is a snapshot of slurmdbd's records: while an array's
     # last pending task starts, its pending remainder may be missing from
-    # it (the record being rewritten as that task's own).
+    # it (ReFrame met the same, reframe-hpc/reframe#3707).
     lacking = {array_id for array_id, index in expected
                if (array_id, index) not in found}
     for array_id in array_ids:
