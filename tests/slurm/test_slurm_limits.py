@@ -122,7 +122,7 @@ def test_states_come_from_sacct(tmp_path, monkeypatch):
 
     def from_sacct():
         try:
-            return client.states([array]).get((array, 0))
+            return client.states([(array, 0)]).get((array, 0))
         except UserError:  # sacct does not know it yet, and no scontrol
             return None
     # slurmdbd records a job a few seconds after slurmctld has it.
@@ -156,7 +156,7 @@ def test_a_task_missing_from_saccts_answer_is_asked_of_scontrol(
             f"None assigned|0:0'\n")
         (only / "sacct").chmod(0o755)
         monkeypatch.setenv("PATH", str(only))
-        known = client.states([array], {(array, 0), (array, 1)})
+        known = client.states({(array, 0), (array, 1)})
     finally:
         subprocess.run([scancel, array], check=True)
     assert known[(array, 0)].source == "sacct"

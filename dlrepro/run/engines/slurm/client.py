@@ -64,14 +64,18 @@ class TaskState(NamedTuple):
     source: Optional[str] = None    # who said so: "sacct" or "scontrol"
 
 
-def states(array_ids, expected=()):
-    """{(array job id, task index): TaskState} for the tasks Slurm still
-    knows: sacct where accounting is on, else `scontrol show job`. An
-    array sacct does not know yet (slurmctld hands new jobs to slurmdbd a
-    moment after sbatch returns) is asked of scontrol, so that a task just
-    submitted is never taken for one gone; so is a task sacct says has
-    ended, in case slurmctld is still completing it, and a task of
-    `expected` (the keys the caller waits on) that sacct's answer lacks."""
+def states(tasks):
+    """{(array job id, task index): TaskState} for those of `tasks` (the
+    (array job id, task index) keys the caller waits on) and their
+    arrays' other tasks that Slurm still knows: sacct where accounting is
+    on, else `scontrol show job`. An array sacct does not know yet
+    (slurmctld hands new jobs to slurmdbd a moment after sbatch returns)
+    is asked of scontrol, so that a task just submitted is never taken
+    for one gone; so is a task sacct says has ended, in case slurmctld is
+    still completing it, and a task of `tasks` that sacct's answer
+    lacks."""
+    tasks = set(tasks)
+    array_ids = sorted({array_id for array_id, _ in tasks})
     if not array_ids:
         return {}
     found = _sacct(array_ids)
@@ -83,7 +87,7 @@ def states(array_ids, expected=()):
     # sacct's answer is a snapshot of slurmdbd's records: while an array's
     # last pending task starts, its pending remainder may be missing from
     # it (ReFrame met the same, reframe-hpc/reframe#3707).
-    lacking = {array_id for array_id, index in expected
+    lacking = {array_id for array_id, index in tasks
                if (array_id, index) not in found}
     for array_id in array_ids:
         if array_id not in known:
@@ -178,8 +182,8 @@ def live_line(record):
     if record.get("executor") != "slurm" or not open_jobs:
         return None
     try:
-        known = states(sorted({e["slurm"]["array_job_id"]
-                               for e in open_jobs}))
+        known = states((e["slurm"]["array_job_id"],
+                        e["slurm"]["array_task_id"]) for e in open_jobs)
     except UserError as exc:
         return f"slurm: cannot ask Slurm ({exc})"
     counts = {}

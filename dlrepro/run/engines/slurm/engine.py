@@ -101,7 +101,7 @@ class SlurmEngine(Engine):
         finished = 0
         live = {(e["slurm"]["array_job_id"], e["slurm"]["array_task_id"])
                 for e in context.record["jobs"] if e.get("slurm")}
-        known = client.states(sorted({a for a, _ in live}), live)
+        known = client.states(live)
         to_submit, waiting = [], []
         for job in context.jobs:
             entry = by_id[job.id]

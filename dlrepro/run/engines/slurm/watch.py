@@ -55,14 +55,13 @@ class Watch:
         self.poll_s = poll_s
         self.seen_running = set()
 
-    def arrays(self):
-        return sorted({self.by_id[i]["slurm"]["array_job_id"]
-                       for i in self.pending})
-
     def tasks(self):
         return {(self.by_id[i]["slurm"]["array_job_id"],
                  self.by_id[i]["slurm"]["array_task_id"])
                 for i in self.pending}
+
+    def arrays(self):
+        return sorted({array_id for array_id, _ in self.tasks()})
 
     def wait(self, events=None, deadline=None):
         """Until every pending job has ended (or the deadline, a
@@ -72,7 +71,7 @@ class Watch:
         while self.pending and (deadline is None
                                 or time.monotonic() < deadline):
             try:
-                known = client.states(self.arrays(), self.tasks())
+                known = client.states(self.tasks())
             except UserError as exc:  # slurmctld busy or restarting
                 events.log(f"slurm: {exc}; asking again")
                 time.sleep(self.poll_s * 5)
