@@ -80,9 +80,9 @@ def test_unwritable_output_folder(root, tmp_path):
 
 
 def test_dry_run_prints_the_plan(root):
-    # Each framework's default mode: TensorFlow's cells share a worker,
-    # PyTorch's are forked from a server that imported torch, under Docker
-    # as natively (dlrepro.run.groups: GROUP_BY_DEFAULT, FORK_DEFAULTS).
+    # Each framework's default mode: PyTorch's and TensorFlow's CPU cells
+    # are forked from a server that imported the framework, under Docker
+    # as natively (dlrepro.run.groups.FORK_DEFAULTS).
     proc = invoke("bench", "--framework", "pytorch,tensorflow",
                   "--network",
                   "fcn-r", "--batch-size", "8", "--threads", "1",
@@ -93,7 +93,7 @@ def test_dry_run_prints_the_plan(root):
         "  pytorch-cpu-fcn-r-cpu-b8-t1                      iterations=5 "
         "warmup=2 runtime=docker isolation=fork",
         "  tensorflow-cpu-fcn-r-cpu-b8-t1                   iterations=5 "
-        "warmup=2 runtime=docker isolation=group",
+        "warmup=2 runtime=docker isolation=fork",
     ]
 
 

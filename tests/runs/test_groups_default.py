@@ -56,15 +56,17 @@ def test_one_sweep_groups_caffe_and_forks_pytorch(tmp_path):
 def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     """Fork was measured against cell on the CPU only: natively, under
     Docker, Podman and Charliecloud for PyTorch, JAX and MXNet, under
-    Docker, Podman and Charliecloud for CNTK and Caffe, natively for
-    TensorFlow (in its images it keeps `group`)."""
+    Docker, Podman and Charliecloud for CNTK and Caffe, natively and
+    under Docker and Podman for TensorFlow."""
     assert groups.default_for("tensorflow", "native", LOCAL, "cpu") == "fork"
     assert groups.default_for("tensorflow", "native", ENGINES["slurm"],
                               "cpu") == "fork"
     assert groups.default_for("tensorflow", "native", LOCAL, "gpu") == \
         "group"
     assert groups.default_for("tensorflow", "docker", LOCAL, "cpu") == \
-        "group"
+        "fork"
+    assert groups.default_for("tensorflow", "charliecloud", LOCAL,
+                              "cpu") == "group"
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
     assert groups.default_for("pytorch", "docker", LOCAL, "gpu") == "cell"
     assert groups.default_for("mxnet", "docker", ENGINES["slurm"],
@@ -118,10 +120,10 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
                          "caffe": "group"}),
     ("docker", "local", {"pytorch": "fork", "jax": "fork", "mxnet": "fork",
                          "caffe": "fork", "cntk": "fork",
-                         "tensorflow": "group"}),
+                         "tensorflow": "fork"}),
     ("podman", "local", {"pytorch": "fork", "mxnet": "fork", "jax": "fork",
                          "caffe": "fork", "cntk": "fork",
-                         "tensorflow": "group"}),
+                         "tensorflow": "fork"}),
     ("native", "slurm", {"jax": "fork", "tensorflow": "fork"}),
     ("charliecloud", "slurm", {"pytorch": "fork", "caffe": "fork",
                                "cntk": "fork", "jax": "fork",
