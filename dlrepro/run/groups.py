@@ -61,18 +61,18 @@ GROUP_BY_DEFAULT = ("tensorflow", "caffe")
 # faster under fork by the heap each process had), and so Caffe (docs/
 # measurements/fork-default-2026-12-06: its lean under fork there gone);
 # TensorFlow natively (fixed-costs-2026-12-06: every interval containing
-# 1, but wide) and in its image under Docker and Podman (docs/
-# measurements/fork-tensorflow-images-2026-12-06). Elsewhere the default
-# stays `cell` or GROUP_BY_DEFAULT's `group`: TensorFlow under
-# Charliecloud (every interval containing 1, but 10 of 11 below it, fork
-# about 5% faster: a lean not explained), GPU cells (no GPU has run fork
-# yet). A fork default comes before a group default.
+# 1, but wide) and in its image under Docker, Podman and Charliecloud
+# (docs/measurements/fork-tensorflow-images-2026-12-06; under
+# Charliecloud in two runs, whose leans went opposite ways). Elsewhere
+# the default stays `cell` or GROUP_BY_DEFAULT's `group`: GPU cells (no
+# GPU has run fork yet). A fork default comes before a group default.
 FORK_DEFAULTS = {"pytorch": ("native", "docker", "podman", "charliecloud"),
                  "jax": ("native", "docker", "podman", "charliecloud"),
                  "mxnet": ("native", "docker", "podman", "charliecloud"),
                  "cntk": ("docker", "podman", "charliecloud"),
                  "caffe": ("docker", "podman", "charliecloud"),
-                 "tensorflow": ("native", "docker", "podman")}
+                 "tensorflow": ("native", "docker", "podman",
+                                "charliecloud")}
 FORK_DEFAULT_DEVICES = ("cpu",)
 # Where the host can feed a worker: a process it starts itself, natively
 # or in one container per group (Runtime.worker_launch), locally or in one

@@ -57,7 +57,7 @@ def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     """Fork was measured against cell on the CPU only: natively, under
     Docker, Podman and Charliecloud for PyTorch, JAX and MXNet, under
     Docker, Podman and Charliecloud for CNTK and Caffe, natively and
-    under Docker and Podman for TensorFlow."""
+    in its image for TensorFlow."""
     assert groups.default_for("tensorflow", "native", LOCAL, "cpu") == "fork"
     assert groups.default_for("tensorflow", "native", ENGINES["slurm"],
                               "cpu") == "fork"
@@ -66,7 +66,9 @@ def test_fork_is_a_default_only_where_it_was_measured_against_cell():
     assert groups.default_for("tensorflow", "docker", LOCAL, "cpu") == \
         "fork"
     assert groups.default_for("tensorflow", "charliecloud", LOCAL,
-                              "cpu") == "group"
+                              "cpu") == "fork"
+    assert groups.default_for("tensorflow", "charliecloud", LOCAL,
+                              "gpu") == "group"
     assert groups.default_for("pytorch", "native", LOCAL, "gpu") == "cell"
     assert groups.default_for("pytorch", "docker", LOCAL, "gpu") == "cell"
     assert groups.default_for("mxnet", "docker", ENGINES["slurm"],
@@ -127,7 +129,7 @@ def test_compare_names_the_framework_measured_under_another_mode(tmp_path):
     ("native", "slurm", {"jax": "fork", "tensorflow": "fork"}),
     ("charliecloud", "slurm", {"pytorch": "fork", "caffe": "fork",
                                "cntk": "fork", "jax": "fork",
-                               "mxnet": "fork", "tensorflow": "group"}),
+                               "mxnet": "fork", "tensorflow": "fork"}),
     ("apptainer", "local", {"tensorflow": "cell"}),
 ])
 def test_the_default_is_the_frameworks_where_groups_can_run(
