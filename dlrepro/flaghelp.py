@@ -33,9 +33,9 @@ BENCH = {
                  "forked after the framework's import, one server or "
                  "container per key; "
                  "docs/isolation.md); default: the suite's "
-                 "`isolation`, else each framework's: group for "
-                 "tensorflow and caffe, cell otherwise "
-                 "(docs/isolation.md)",
+                 "`isolation`, else each framework's: fork for CPU "
+                 "cells (Caffe's natively: group), group for "
+                 "tensorflow's and caffe's GPU cells, cell otherwise",
     "framework": "framework to run (repeatable, or comma-separated)",
     "all": "run every framework in dockerfiles/matrix.toml",
     "profile": "matrix profile (default: cpu for CPU cells; for GPU cells the "
