@@ -1,12 +1,15 @@
 """Natively, each process the host starts (a cell's, a group's worker, a
 fork server) gets a temp dir of its own, removed once the process has
-ended (dlrepro.run.runtimes.native.TempDirs), so that a run leaves
+ended (dlrepro.run.runtimes.tempdirs.TempDirs), so that a run leaves
 nothing in the host's temp dir: on the real command line, with the
 scripted harness in every mode (a cell killed mid-cell too, as a
 TensorFlow cell leaves its autograph sources when killed), and with real
 PyTorch, whose torchrun makes a log folder there for every data-parallel
-run and never removes it."""
+run and never removes it. What a SIGKILL of the sweep leaves goes with
+the next run, and only what a process that has ended made."""
 import os
+import socket
+import subprocess
 import sys
 import tempfile
 
@@ -14,6 +17,7 @@ import pytest
 
 from cli import invoke
 from dlrepro.run import runtimes, store
+from dlrepro.run.runtimes import tempdirs
 from groupcells import job
 from scripted import BENCH
 
@@ -81,3 +85,50 @@ def test_a_data_parallel_pytorch_run_leaves_nothing_behind(
                   env=dict(os.environ, TMPDIR=str(host_tmp)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert left_in(host_tmp) == []
+
+
+@pytest.mark.parametrize("isolation", ["cell", "fork"])
+def test_the_next_run_removes_what_a_killed_sweeps_processes_left(
+        isolation, host_tmp, tmp_path):
+    # fcn5 leaves a file in its temp dir, then SIGKILLs the sweep, whose
+    # cleanup never runs; the next run of the same user removes it.
+    env = dict(os.environ, TMPDIR=str(host_tmp))
+    out = str(tmp_path / "out")
+    killed = invoke(*BENCH, "--isolation", isolation, "--network", "fcn5",
+                    "--network", "fcn8", "--out", out,
+                    modes="fcn5=litter-ok-kill-parent", env=env)
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    left = left_in(host_tmp)
+    assert left and all(n.startswith(tempdirs.PREFIX) for n in left)
+    again = invoke(*BENCH, "--isolation", isolation, "--network", "fcn5",
+                   "--network", "fcn8", "--out", out, "--resume", env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert left_in(host_tmp) == []
+
+
+def test_only_folders_whose_maker_has_ended_are_removed(host_tmp):
+    ended = subprocess.run([sys.executable, "-c", "import os; "
+                            "print(os.getpid())"], capture_output=True,
+                           text=True, check=True)
+    dead = int(ended.stdout)
+    mine = tempdirs.maker(os.getpid())
+    elsewhere = tempdirs.maker(dead).replace(
+        socket.gethostname(), "another-node")
+    folders = {
+        "gone": tempdirs.PREFIX + tempdirs.maker(dead) + "x1y2z3_a",
+        "live": tempdirs.PREFIX + mine + "b4c5d6e7",
+        "other host": tempdirs.PREFIX + elsewhere + "f8g9h0i1",
+        "not ours": "dlrepro-tmp-{}-1-{}-".format(
+            dead, socket.gethostname()) + "j2k3l4m5",
+    }
+    for name in folders.values():
+        (host_tmp / name).mkdir()
+    (host_tmp / "file").write_text("")  # not a folder: left alone
+    os.symlink(host_tmp / folders["live"], host_tmp / (
+        tempdirs.PREFIX + tempdirs.maker(dead) + "symlink"))
+    tempdirs.remove_orphans(str(host_tmp))
+    kept = set(left_in(host_tmp))
+    assert folders["gone"] not in kept
+    assert {folders["live"], folders["other host"], folders["not ours"],
+            "file"} <= kept
+    assert len(kept) == 5  # and the link

@@ -3,13 +3,13 @@
 import os
 import shutil
 import subprocess
-import tempfile
 
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.images import envs
 from dlrepro.run import oomkills
 from dlrepro.run.runtimes import Death, Launch, Runtime as Base, harness_args
+from dlrepro.run.runtimes.tempdirs import TempDirs
 
 
 class Runtime(Base):
@@ -86,31 +86,6 @@ class Runtime(Base):
 
     def worker_cleanup(self, job, run_dir):
         self.temp_dirs.remove(("worker", job.id))
-
-
-class TempDirs:
-    """A temp dir of its own for each process the runtime starts (its
-    TMPDIR), in this host's, removed once the process has ended. What a
-    framework leaves there otherwise stays in /tmp for good: torchrun's
-    log folder of every data-parallel run, TensorFlow's autograph sources
-    wherever a process ends without its atexit handlers (a fork server's
-    children, a killed cell), a convergence run's plan when it is killed.
-    In a container /tmp is the container's own and goes with it. Also why
-    torch.compile's kernel cache (under the temp dir) starts empty in each
-    cell natively, as it does in a container."""
-
-    def __init__(self):
-        self.folders = {}
-
-    def make(self, key):
-        self.remove(key)
-        folder = self.folders[key] = tempfile.mkdtemp(prefix="dlrepro-tmp-")
-        return folder
-
-    def remove(self, key):
-        folder = self.folders.pop(key, None)
-        if folder is not None:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _why_not_a_program(name):
