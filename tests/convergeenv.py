@@ -38,10 +38,21 @@ def _native(python):
     return runtimes.get("native", python=str(python))
 
 
+def harness_env(root, out, **extra):
+    """The environment of a harness process a test starts itself: the
+    repository on its path, and a temp dir of its own beside `out`, as the
+    native runtime gives each process, so that what it leaves there
+    (torchrun's log folder, a killed run's plan) goes with the test's
+    folder rather than staying in the machine's /tmp."""
+    temp = out.parent / (out.name + ".tmp")
+    temp.mkdir(exist_ok=True)
+    return dict(os.environ, PYTHONPATH=str(root), TMPDIR=str(temp), **extra)
+
+
 def _harness(python, root, spec, out):
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
-    env = dict(os.environ, PYTHONPATH=str(root))
+    env = harness_env(root, out)
     return subprocess.run([str(python), "-s", "-m", "harness", "converge",
                            "--spec", str(spec_path), "--out", str(out)],
                           cwd=root, env=env, capture_output=True, text=True)

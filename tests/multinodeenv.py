@@ -3,12 +3,12 @@ _training and _faults): the generated MNIST subset (the `mnist` fixture,
 which each part imports), a node's convergence spec, and one node's
 `python -m harness converge` started and awaited."""
 import json
-import os
 import subprocess
 
 import pytest
 
 import processes
+from convergeenv import harness_env
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
 
@@ -46,7 +46,7 @@ def start_node(python, root, conv, cluster, out, log=None, env=None):
     spec_path = out.with_suffix(".spec.json")
     spec_path.write_text(json.dumps({"convergence": conv, "container": None,
                                      "cluster": cluster}))
-    env = dict(os.environ, PYTHONPATH=str(root), **(env or {}))
+    env = harness_env(root, out, **(env or {}))
     sink = subprocess.PIPE if log is None else open(str(log), "w")
     try:
         return processes.start([str(python), "-s", "-m", "harness",

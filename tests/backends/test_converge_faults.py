@@ -14,7 +14,7 @@ import pytest
 
 import processes
 import waits
-from convergeenv import GPU_MATRIX, _harness, _native, _plan
+from convergeenv import GPU_MATRIX, _harness, _native, _plan, harness_env
 from dlrepro.converge import plan as conv_plan
 from dlrepro.converge import runner as conv
 from dlrepro.run.engines.local import LocalEngine
@@ -149,8 +149,7 @@ def test_a_run_terminated_after_its_first_epoch_keeps_that_epoch(
             [str(framework_python(framework)), "-s", "-m", "harness",
              "converge", "--spec", str(spec_path), "--out", str(out)],
             cwd=root, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, PYTHONPATH=str(root),
-                     **{common.PROGRESS_ENV: "0"}))
+            env=harness_env(root, out, **{common.PROGRESS_ENV: "0"}))
     try:
         curves = waits.wait_for(lambda: waits.launched_curves(log_path),
                                 300, what="the launch line")
@@ -203,11 +202,12 @@ def _start_converge(root, tmp_path, framework_python, log):
                  test_samples=64)[0]
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps({"convergence": spec, "container": None}))
+    out = tmp_path / "out.json"
     return subprocess.Popen(
         [str(framework_python("pytorch")), "-s", "-m", "harness",
-         "converge", "--spec", str(spec_path), "--out",
-         str(tmp_path / "out.json")], cwd=root, stdout=log,
-        stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(root)))
+         "converge", "--spec", str(spec_path), "--out", str(out)],
+        cwd=root, stdout=log, stderr=subprocess.STDOUT,
+        env=harness_env(root, out))
 
 
 def test_workers_die_with_a_killed_harness(root, tmp_path, framework_python):
