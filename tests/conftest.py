@@ -2,7 +2,6 @@
 (.venvs/<framework>-cpu), created on demand from the same lock file the
 CPU image uses, so the host environment never imports a framework."""
 import functools
-import gc
 import json
 import re
 import sys
@@ -102,8 +101,9 @@ def thaw_collector():
     """A cell run in this process freezes what is alive at its warm-up
     (harness.collector): here the test run's own objects, which later
     tests' garbage would otherwise keep company."""
+    from harness import collector
     yield
-    gc.unfreeze()
+    collector.thaw()
 
 
 @pytest.fixture(autouse=True)
