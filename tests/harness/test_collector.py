@@ -100,7 +100,7 @@ def test_settle_freezes_what_is_alive_and_says_so():
     assert gc.get_freeze_count() == 0
 
 
-def test_the_count_a_forked_child_inherits_is_pythons_own(monkeypatch):
+def test_a_forked_child_counts_what_it_froze_without_a_walk(monkeypatch):
     # A fork server froze its heap; its child counts only what it froze
     # itself (Python's count walks every frozen object), then thaws and
     # freezes again as a worker between cells does.
