@@ -30,15 +30,16 @@ ENV_OVERRIDE = "DLREPRO_CNTK_PYTHON"
 
 
 def launcher_text(tag, root, tmp, uid, gid, name="cntk"):
-    """The launcher script for image `tag` of framework `name` (a plain
-    function: tested)."""
+    """The launcher script for image `tag` of framework `name`: a plain
+    function of its arguments, its comment naming the helper module that
+    wrote it."""
     argv = ["docker", "run", "--rm", "--interactive", "--init",
             "--network", "none", "--label", f"org.dlrepro.test={name}env",
             "--user", f"{uid}:{gid}",
             "--volume", f"{root}:{root}:ro", "--volume", f"{tmp}:{tmp}",
             "--env", f"HOME={tmp}"]
-    for name in PASSED_ENV:
-        argv += ["--env", name]
+    for variable in PASSED_ENV:
+        argv += ["--env", variable]
     quoted = " ".join(shlex.quote(a) for a in argv)
     # exec: the docker client is the process the caller signals, and it
     # passes SIGTERM on to the harness (a timeout writes a partial result).
