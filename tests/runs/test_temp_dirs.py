@@ -118,17 +118,16 @@ def test_only_folders_whose_maker_has_ended_are_removed(host_tmp):
         "gone": tempdirs.PREFIX + tempdirs.maker(dead) + "x1y2z3_a",
         "live": tempdirs.PREFIX + mine + "b4c5d6e7",
         "other host": tempdirs.PREFIX + elsewhere + "f8g9h0i1",
-        "not ours": "dlrepro-tmp-{}-1-{}-".format(
+        "other namespace": "dlrepro-tmp-{}-1-{}-".format(
             dead, socket.gethostname()) + "j2k3l4m5",
     }
     for name in folders.values():
         (host_tmp / name).mkdir()
-    (host_tmp / "file").write_text("")  # not a folder: left alone
-    os.symlink(host_tmp / folders["live"], host_tmp / (
-        tempdirs.PREFIX + tempdirs.maker(dead) + "symlink"))
+    # Named as the ended maker's, but no folder of its: left alone.
+    not_folders = [tempdirs.PREFIX + tempdirs.maker(dead) + tail
+                   for tail in ("file", "symlink")]
+    (host_tmp / not_folders[0]).write_text("")
+    os.symlink(host_tmp / folders["live"], host_tmp / not_folders[1])
     tempdirs.remove_orphans(str(host_tmp))
-    kept = set(left_in(host_tmp))
-    assert folders["gone"] not in kept
-    assert {folders["live"], folders["other host"], folders["not ours"],
-            "file"} <= kept
-    assert len(kept) == 5  # and the link
+    assert set(left_in(host_tmp)) == (
+        set(folders.values()) - {folders["gone"]}) | set(not_folders)
