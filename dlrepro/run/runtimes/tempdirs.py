@@ -48,9 +48,14 @@ class TempDirs:
 
 def maker(pid):
     """'PID-NAMESPACE-HOST-': the process `pid` of this pid namespace on
-    this host, as a folder's name says it (namespace 0 where /proc cannot
-    name it)."""
-    return "{}-{}-{}-".format(pid, _namespace(), socket.gethostname())
+    this host, as a folder's name says it."""
+    return "{}-{}".format(pid, _place())
+
+
+def _place():
+    """'NAMESPACE-HOST-': this pid namespace (0 where /proc cannot name
+    it) on this host."""
+    return "{}-{}-".format(_namespace(), socket.gethostname())
 
 
 def remove_orphans(parent):
@@ -59,7 +64,7 @@ def remove_orphans(parent):
     if not _namespace():
         return  # no pid is known to be of this namespace
     named = re.compile(re.escape(PREFIX) + r"(\d+)-"
-                       + re.escape(maker(0)[len("0-"):]) + _TAIL + "$")
+                       + re.escape(_place()) + _TAIL + "$")
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -89,5 +94,5 @@ def _runs(pid):
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # another user's process: it runs
     return True
