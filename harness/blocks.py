@@ -6,7 +6,7 @@ Pure: the host builds results for cells that never ran with it too.
 import datetime
 import time
 
-from . import networks, resultfile, stats
+from . import hostcpu, networks, resultfile, stats
 
 
 def utc_now():
@@ -82,7 +82,8 @@ def parameter_note(network, counted):
 
 
 def timing_block(series, cell):
-    """`series` (harness.timing.Series or the like): warmup_s, times, cpu_s."""
+    """`series` (harness.timing.Series or the like): warmup_s, times, cpu_s,
+    host_start, host_end."""
     block = {"per_iteration_s": list(series.times),
              "warmup_s": list(series.warmup_s),
              "completed_iterations": len(series.times)}
@@ -95,6 +96,8 @@ def timing_block(series, cell):
     block["cpu_utilization"] = (series.cpu_s / summary["total_s"]
                                 if series.cpu_s is not None and summary["total_s"]
                                 else None)
+    block["host_cpu"] = hostcpu.window_block(series.host_start,
+                                             series.host_end, series.cpu_s)
     return block
 
 

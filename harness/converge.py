@@ -298,3 +298,4 @@ class _Series(object):
         self.times = seconds[1:]
         self.losses = losses[1:]
         self.cpu_s = None
+        self.host_start = self.host_end = None

@@ -9,8 +9,8 @@ status with the iterations measured so far.
 import sys
 import time
 
-from . import (allocator, arithmetic, collector, frameworks, lifecycle,
-               networks, phases, provenance, stats, threads)
+from . import (allocator, arithmetic, collector, frameworks, hostcpu,
+               lifecycle, networks, phases, provenance, stats, threads)
 from .blocks import (loss_block, model_block, new_result, parameter_note,
                      timing_block)
 from .errors import Unsupported
@@ -163,6 +163,8 @@ def _finish(result, series, cell):
         if series.times:
             result["warnings"].extend(stats.warnings_for(series.times,
                                                          cell["warmup"]))
+        result["warnings"].extend(hostcpu.warnings_for(
+            result["timing"]["host_cpu"]))
     block = result.get("compilation")
     if block is not None:
         median = (result.get("timing") or {}).get("median_s")

@@ -3,6 +3,8 @@ import math
 import sys
 import time
 
+from . import hostcpu
+
 # Said on stderr (the job's log) once one timed iteration is done: from then
 # on a run cut short keeps a measured iteration. Tests wait for this line
 # instead of sleeping for a time that is too long on a fast machine and too
@@ -34,10 +36,13 @@ class Series(object):
         # Process CPU seconds over the timed iterations (all threads): with
         # the wall time it shows how many cores the framework really used.
         self.cpu_s = None
+        # The host's CPU time at the same two points (harness.hostcpu).
+        self.host_start = None
+        self.host_end = None
 
 
 def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
-             cpu_clock=time.process_time):
+             cpu_clock=time.process_time, host_clock=hostcpu.read):
     """Call `step()` warmup + iterations times and record each iteration.
 
     `step` runs one full training iteration and returns the loss as a float;
@@ -50,8 +55,11 @@ def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
     """
     if series is None:
         series = Series()
+    cpu_start = None
+    if warmup == 0:
+        series.host_start = host_clock()
+        cpu_start = cpu_clock()
     previous = clock()
-    cpu_start = cpu_clock() if warmup == 0 else None
     try:
         for i in range(warmup + iterations):
             loss = step()
@@ -66,11 +74,14 @@ def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
                     now = clock()  # the line is no part of the next iteration
             previous = now
             if i == warmup - 1:
+                series.host_start = host_clock()
                 cpu_start = cpu_clock()
+                previous = clock()  # the reads are no part of an iteration
             if math.isnan(loss) or math.isinf(loss):
                 series.diverged_at = i
                 break
     finally:
         if cpu_start is not None:
             series.cpu_s = cpu_clock() - cpu_start
+            series.host_end = host_clock()
     return series
