@@ -6,7 +6,9 @@ drifts over every mode alike: where every mode takes every place equally
 often (2 or 4 rounds for two modes, 6 for three); it warns otherwise.
 
 Prints, per round and framework, each mode's wall time (of the whole
-`invoke bench`) and measured fraction; then per framework over all rounds:
+`invoke bench`), measured fraction and what the rest of the machine took
+of its CPUs while the cells were timed (other processes, in CPUs, and the
+hypervisor's steal); then per framework over all rounds:
 
 - the measured fraction (warm-up and timed iterations over the framework's
   sweep, as `invoke report`'s "where the time went" computes it), where
@@ -106,6 +108,29 @@ def fixed_costs(pairs, mode):
     return fixed, beyond
 
 
+def host_load(pairs):
+    """(CPUs other processes used, share of the machine's CPU time stolen)
+    over the timed iterations of `pairs`' results, all windows together
+    (harness.hostcpu's timing.host_cpu): whether a mode's lean came with a
+    busier machine. (nan, nan) where no result has the block."""
+    window = others = steal = capacity = 0.0
+    for _entry, result in pairs:
+        block = ((result or {}).get("timing") or {}).get("host_cpu")
+        if block:
+            window += block["window_s"]
+            capacity += block["window_s"] * block["cpus"]
+            others += block["others_cpu_s"]
+            steal += block["steal_s"]
+    if not window:
+        return float("nan"), float("nan")
+    return others / window, steal / capacity
+
+
+def load_text(pairs):
+    others, steal = host_load(pairs)
+    return f"others {others:.2f} CPUs, steal {steal:.1%}"
+
+
 class Tally:
     """One framework's figures over the rounds, per mode."""
 
@@ -131,7 +156,7 @@ class Tally:
         self.fixed[mode] += fixed
         self.beyond[mode] += beyond
         self.pairs[mode] += pairs
-        return sweep.fraction
+        return sweep.fraction, pairs
 
     def stats(self, mode):
         """{cell key: CellStats} of the cells measured ok in `mode`."""
@@ -244,7 +269,8 @@ def report(framework, tally):
               f"median ({len(tally.fixed[mode])} cells"
               + (", after the first of a worker" if mode != "cell" else "")
               + f"), beyond its model build "
-              f"{median(tally.beyond[mode]):.2f} s")
+              f"{median(tally.beyond[mode]):.2f} s; while timed: "
+              + load_text(tally.pairs[mode]))
         if tally.own_s[mode] > 0:
             print(rest_line(tally.spent[mode], tally.own_s[mode]))
     for mode in tally.modes:
@@ -339,10 +365,11 @@ def main():
         for framework in frameworks:
             for mode in order:
                 wall, run_dir = bench(framework, mode, round_, args)
-                fraction = tallies[framework].add(mode, wall, run_dir)
+                fraction, pairs = tallies[framework].add(mode, wall,
+                                                         run_dir)
                 print(f"round {round_} {framework:<10} {mode:5s}: "
-                      f"{wall:7.1f} s wall, measured {fraction:.2f}  "
-                      f"({run_dir})", flush=True)
+                      f"{wall:7.1f} s wall, measured {fraction:.2f}, "
+                      f"{load_text(pairs)}  ({run_dir})", flush=True)
     for framework in frameworks:
         report(framework, tallies[framework])
 

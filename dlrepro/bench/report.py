@@ -4,6 +4,7 @@ One row per cell, whatever number of processes measured it (`--repeat`):
 its mean and confidence interval come from dlrepro.bench.aggregate. Times
 are in milliseconds throughout a column, never a mix of units.
 """
+from harness import hostcpu
 from harness.stats import HIGH_VARIATION
 
 from dlrepro.bench import aggregate
@@ -41,9 +42,9 @@ def _retried_alone(members):
 
 def _note(members, stats):
     """A retry alone and a failed process's message, or either, else the
-    first warning: the cell's own (its interval, its pooled CV) before its
-    processes', whose CV warnings are each one process's and would
-    contradict the CV column."""
+    first warning: a busy host's (it explains the rest), then the cell's
+    own (its interval, its pooled CV) before its processes', whose CV
+    warnings are each one process's and would contradict the CV column."""
     # Its group's worker ran out of memory with it: a reader comparing it
     # with its neighbours should know it ran alone, whatever it ended as.
     retried = _retried_alone(members)
@@ -57,6 +58,7 @@ def _note(members, stats):
     for _, result in members:
         notes += [w for w in (result or {}).get("warnings") or ()
                   if not w.startswith(HIGH_VARIATION)]
+    notes.sort(key=lambda text: not hostcpu.is_host_warning(text))
     return notes[0] if notes else ""
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from dlrepro.bench import aggregate, report
 from dlrepro.run import store
-from harness import stats as hstats
+from harness import hostcpu, stats as hstats
 from cli import invoke
 from paths import SCRIPTED
 
@@ -31,6 +31,19 @@ def test_summary_row_formats_time_ci_and_throughput():
     assert row == ("pytorch", "fcn5", "cpu", "16", "2", "ok", "1", "250.00",
                    f"±{half / 0.25:.1%}", "64.0", "4.0%", "-", "default", "-",
                    "")
+
+
+def test_a_busy_host_is_the_note_before_what_it_explains():
+    entry, result = pair("pytorch", "fcn5")
+    busy, = hostcpu.warnings_for({"window_s": 10.0, "cpus": 2,
+                                  "others_cpu_s": 9.0, "steal_s": 0.0,
+                                  "idle_s": 0.0})
+    result["warnings"] = [hstats.warnings_for([2.0, 1.0, 1.0, 1.0], 1)[-1],
+                          busy]
+    assert "warm-up too short" in result["warnings"][0]
+    (row,) = report.summary_rows([(entry, result)])
+    assert busy.startswith(row[-1].rstrip("…")), row[-1]
+    assert "0.90 of its 2 CPUs" in row[-1]
 
 
 def test_one_unit_per_column():
