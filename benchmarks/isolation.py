@@ -8,7 +8,9 @@ often (2 or 4 rounds for two modes, 6 for three); it warns otherwise.
 Prints, per round and framework, each mode's wall time (of the whole
 `invoke bench`), measured fraction and what the rest of the machine took
 of its CPUs while the cells were timed (other processes, in CPUs, and the
-hypervisor's steal); then per framework over all rounds:
+hypervisor's steal) and what the cells' processes met (minor page faults
+a timed iteration, involuntary context switches a second); then per
+framework over all rounds:
 
 - the measured fraction (warm-up and timed iterations over the framework's
   sweep, as `invoke report`'s "where the time went" computes it), where
@@ -109,26 +111,39 @@ def fixed_costs(pairs, mode):
 
 
 def host_load(pairs):
-    """(CPUs other processes used, share of the machine's CPU time stolen)
-    over the timed iterations of `pairs`' results, all windows together
-    (harness.hostcpu's timing.host_cpu): whether a mode's lean came with a
-    busier machine. (nan, nan) where no result has the block."""
+    """(CPUs other processes used, share of the machine's CPU time stolen,
+    the cells' minor page faults a timed iteration, their involuntary
+    context switches a second) over the timed iterations of `pairs'`
+    results, all windows together (harness.hostcpu's timing.host_cpu and
+    timing.process_counts): whether a mode's lean came with a busier
+    machine or with faults its processes' history made. nan where no
+    result has the blocks."""
     window = others = steal = capacity = 0.0
+    iterations = faults = switches = switch_window = 0
     for _entry, result in pairs:
-        block = ((result or {}).get("timing") or {}).get("host_cpu")
+        timing = (result or {}).get("timing") or {}
+        block, counts = timing.get("host_cpu"), timing.get("process_counts")
         if block:
             window += block["window_s"]
             capacity += block["window_s"] * block["cpus"]
             others += block["others_cpu_s"]
             steal += block["steal_s"]
-    if not window:
-        return float("nan"), float("nan")
-    return others / window, steal / capacity
+        if block and counts:
+            iterations += timing["completed_iterations"]
+            faults += counts["minor_faults"]
+            switches += counts["involuntary_switches"]
+            switch_window += block["window_s"]
+    nan = float("nan")
+    return (others / window if window else nan,
+            steal / capacity if capacity else nan,
+            faults / iterations if iterations else nan,
+            switches / switch_window if switch_window else nan)
 
 
 def load_text(pairs):
-    others, steal = host_load(pairs)
-    return f"others {others:.2f} CPUs, steal {steal:.1%}"
+    others, steal, faults, switches = host_load(pairs)
+    return (f"others {others:.2f} CPUs, steal {steal:.1%}, "
+            f"{faults:.0f} faults/iter, {switches:.0f} preempted/s")
 
 
 class Tally:

@@ -98,6 +98,8 @@ def timing_block(series, cell):
                                 else None)
     block["host_cpu"] = hostcpu.window_block(series.host_start,
                                              series.host_end, series.cpu_s)
+    block["process_counts"] = hostcpu.counts_block(series.host_start,
+                                                   series.host_end)
     return block
 
 

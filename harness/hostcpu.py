@@ -1,8 +1,10 @@
-"""What the rest of the machine did with its CPUs while a cell was timed:
-the host's CPU time from /proc/stat, read where the timing loop reads the
-process's own, so that a result says whether its times include waiting
-for a CPU that another process (or the hypervisor) held. Standard library
-only; None where there is no /proc/stat (not Linux).
+"""What the rest of the machine did with its CPUs while a cell was timed,
+and what the cell's process met there: the host's CPU time from /proc/stat
+and the process's page faults and context switches (getrusage), read where
+the timing loop reads the process's own CPU time, so that a result says
+whether its times include waiting for a CPU that another process (or the
+hypervisor) held, or faults that another cell's history would not have
+had. Standard library only; None where there is no /proc/stat (not Linux).
 
 /proc/stat is the kernel's, not the container's or the Slurm job's: in
 a container or a job step it counts the whole machine, which is what a
@@ -13,8 +15,16 @@ import os
 import time
 from collections import namedtuple
 
-# seconds since boot, all CPUs together; `at` is time.monotonic().
-Snapshot = namedtuple("Snapshot", "at busy_s idle_s steal_s cpus")
+try:
+    import resource
+except ImportError:  # not Unix
+    resource = None
+
+# seconds since boot, all CPUs together; `at` is time.monotonic(); `own`
+# this process's Counts (all its threads) or None.
+Snapshot = namedtuple("Snapshot", "at busy_s idle_s steal_s cpus own")
+Counts = namedtuple("Counts", "minor_faults major_faults voluntary_switches "
+                    "involuntary_switches")
 
 # The warnings judge no shorter window: over one, a tick or two a CPU is
 # under 2% of a CPU.
@@ -51,7 +61,16 @@ def read(proc="/proc"):
         return None
     user, nice, system, idle, iowait, irq, softirq, steal = fields
     return Snapshot(at, (user + nice + system + irq + softirq) / ticks,
-                    (idle + iowait) / ticks, steal / ticks, cpus)
+                    (idle + iowait) / ticks, steal / ticks, cpus, own_counts())
+
+
+def own_counts():
+    """This process's page faults and context switches so far, or None."""
+    if resource is None:
+        return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return Counts(usage.ru_minflt, usage.ru_majflt, usage.ru_nvcsw,
+                  usage.ru_nivcsw)
 
 
 def window_block(start, end, own_cpu_s):
@@ -68,6 +87,17 @@ def window_block(start, end, own_cpu_s):
             "others_cpu_s": round(max(0.0, busy - own_cpu_s), 2),
             "steal_s": round(max(0.0, end.steal_s - start.steal_s), 2),
             "idle_s": round(max(0.0, end.idle_s - start.idle_s), 2)}
+
+
+def counts_block(start, end):
+    """This process's page faults and context switches between two
+    snapshots (an involuntary switch: a thread of it preempted), the
+    `process_counts` block of a timing block; None where either is
+    missing."""
+    if start is None or end is None or start.own is None or end.own is None:
+        return None
+    return dict((name, after - before) for name, before, after
+                in zip(Counts._fields, start.own, end.own))
 
 
 def warnings_for(block):

@@ -1,4 +1,5 @@
-"""The timing loop: raw seconds and losses per iteration, nothing else."""
+"""The timing loop: raw seconds and losses per iteration, and the CPU time
+(the process's own and the whole machine's) around the timed ones."""
 import math
 import sys
 import time

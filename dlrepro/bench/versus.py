@@ -20,6 +20,7 @@ with the reason, not compared.
 import math
 from typing import NamedTuple
 
+from harness import hostcpu
 from harness.stats import t_quantile
 
 from dlrepro.bench import aggregate
@@ -291,3 +292,34 @@ def collector_line(base_pairs, new_pairs):
                         "Python garbage collector", "a full collection "
                         "among a short cell's steps costs 11-76 ms on the "
                         "CPU, not the framework's")
+
+
+def _busy_cells(job_results):
+    """The ok cells whose timed iterations ran on a busy host or under
+    steal (harness.hostcpu's warnings), as `framework network bBATCH`."""
+    return sorted({f"{r['cell']['framework']} {r['cell']['network']} "
+                   f"b{r['cell']['global_batch_size']}"
+                   for _, r in job_results
+                   if r is not None and r.get("status") == "ok"
+                   and any(hostcpu.is_host_warning(w)
+                           for w in r.get("warnings") or ())})
+
+
+def host_line(base_pairs, new_pairs):
+    """One line naming the cells of either run that were timed while the
+    machine had no CPU to spare or lost time to steal, else None."""
+    base, new = _busy_cells(base_pairs), _busy_cells(new_pairs)
+    if not base and not new:
+        return None
+    return (f"note: cells timed on a busy host or under steal (base: "
+            f"{', '.join(base) or 'none'}; this run: "
+            f"{', '.join(new) or 'none'}); a difference in these may be the "
+            f"machine's load, not the framework's")
+
+
+def note_lines(base_pairs, new_pairs):
+    """What `invoke compare --against` says before its table about what
+    differed beside the cells themselves."""
+    return [line for line in (allocator_line(base_pairs, new_pairs),
+                              collector_line(base_pairs, new_pairs),
+                              host_line(base_pairs, new_pairs)) if line]

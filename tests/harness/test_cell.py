@@ -88,8 +88,8 @@ def _normalized(result):
     env["python_gc"]["settle_s"] = "<seconds>"
     r["timing"]["cpu_time_s"] = r["timing"]["cpu_utilization"] = "<cpu>"
     # What the rest of this machine did meanwhile (its keys stay).
-    r["timing"]["host_cpu"] = {key: f"<{key}>"
-                               for key in r["timing"]["host_cpu"]}
+    for block in ("host_cpu", "process_counts"):
+        r["timing"][block] = {key: f"<{key}>" for key in r["timing"][block]}
     r["phases"] = {name: None if at is None else "<time>"
                    for name, at in r["phases"].items()}
     return r

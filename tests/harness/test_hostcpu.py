@@ -1,6 +1,7 @@
 """What the rest of the machine did while a cell was timed
 (harness.hostcpu): /proc/stat read where the loop reads its own CPU time,
 its arithmetic on written files, and a real neighbour that spins."""
+import mmap
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from harness import hostcpu
 from harness.timing import run_loop
 
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
 # user nice system idle iowait irq softirq steal guest guest_nice
 STAT = """cpu  {} 10 {} {} 50 0 30 {} 70 0
 cpu0 1 2 3 4 5 6 7 8 9 10
@@ -44,9 +46,9 @@ def test_a_stat_file_it_cannot_read_gives_none(tmp_path, text):
 
 def test_the_block_is_the_hosts_time_less_the_process_own():
     start = hostcpu.Snapshot(10.0, busy_s=100.0, idle_s=50.0, steal_s=1.0,
-                             cpus=4)
+                             cpus=4, own=None)
     end = hostcpu.Snapshot(12.5, busy_s=106.0, idle_s=52.0, steal_s=1.5,
-                           cpus=4)
+                           cpus=4, own=None)
     assert hostcpu.window_block(start, end, own_cpu_s=4.5) == {
         "window_s": 2.5, "cpus": 4, "others_cpu_s": 1.5, "steal_s": 0.5,
         "idle_s": 2.0}
@@ -54,6 +56,35 @@ def test_the_block_is_the_hosts_time_less_the_process_own():
     assert hostcpu.window_block(start, end, 6.01)["others_cpu_s"] == 0.0
     assert hostcpu.window_block(None, end, 1.0) is None
     assert hostcpu.window_block(start, end, None) is None
+
+
+def test_the_process_counts_are_its_own_between_two_snapshots():
+    def snapshot(*own):
+        return hostcpu.Snapshot(0.0, 0.0, 0.0, 0.0, 1,
+                                hostcpu.Counts(*own) if own else None)
+    assert hostcpu.counts_block(snapshot(10, 1, 100, 7),
+                                snapshot(25, 1, 130, 9)) == {
+        "minor_faults": 15, "major_faults": 0, "voluntary_switches": 30,
+        "involuntary_switches": 2}
+    assert hostcpu.counts_block(snapshot(), snapshot(1, 1, 1, 1)) is None
+    assert hostcpu.counts_block(None, snapshot(1, 1, 1, 1)) is None
+
+
+def test_faults_while_timed_are_counted():
+    """A step that maps fresh pages each time and writes one byte in
+    each: as many minor faults at least as pages written while timed."""
+    pages = 256
+
+    def step():
+        fresh = mmap.mmap(-1, pages * PAGE)
+        for page in range(pages):
+            fresh[page * PAGE] = 1
+        fresh.close()
+        return 1.0
+
+    series = run_loop(step, iterations=4, warmup=1)
+    counts = hostcpu.counts_block(series.host_start, series.host_end)
+    assert counts["minor_faults"] >= 4 * pages * 0.9, counts
 
 
 def block(window_s=10.0, cpus=2, others=0.0, steal=0.0, idle=0.0):

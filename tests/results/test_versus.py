@@ -11,7 +11,7 @@ import pytest
 
 from dlrepro.bench import aggregate, versus
 from dlrepro.run import store
-from harness import resultfile
+from harness import hostcpu, resultfile
 from paths import INVOKE, ROOT, SCRIPTED
 
 
@@ -259,6 +259,36 @@ def test_a_cell_that_never_ran_has_no_allocator_state(runs):
     never_ran = {"status": "unsupported", "environment": None}
     assert versus.allocator_line(pairs + [(entry, never_ran)],
                                  _pairs(runs["same"])) is None
+
+
+def test_compare_names_the_cells_timed_on_a_busy_host(runs, tmp_path):
+    assert versus.host_line(_pairs(runs["base"]),
+                            _pairs(runs["same"])) is None
+    old = tmp_path / runs["base"].name
+    shutil.copytree(runs["base"], old)
+    busy = hostcpu.warnings_for({"window_s": 2.0, "cpus": 2,
+                                 "others_cpu_s": 1.8, "steal_s": 0.0,
+                                 "idle_s": 0.0})
+    for entry in json.loads((old / "run.json").read_text())["jobs"]:
+        result = json.loads((old / entry["file"]).read_text())
+        if entry["spec"]["framework"] == "mxnet":
+            result["warnings"] += busy
+            resultfile.write_atomic(str(old / entry["file"]), result)
+    proc = compare("--run", runs["same"], "--against", old)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line, = [x for x in proc.stdout.splitlines() if "busy host" in x]
+    cell = runs_cell(runs["base"], "mxnet")
+    assert line == (
+        f"note: cells timed on a busy host or under steal (base: mxnet "
+        f"{cell['network']} b{cell['global_batch_size']}; this run: none); "
+        f"a difference in these may be the machine's load, not the "
+        f"framework's")
+
+
+def runs_cell(run_dir, framework):
+    (entry, _result), = {p[0]["spec"]["network"]: p
+                         for p in _pairs(run_dir, framework)}.values()
+    return entry["spec"]
 
 
 def test_compare_says_when_pythons_collector_differed(runs, tmp_path):
