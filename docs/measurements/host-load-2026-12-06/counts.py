@@ -11,7 +11,10 @@ iterations), their minor faults in the window (mean, min-max), the CPUs
 other processes used meanwhile; the observed ratio of mean windows
 against `cell` and the ratio the faults alone predict (the window less
 the cell's faults, plus the mode's, at the measured cost). Last, the
-slope of window time on faults within each network and mode, pooled.
+slope of window time on faults within each network and mode, pooled, and
+where the results have it, how much the harness grew each cell's heap
+between its warm-up and its timed iterations (environment.allocator's
+room_bytes and room_s).
 
     python3 counts.py DIR [--framework pytorch]
 """
@@ -46,8 +49,10 @@ def fault_cost_s(pages=25600, rounds=3):
     return statistics.median(costs)
 
 
-def processes(folder, framework):
-    """{network: {mode: [(window s, minor faults, others' CPUs)]}}"""
+def processes(folder, framework, rooms=None):
+    """{network: {mode: [(window s, minor faults, others' CPUs)]}}; each
+    result's environment.allocator (room_bytes, room_s) appended to
+    `rooms[mode]` where it has them."""
     found = {}
     for path in Path(folder, framework).glob("*/round*/*/*.json"):
         if path.name.endswith((".spec.json", ".invalid.json")) or \
@@ -58,6 +63,10 @@ def processes(folder, framework):
         if result.get("status") != "ok" or not timing.get("process_counts"):
             continue
         host = timing["host_cpu"]
+        allocator = result["environment"].get("allocator") or {}
+        if rooms is not None and "room_bytes" in allocator:
+            rooms.setdefault(path.parts[-4], []).append(
+                (allocator["room_bytes"], allocator["room_s"]))
         found.setdefault(result["cell"]["network"], {}).setdefault(
             path.parts[-4], []).append((
                 sum(timing["per_iteration_s"]),
@@ -88,7 +97,8 @@ def main():
     cost = fault_cost_s()
     print(f"a minor fault here: {cost * 1e6:.2f} us (median of 3 x 25600 "
           f"fresh pages)")
-    found = processes(args.folder, args.framework)
+    rooms = {}
+    found = processes(args.folder, args.framework, rooms)
     print(f"{'network':<10} {'mode':<5} {'n':>2} {'window ms':>9} "
           f"{'faults mean':>11} {'min-max':>13} {'others':>6} "
           f"{'/cell':>6} {'faults say':>10}")
@@ -110,6 +120,13 @@ def main():
             print(line)
     print(f"window time per fault within each network and mode, pooled: "
           f"{pooled_slope(found) * 1e6:.2f} us")
+    for mode, grown in sorted(rooms.items()):
+        sizes = sorted(b for b, _s in grown)
+        print(f"{mode}: heap grown between warm-up and timing in "
+              f"{len(grown)} cells, median {statistics.median(sizes) / 2**20:.1f}"
+              f" MiB (max {sizes[-1] / 2**20:.1f}), "
+              f"{statistics.median(s for _b, s in grown) * 1e3:.1f} ms median "
+              f"(max {max(s for _b, s in grown) * 1e3:.1f})")
 
 
 if __name__ == "__main__":
