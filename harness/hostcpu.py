@@ -44,7 +44,8 @@ STOLEN = "hypervisor steal while timed"
 
 
 def read(proc="/proc"):
-    """The host's CPU time now, or None where /proc/stat cannot be read."""
+    """The host's CPU time and this process's counts now, or None where
+    /proc/stat cannot be read."""
     at = time.monotonic()
     try:
         with open(os.path.join(proc, "stat")) as handle:

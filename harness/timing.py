@@ -37,7 +37,8 @@ class Series(object):
         # Process CPU seconds over the timed iterations (all threads): with
         # the wall time it shows how many cores the framework really used.
         self.cpu_s = None
-        # The host's CPU time at the same two points (harness.hostcpu).
+        # The host's CPU time and the process's faults and switches at the
+        # same two points (harness.hostcpu.Snapshot).
         self.host_start = None
         self.host_end = None
 
