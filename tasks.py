@@ -181,8 +181,8 @@ def compare(c, run="latest", against=None, out="results", fail_slower=None,
     from dlrepro.run import groups
     modes = (groups.measured_modes(base_record, base),
              groups.measured_modes(record, pairs))
-    _print_lines(filter(None, [groups.compare_line(*modes)]))
-    _print_lines(versus.note_lines(base, pairs))
+    _print_lines(filter(None, [groups.compare_line(*modes)]
+                        + versus.note_lines(base, pairs)))
     rows, unmatched = versus.compare_runs(base, pairs,
                                           min_change=change / 100)
     _print_lines(versus.format_rows(rows, unmatched))

@@ -57,10 +57,13 @@ def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
     """
     if series is None:
         series = Series()
-    cpu_start = None
-    if warmup == 0:
+
+    def window_starts():
+        # The host's and the process's CPU readings, always as a pair.
         series.host_start = host_clock()
-        cpu_start = cpu_clock()
+        return cpu_clock()
+
+    cpu_start = window_starts() if warmup == 0 else None
     previous = clock()
     try:
         for i in range(warmup + iterations):
@@ -76,8 +79,7 @@ def run_loop(step, iterations, warmup, series=None, clock=time.perf_counter,
                     now = clock()  # the line is no part of the next iteration
             previous = now
             if i == warmup - 1:
-                series.host_start = host_clock()
-                cpu_start = cpu_clock()
+                cpu_start = window_starts()
                 previous = clock()  # the reads are no part of an iteration
             if math.isnan(loss) or math.isinf(loss):
                 series.diverged_at = i
