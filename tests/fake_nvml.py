@@ -135,11 +135,17 @@ def nvmlDeviceGetMemoryInfo(handle, version=None):
     return _Memory(_dev(handle)["memory_total"])
 
 
-def nvmlDeviceGetMigMode(handle):
-    device = _dev(handle)
-    if device["mig"] is None:
+def _supported(handle, key):
+    """The device's pair `key` as NVML returns it (a list); NOT_SUPPORTED
+    where the test gave the device none."""
+    value = _dev(handle)[key]
+    if value is None:
         _fail(NVML_ERROR_NOT_SUPPORTED)
-    return list(device["mig"])
+    return list(value)
+
+
+def nvmlDeviceGetMigMode(handle):
+    return _supported(handle, "mig")
 
 
 def nvmlDeviceGetEccMode(handle):
@@ -223,28 +229,27 @@ def nvmlDeviceGetClock(handle, type, id):
     _fail(NVML_ERROR_INVALID_ARGUMENT)
 
 
-def nvmlDeviceGetSupportedMemoryClocks(handle):
+def _supported_clocks(handle):
+    """{memory MHz: [graphics MHz]} of a device with application clocks."""
     device = _dev(handle)
     if not device["app_clocks"]:
         _fail(NVML_ERROR_NOT_SUPPORTED)
-    return sorted((int(k) for k in device["supported"]), reverse=True)
+    return device["supported"]
+
+
+def nvmlDeviceGetSupportedMemoryClocks(handle):
+    return sorted((int(k) for k in _supported_clocks(handle)), reverse=True)
 
 
 def nvmlDeviceGetSupportedGraphicsClocks(handle, memoryClockMHz):
-    device = _dev(handle)
-    if not device["app_clocks"]:
-        _fail(NVML_ERROR_NOT_SUPPORTED)
-    clocks = device["supported"].get(str(memoryClockMHz))
-    if clocks is None:
+    supported = _supported_clocks(handle)
+    if str(memoryClockMHz) not in supported:
         _fail(NVML_ERROR_NOT_FOUND)
-    return list(clocks)
+    return list(supported[str(memoryClockMHz)])
 
 
 def nvmlDeviceGetAutoBoostedClocksEnabled(handle):
-    device = _dev(handle)
-    if device["autoboost"] is None:
-        _fail(NVML_ERROR_NOT_SUPPORTED)
-    return list(device["autoboost"])
+    return _supported(handle, "autoboost")
 
 
 def nvmlDeviceGetPowerUsage(handle):
