@@ -19,6 +19,7 @@ import jsonschema
 import pytest
 
 import processes
+import suitefile
 import waits
 from dlrepro import ROOT, matrix
 from dlrepro.run import pipeline, store
@@ -60,21 +61,22 @@ def docker_image():
 THREE_CELLS = {"lstm32": 8, "fcn-r": 16, "lstm64": 8}
 # fcn-r, endless, never finishes its iterations: it ends by a kill, its
 # timeout or a Ctrl-C.
-ENDLESS = "iterations = 10000000\nwarmup = 0\n"
+ENDLESS = {"iterations": 10000000, "warmup": 0}
 
 
 def three_cells_argv(runtime, suite, out, isolation, timeout_s, endless):
     """`invoke bench` of THREE_CELLS through `runtime`, in `isolation`,
     into `out`; their suite written to the file `suite`."""
-    text = ('name = "three-cells"\ndescription = "three tiny cells"\n'
-            '[defaults]\ndevice = "cpu"\niterations = 2\nwarmup = 1\n')
+    groups = []
     for network, batch in THREE_CELLS.items():
-        text += (f'[[group]]\nnetworks = ["{network}"]\n'
-                 f'batch_sizes = [{batch}]\n')
+        group = {"networks": [network], "batch_sizes": [batch]}
         if network == "fcn-r":
-            text += f"timeout_s = {timeout_s}\n" + (ENDLESS if endless
-                                                    else "")
-    Path(suite).write_text(text)
+            group["timeout_s"] = timeout_s
+            group.update(ENDLESS if endless else {})
+        groups.append(group)
+    suitefile.write(suite, groups, name="three-cells",
+                    description="three tiny cells", device="cpu",
+                    iterations=2, warmup=1)
     return INVOKE + ["bench", "--suite", str(suite), "--framework", FRAMEWORK,
                      "--runtime", runtime, "--threads", "1", "--isolation",
                      isolation, "--out", str(out)]

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import suitefile
 from dlrepro.errors import UserError
 from paths import ROOT
 
@@ -55,11 +56,9 @@ def test_the_lower_bound_holds_for_a_fixed_cost_plus_a_cost_per_sample(
 
 
 def write_suite(path, networks):
-    path.write_text(
-        'name = "tiny"\n[defaults]\ndevice = "gpu"\niterations = 10\n'
-        'warmup = 2\n[[group]]\n'
-        f'networks = {json.dumps(networks)}\nbatch_sizes = [64, 128]\n')
-    return str(path)
+    return suitefile.write(
+        path, [{"networks": networks, "batch_sizes": [64, 128]}],
+        name="tiny", device="gpu", iterations=10, warmup=2)
 
 
 def test_a_suite_is_projected_from_its_cells(projection, tmp_path):

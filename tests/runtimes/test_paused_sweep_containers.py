@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 import processes
+import suitefile
 from dlrepro.run import store
 from paths import INVOKE, ROOT
 from interrupts import paused_past_the_timeout
@@ -16,26 +17,19 @@ from runtimeenv import (FRAMEWORK, cli_env, docker_image, run_folder_of,
 
 # Enough for a container's start and MXNet's import on a loaded machine.
 TIMEOUT_S = 60
-SUITE = """name = "paused-containers"
-description = "two small cells, long enough to be paused mid-cell"
-[defaults]
-device = "cpu"
-iterations = 50
-warmup = 1
-[[group]]
-networks = ["lstm32", "lstm64"]
-batch_sizes = [8]
-"""
+SUITE = {"name": "paused-containers",
+         "description": "two small cells, long enough to be paused mid-cell",
+         "device": "cpu", "iterations": 50, "warmup": 1}
 
 
 @pytest.mark.parametrize("isolation", ["group", "cell"])
 def test_a_cell_that_ended_during_a_pause_is_ok_not_a_timeout(isolation,
                                                               tmp_path):
     docker_image()
-    suite = tmp_path / "suite.toml"
-    suite.write_text(SUITE)
+    suite = suitefile.write(tmp_path / "suite.toml", [
+        {"networks": ["lstm32", "lstm64"], "batch_sizes": [8]}], **SUITE)
     proc = processes.start(
-        [INVOKE, "bench", "--suite", str(suite), "--framework", FRAMEWORK,
+        [INVOKE, "bench", "--suite", suite, "--framework", FRAMEWORK,
          "--runtime", "docker", "--threads", "1", "--isolation", isolation,
          "--timeout", str(TIMEOUT_S), "--out", str(tmp_path / "runs")],
         cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
