@@ -206,6 +206,8 @@ def what_if(paths, target=None):
     launch (`--keep DIR`: DIR/launch1-rank0.npz and -rank1.npz): the
     weights W before it, each node's own gradient g0 and g1 (ps-lite
     ranks aside: node0, node1), their sum G."""
+    # Why this is long: the cases are one table, each a first update a
+    # kvstore mix-up could make, read side by side with its loss.
     import json
     from harness.frameworks import dataparallel
     from harness.frameworks.mxnet import parallel
