@@ -254,15 +254,17 @@ def test(c, k="", x=False, jobs=None):
 
 @task(help=flaghelp.OVERHEAD)
 @user_errors
-def overhead(c, rounds=10, block=5, threads=None):
+def overhead(c, rounds=None, block=None, threads=None):
     """Measure the harness's overhead against a hand-written PyTorch loop."""
-    from dlrepro import ROOT, hostinfo, matrix
+    from dlrepro import ROOT, hostinfo, matrix, parse
     from dlrepro.images import envs
-    m = matrix.load()
-    python = envs.ensure("pytorch", "cpu", m["pytorch"]["cpu"])
-    threads = threads or hostinfo.usable_cpus()
+    # None defaults: Invoke parses an int default itself, "abc" a traceback.
+    rounds = parse.count(10 if rounds is None else rounds, "--rounds")
+    block = parse.count(5 if block is None else block, "--block")
+    threads = parse.count(threads or hostinfo.usable_cpus(), "--threads")
+    python = envs.ensure("pytorch", "cpu", matrix.load()["pytorch"]["cpu"])
     c.run(f"{python} {ROOT / 'benchmarks' / 'harness_overhead.py'} "
-          f"--rounds {int(rounds)} --block {int(block)} --threads {int(threads)}",
+          f"--rounds {rounds} --block {block} --threads {threads}",
           env={"PYTHONPATH": str(ROOT)}, pty=False)
 
 

@@ -181,8 +181,9 @@ TEST = {"k": "only tests matching this pytest expression",
         "jobs": "test processes (default 2, at most the usable CPUs; "
                 "1: one process)"}
 
-OVERHEAD = {"rounds": "alternating rounds of harness and hand-written blocks",
-            "block": "iterations per block",
+OVERHEAD = {"rounds": "alternating rounds of harness and hand-written "
+                      "blocks (default 10)",
+            "block": "iterations per block (default 5)",
             "threads": "CPU threads (default: all usable)"}
 
 GPU_RESTORE = {"state": "a clock-state file the harness wrote "

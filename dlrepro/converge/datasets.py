@@ -5,6 +5,7 @@ benchmark. The formats and the official checksums live in
 harness/data/datasets.py, which the harness reads the same files with."""
 import gzip
 import hashlib
+import http.client
 import io
 import os
 import pickle
@@ -14,6 +15,7 @@ import tarfile
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -36,6 +38,24 @@ def get(name):
 
 # --- download -------------------------------------------------------------------
 
+# What urllib opens; anything else it refuses with a ValueError.
+MIRROR_SCHEMES = ("http", "https", "ftp", "file")
+
+
+def check_mirror(mirror):
+    """`mirror` if it is a base URL urllib can open; UserError otherwise."""
+    try:
+        parts = urllib.parse.urlsplit(mirror)
+        parts.port  # noqa: B018 (raises for a port that is no number)
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port could not be..."
+        raise UserError(f"--mirror {mirror!r} is not a URL: {exc}")
+    if parts.scheme not in MIRROR_SCHEMES or \
+            not (parts.netloc or parts.scheme == "file"):
+        raise UserError(f"--mirror must be a base URL (http://HOST/PATH, "
+                        f"https://, ftp:// or file:///PATH), got {mirror!r}")
+    return mirror
+
+
 def _sources(spec, mirror):
     if mirror:
         return [mirror.rstrip("/") + "/" + spec.name.rsplit("/", 1)[-1]]
@@ -44,7 +64,8 @@ def _sources(spec, mirror):
 
 def _fetch(url, target, timeout, progress):
     """Download `url` into a temporary file next to `target`; returns
-    (temporary path, digests) or raises OSError/URLError."""
+    (temporary path, digests) or raises what download() records as that
+    source's problem."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".part-", dir=target.parent)
     sha256, md5 = hashlib.sha256(), hashlib.md5()
@@ -63,6 +84,10 @@ def _fetch(url, target, timeout, progress):
                 md5.update(chunk)
                 done += len(chunk)
                 progress(done, total)
+            if total is not None and done != total:
+                # http.client reads a connection closed early as the end.
+                raise urllib.error.ContentTooShortError(
+                    f"cut short: {done} of {total} bytes", None)
             out.flush()
             os.fsync(out.fileno())
     except BaseException:
@@ -105,6 +130,8 @@ def download(name, data_dir=DEFAULT_DATA_DIR, *, mirror=None, checksums=None,
     went wrong and where to place it by hand.
     """
     dataset = get(name)
+    if mirror:
+        check_mirror(mirror)
     data_dir = Path(data_dir)
     layout = dataset.layouts[0]
     if checksums is not None:
@@ -128,7 +155,11 @@ def download(name, data_dir=DEFAULT_DATA_DIR, *, mirror=None, checksums=None,
             try:
                 tmp, actual = _fetch(url, target, timeout,
                                      lambda d, t: progress(spec.name, d, t))
-            except (OSError, urllib.error.URLError) as exc:
+            # HTTPException: a response cut short (IncompleteRead) or a
+            # URL http.client refuses (InvalidURL); ValueError: one urllib
+            # refuses.
+            except (OSError, ValueError, http.client.HTTPException,
+                    urllib.error.URLError) as exc:
                 reason = getattr(exc, "reason", None) or exc
                 problems.append(f"{url}: {reason}")
                 continue

@@ -78,6 +78,10 @@ def resolve_base(client, name):
 def lock_bases(names, path=BASE_LOCK_PATH, client=None, log=print):
     """Resolve and record each base image; keeps entries for other names.
     Returns {name: reason} for those that could not be resolved."""
+    if any(not name.strip() for name in names):
+        # docker-py refuses an empty reference with a NullResource of its
+        # own, before any registry is asked.
+        raise UserError("--image must name an image, got an empty name")
     client = client or engine()
     pins = read_base_lock(path)
     failures = {}

@@ -213,8 +213,9 @@ def test_generated_cifar_batches_load_with_numpy(tmp_path, framework_python):
 # --- downloads against a loopback HTTP server --------------------------------
 
 class _Server:
-    def __init__(self, root):
-        handler = functools.partial(_QuietHandler, directory=str(root))
+    def __init__(self, root, handler_class=None):
+        handler = functools.partial(handler_class or _QuietHandler,
+                                    directory=str(root))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.httpd.requests = []
         self.url = f"http://127.0.0.1:{self.httpd.server_port}"
@@ -315,6 +316,47 @@ def test_download_from_an_unreachable_url_says_where_to_place(tmp_path):
     for spec in hd.get("mnist").layouts[0].files:
         assert f"{tmp_path / 'data' / 'mnist' / spec.name} from {spec.urls[0]}" \
             in message
+    assert list((tmp_path / "data" / "mnist").iterdir()) == []
+
+
+class _CutShortHandler(_QuietHandler):
+    """Promises 1000 bytes, sends 10 and closes the connection."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b"x" * 10)
+        self.close_connection = True
+
+
+class _NotHttpHandler(_QuietHandler):
+    """Answers with a line that is no HTTP status."""
+
+    def do_GET(self):
+        self.wfile.write(b"NOT HTTP\r\n\r\n")
+        self.close_connection = True
+
+
+@pytest.mark.parametrize("handler, says", [
+    (_CutShortHandler, "cut short: 10 of 1000 bytes"),
+    (_NotHttpHandler, "NOT HTTP"),
+], ids=["cut-short", "not-http"])
+def test_a_broken_response_is_that_sources_problem(tmp_path, handler, says):
+    """A response that ends before its Content-Length was read as the
+    whole file (only the digest then refused it); one whose status line is
+    no HTTP raised http.client's BadStatusLine, no OSError: a traceback."""
+    server = _Server(tmp_path, handler)
+    try:
+        with pytest.raises(UserError) as info:
+            dd.download("mnist", tmp_path / "data", mirror=server.url,
+                        log=lambda m: None)
+    finally:
+        server.close()
+    message = str(info.value)
+    assert message.startswith("could not download mnist: "
+                              "train-images-idx3-ubyte.gz (" + server.url)
+    assert says in message, message
     assert list((tmp_path / "data" / "mnist").iterdir()) == []
 
 

@@ -60,6 +60,40 @@ def test_bad_input_is_one_line_and_exit_2(root, args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["overhead", "--rounds", "abc"],
+     "error: --rounds must be an integer >= 1, got 'abc'"),
+    (["overhead", "--rounds", "0"],
+     "error: --rounds must be an integer >= 1, got 0"),
+    (["overhead", "--block", "1.5"],
+     "error: --block must be an integer >= 1, got '1.5'"),
+    (["overhead", "--threads", "-2"],
+     "error: --threads must be an integer >= 1, got -2"),
+    (["lock", "--image", ""],
+     "error: --image must name an image, got an empty name"),
+    (["data", "--dataset", "mnist", "--data-dir", "{tmp}", "--mirror",
+      "nohost"], "error: --mirror must be a base URL (http://HOST/PATH, "),
+    (["data", "--dataset", "mnist", "--data-dir", "{tmp}", "--mirror",
+      "http://[::1"], "error: --mirror 'http://[::1' is not a URL: Invalid "
+     "IPv6 URL"),
+    (["data", "--dataset", "mnist", "--data-dir", "{tmp}", "--mirror",
+      "http://127.0.0.1:abc/x"], "error: --mirror 'http://127.0.0.1:abc/x' "
+     "is not a URL: Port could not be cast to integer value as 'abc'"),
+], ids=["overhead-rounds-word", "overhead-rounds-0", "overhead-block-float",
+        "overhead-threads-negative", "lock-empty-image", "data-mirror-no-url",
+        "data-mirror-bad-ipv6", "data-mirror-port-word"])
+def test_other_tasks_bad_input_is_one_line_and_exit_2(args, message,
+                                                       tmp_path):
+    """Tracebacks before: Invoke's own int() of an int default, docker-py's
+    NullResource for an empty name, urllib's ValueError for a URL it cannot
+    open. Each is refused before anything is created, pulled or fetched."""
+    proc = invoke(*[a.format(tmp=tmp_path) for a in args])
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(message), proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert not any(tmp_path.iterdir())
+
+
 def test_malformed_suite_file_is_named(root, tmp_path):
     bad = tmp_path / "broken.toml"
     bad.write_text('name = "broken"\n[[group]]\nnetworks = ["fcn5"]\n')
