@@ -98,12 +98,25 @@ def _check_shape(path, record):
     _check_isolation(path, record.get("isolation"))
 
 
+# What every job's spec, a cell's or a convergence run's, holds and the
+# readers (report, export, compare) take as given.
+SPEC_FIELDS = (("framework", str, "a string"), ("network", str, "a string"),
+               ("device", str, "a string"),
+               ("global_batch_size", int, "a whole number"),
+               ("threads", (int, type(None)), "a whole number or null"))
+_MISSING = object()
+
+
 def _check_entry(path, entry):
     """What readers take a job's fields for: its spec an object, its
     stamps and message strings, its wall time a number of seconds."""
     where = f"{path}: job {entry['id']!r}"
     if not isinstance(entry["spec"], dict):
         raise UserError(f"{where}: `spec` must be an object")
+    for key, kinds, what in SPEC_FIELDS:
+        value = entry["spec"].get(key, _MISSING)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            raise UserError(f"{where}: its spec's `{key}` must be {what}")
     for key in ("started_at", "finished_at", "message"):
         if not isinstance(entry[key], (str, type(None))):
             raise UserError(f"{where}: `{key}` must be a string or null")
@@ -152,7 +165,8 @@ def _upgrade_convergence(record):
     return {
         "schema_version": RUN_SCHEMA_VERSION, "kind": "converge",
         "run_id": record.get("run_id"),
-        "command": " ".join(command) if isinstance(command, list) else command,
+        "command": (" ".join(map(str, command)) if isinstance(command, list)
+                    else command),
         "suite": None, "runtime": spec.get("runtime", "native"),
         "executor": "local", "host": record.get("host"),
         "started_at": record.get("started_at"),

@@ -90,13 +90,19 @@ def first_time(value):
     return change
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.004],
-                         ids=["nan", "infinity", "negative"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -0.004, 0.0,
+                                   1e308],
+                         ids=["nan", "infinity", "negative", "zero", "huge"])
 def test_a_timing_that_is_no_time_is_that_jobs_error(tmp_path, value):
     """Item 8: NaN and negative timings passed the result schema; `report`
-    printed nan or a negative mean, export wrote them on."""
+    printed nan or a negative mean, export wrote them on. Zero and absurd
+    times passed it later: `compare` divided by a mean of 0, and two times
+    of 1e308 s overflowed the sum in `report`, `export` and `compare`."""
     run_dir = finished(tmp_path)
     edit(run_dir / f"{FCN5}.json", first_time(value))
+    against = invoke("compare", "--out", str(tmp_path), "--against",
+                     "latest")
+    assert against.returncode == 0, against.stdout + against.stderr
     text = report(tmp_path)
     fcn5 = row(text, "fcn5")
     assert fcn5[5] == "error" and fcn5[7] == "-", fcn5
@@ -111,6 +117,19 @@ def test_a_timing_that_is_no_time_is_that_jobs_error(tmp_path, value):
     again = bench(tmp_path, "fcn5", "fcn8", extra=["--resume"])
     assert "1 of 2 jobs already done" in again.stdout, again.stdout
     assert row(report(tmp_path), "fcn5")[5] == "ok"
+
+
+@pytest.mark.parametrize("container", [
+    {"labels": "x"}, {"image_id": 5, "image": "x", "runtime": "docker"}],
+    ids=["labels-string", "image-id-number"])
+def test_a_damaged_container_block_is_that_jobs_error(tmp_path, container):
+    """environment.container could be any object: `report` took its
+    labels for an object and its image ID for a string (tracebacks)."""
+    run_dir = finished(tmp_path, "fcn5")
+    edit(run_dir / f"{FCN5}.json",
+         lambda result: result["environment"].update(container=container))
+    fcn5 = row(report(tmp_path), "fcn5")
+    assert fcn5[5] == "error" and f"{FCN5}.json" in " ".join(fcn5), fcn5
 
 
 # --- 10: a damaged run folder is one line -------------------------------------
@@ -142,12 +161,17 @@ def every_reader(out, tmp_path):
     (job_field("wall_s", "3.2"), "`wall_s` must be seconds"),
     (job_field("wall_s", [3.2]), "`wall_s` must be seconds"),
     (job_field("wall_s", -3.2), "`wall_s` must be seconds"),
+    (lambda record: record["jobs"][0]["spec"].pop("framework"),
+     "its spec's `framework` must be a string"),
+    (lambda record: record["jobs"][0]["spec"].update(global_batch_size="16"),
+     "its spec's `global_batch_size` must be a whole number"),
     (record_field("host", "box"), "`host` must be an object"),
     (record_field("isolation", 3), "`isolation` must be a mode"),
     (record_field("isolation", ["cell"]), "`isolation` must be a mode"),
     (record_field("isolation", {"pytorch": 1}), "`isolation` must be a mode"),
 ], ids=["spec-list", "spec-string", "wall-string", "wall-list",
-        "wall-negative", "host-string", "isolation-number",
+        "wall-negative", "spec-no-framework", "spec-batch-string",
+        "host-string", "isolation-number",
         "isolation-list", "isolation-of-a-number"])
 def test_a_damaged_run_json_field_is_one_line_everywhere(tmp_path, change,
                                                           named):
