@@ -28,6 +28,9 @@ from dlrepro.run.paths import CLOCK_STATE_GLOB
 from dlrepro.errors import UserError, read_text
 
 STATE_GLOB = CLOCK_STATE_GLOB
+# Every status harness/gpu/clocks.py writes: outstanding ones, and those
+# with nothing left to undo.
+STATUSES = clocks.OUTSTANDING + ("restored", "unchanged")
 
 
 def load_state(path):
@@ -45,7 +48,30 @@ def load_state(path):
         raise UserError(f"{path}: clock-state version {state.get('version')!r} "
                         f"is not supported (this version reads "
                         f"{clocks.STATE_VERSION})")
+    _check_fields(path, state)
     return state
+
+
+def _check_fields(path, state):
+    """UserError naming the first field of a clock-state file (a damaged
+    one: the harness writes them whole) whose value restoring cannot use."""
+    if state.get("status") not in STATUSES:
+        raise UserError(f"{path}: status {state.get('status')!r} is not a "
+                        f"clock-state status ({', '.join(STATUSES)})")
+    for key, kinds, what in (("created_unix", (int, float), "a number"),
+                             ("restored_by", str, "a string"),
+                             ("host", str, "a string")):
+        value = state.get(key)
+        if value is not None and (isinstance(value, bool) or
+                                  not isinstance(value, kinds)):
+            raise UserError(f"{path}: {key} must be {what}, got {value!r}")
+    gpus = state.get("gpus", [])
+    if not (isinstance(gpus, list) and all(
+            isinstance(g, dict) and isinstance(g.get("changes", []), list)
+            and all(isinstance(c, dict) for c in g.get("changes", []))
+            for g in gpus)):
+        raise UserError(f"{path}: gpus must be a list of GPUs, each with a "
+                        f"list of changes")
 
 
 def outstanding(state):
@@ -79,10 +105,11 @@ def restore_file(path, module=None):
     finally:
         nvml.close()
     resultfile.write_atomic(str(path), state)
-    undone = [c for g in state["gpus"] for c in g["changes"]
-              if c.get("restored")]
-    failed = [f"GPU {g.get('uuid')}: {c['undo_call']} -> {c['restore_error']}"
-              for g in state["gpus"] for c in g["changes"]
+    changes = [(g, c) for g in state.get("gpus", [])
+               for c in g.get("changes", [])]
+    undone = [c for _g, c in changes if c.get("restored")]
+    failed = [f"GPU {g.get('uuid')}: {c.get('undo_call')} -> "
+              f"{c['restore_error']}" for g, c in changes
               if c.get("restore_error")]
     if failed:
         raise UserError(f"{path.name}: restore failed ({'; '.join(failed)}); "

@@ -152,3 +152,42 @@ def test_after_cell_with_a_torn_state_file_says_so(tmp_path):
     (tmp_path / "cell.clock-state.json").write_text("{")
     message = gpu_restore.after_cell(tmp_path / "cell.json")
     assert "unreadable" in message and "nvidia-smi" in message
+
+
+HEADER = {"format": clocks.STATE_FORMAT, "version": clocks.STATE_VERSION}
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({}, "status None is not a clock-state status"),
+    ({"status": ["pending"]}, "status ['pending'] is not a clock-state"),
+    ({"status": "restored", "restored_by": 5}, "restored_by must be a string"),
+    ({"status": "pending", "created_unix": "x"},
+     "created_unix must be a number"),
+    ({"status": "changed", "gpus": {"0": []}}, "gpus must be a list of GPUs"),
+    ({"status": "changed", "gpus": [{"changes": "all"}]},
+     "gpus must be a list of GPUs"),
+], ids=["no-status", "status-list", "restored-by-number",
+        "created-string", "gpus-object", "changes-string"])
+def test_a_damaged_state_file_is_one_line(tmp_path, fields, named):
+    """A state file the harness wrote whole, then damaged: a KeyError or
+    a TypeError traceback before, or (a list status) "nothing to
+    restore" for a file that says nothing."""
+    path = tmp_path / "c.clock-state.json"
+    path.write_text(json.dumps(dict(HEADER, **fields)))
+    proc = _invoke(tmp_path, "--state", str(path))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith(f"error: {path}: {named}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_whose_state_files_disagree_on_a_field_type_is_one_line(
+        tmp_path):
+    """Two outstanding files whose created_unix a string and a number
+    could not be sorted: a TypeError traceback before."""
+    run = tmp_path / "run-1"
+    run.mkdir()
+    for name, created in (("a", "x"), ("b", 5)):
+        (run / f"{name}.clock-state.json").write_text(json.dumps(dict(
+            HEADER, status="pending", created_unix=created, gpus=[])))
+    with pytest.raises(UserError, match="created_unix must be a number"):
+        gpu_restore.restore_run(run, module=fake_nvml)
