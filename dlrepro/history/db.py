@@ -163,6 +163,11 @@ class _errors:
         return self
 
     def __exit__(self, kind, exc, _tb):
+        if isinstance(exc, json.JSONDecodeError):
+            # A JSON column (process_means_s, phase_times) that another
+            # program or a hand left unreadable.
+            raise UserError(f"database {safe_url(self.target)}: a stored "
+                            f"JSON value is damaged ({exc})") from exc
         if isinstance(exc, SQLAlchemyError):
             detail = str(getattr(exc, "orig", None) or exc).strip()
             if _locked(exc):
@@ -202,6 +207,9 @@ def checked_version(connection):
     """The schema version of a dlrepro results database; refuses a newer
     one."""
     version = schema_version(connection)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UserError(f"the database's schema version is {version!r}, "
+                        f"not a number: it is damaged")
     if version > schema.VERSION:
         raise UserError(f"the database has schema version {version}; this "
                         f"dlrepro knows up to {schema.VERSION}: update it")
@@ -386,6 +394,33 @@ def put(connection, table, row, ignore=()):
     return "updated"
 
 
+def _is_time(value):
+    return not isinstance(value, bool) and isinstance(value, (int, float)) \
+        and value > 0
+
+
+def _checked(row, target):
+    """`row` if the history's arithmetic (logs and ratios of the times, the
+    cell's identity) can take it; UserError naming it otherwise."""
+    where = (f"database {safe_url(target)}: cell {row['cell_id']!r} of run "
+             f"{row['run_id']!r}")
+    try:
+        key = json.loads(row["cell_key"])
+    except (TypeError, ValueError):
+        key = None
+    if not isinstance(key, dict):
+        raise UserError(f"{where}: its cell_key is not a JSON object (a "
+                        f"damaged row)")
+    means = row["process_means_s"]
+    if not (row["mean_s"] is None or _is_time(row["mean_s"])) or not (
+            means is None or isinstance(means, list) and all(
+                _is_time(m) for m in means)):
+        raise UserError(f"{where}: its mean_s {row['mean_s']!r} or "
+                        f"process_means_s {means!r} is not times above 0 (a "
+                        f"damaged row)")
+    return row
+
+
 def check_machine(name):
     """--machine as a name that prints on one line and fits its column."""
     if name is None:
@@ -453,7 +488,7 @@ def read_cells(engine, target=""):
         query = select(cells, *extra).join(runs, same_run)
         rows = [dict(r) for r in connection.execute(query).mappings()]
     missing = dict.fromkeys(schema.tables()["cells"].c.keys())
-    rows = [missing | row for row in rows]
+    rows = [_checked(missing | row, target) for row in rows]
     return sorted(rows, key=lambda r: (r["machine"], r["cell_key"],
                                        r["run_started_at"] or "",
                                        r["run_id"]))

@@ -173,6 +173,44 @@ def test_a_database_it_cannot_keep_is_one_line(one_run, target, message):
         assert (done.returncode, done.stderr) == (2, f"error: {message}\n")
 
 
+# export reads a stored row back only where it compares it with its own
+# (the JSON columns decoded) and checks the version: it overwrites a
+# damaged number or key with the run's own.
+@pytest.mark.parametrize("damage, message, export_too", [
+    ("UPDATE cells SET process_means_s = 'notjson'",
+     "a stored JSON value is damaged", True),
+    ("UPDATE cells SET phase_times = '{bad'",
+     "a stored JSON value is damaged", True),
+    ("UPDATE dlrepro_schema SET version = 'x'",
+     "the database's schema version is 'x', not a number", True),
+    ("UPDATE cells SET mean_s = 'abc'", "its mean_s 'abc' or process_means_s",
+     False),
+    ("UPDATE cells SET mean_s = -1", "its mean_s -1.0 or process_means_s",
+     False),
+    ("UPDATE cells SET cell_key = '[1]'", "its cell_key is not a JSON object",
+     False),
+], ids=["means-not-json", "phases-not-json", "version-word", "mean-word",
+        "mean-negative", "key-a-list"])
+def test_a_damaged_database_row_is_one_line(one_run, tmp_path, damage,
+                                            message, export_too):
+    """A row edited by another program or a hand: JSON, type and domain
+    errors (JSONDecodeError, TypeError, math domain error) were tracebacks
+    in `history` and in `export` into it."""
+    path = tmp_path / "history.db"
+    assert invoke("export", "--out", str(one_run), "--db",
+                  str(path)).returncode == 0
+    with closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute(damage)
+    commands = [["history", "--db", str(path)]]
+    if export_too:
+        commands.append(["export", "--out", str(one_run), "--db", str(path)])
+    for command in commands:
+        done = invoke(*command)
+        assert done.returncode == 2, (command, done.stdout + done.stderr)
+        assert message in done.stderr, (command, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+
+
 def test_a_run_without_a_result_yet_is_left_for_later(tmp_path):
     out, db = tmp_path / "runs", tmp_path / "history.db"
     # fcn5 takes 21 one-second iterations: time to export before its
