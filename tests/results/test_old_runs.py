@@ -68,6 +68,19 @@ def test_a_convergence_run_of_format_0_reads_as_format_2():
     assert lines[0].startswith("pytorch fcn-r on cpu, global batch 16")
 
 
+def test_a_format_0_command_of_other_than_strings_is_read(tmp_path):
+    """Format 0 kept the command as a list of arguments; one edited to
+    hold a number gave report and export a TypeError traceback."""
+    run_dir = copied(tmp_path, "converge-v0", "converge")
+    path = run_dir / "run.json"
+    record = json.loads(path.read_text())
+    record["command"] = ["invoke", 1, 2.5]
+    path.write_text(json.dumps(record))
+    assert store.read_run(run_dir)["command"] == "invoke 1 2.5"
+    proc = invoke("report", "--run", str(run_dir))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_resume_of_a_format_0_convergence_run_keeps_its_run(tmp_path):
     run_dir = copied(tmp_path, "converge-v0", "converge")
     proc = invoke("converge", "--runtime", "native", "--framework",
