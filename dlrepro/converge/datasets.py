@@ -46,7 +46,7 @@ def check_mirror(mirror):
     """`mirror` if it is a base URL urllib can open; UserError otherwise."""
     try:
         parts = urllib.parse.urlsplit(mirror)
-        parts.port  # noqa: B018 (raises for a port that is no number)
+        parts.port  # read for its ValueError: a port that is no number
     except ValueError as exc:  # "Invalid IPv6 URL", "Port could not be..."
         raise UserError(f"--mirror {mirror!r} is not a URL: {exc}")
     if parts.scheme not in MIRROR_SCHEMES or \

@@ -7,13 +7,11 @@ import importlib.util
 import json
 import math
 import xml.etree.ElementTree as ET
-import subprocess
-import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
 
+from cli import invoke
 from convergeenv import RELATIVE_TOLERANCE, _harness, _max_relative, _native
 from dlrepro.converge import datasets as dd
 from dlrepro.converge import plan as conv_plan
@@ -188,21 +186,15 @@ def test_harness_rejects_bad_specs_in_one_line(root, tmp_path, mnist,
         assert not out.exists()
 
 
-def _invoke(root, *args):
-    return subprocess.run([str(Path(sys.executable).parent / "invoke"),
-                           "converge", *args], cwd=root, capture_output=True,
-                          text=True)
-
-
-def test_task_bad_inputs(root, tmp_path, mnist):
+def test_task_bad_inputs(tmp_path, mnist):
     data_dir, checksums = mnist
     missing = tmp_path / "absent"
-    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+    out = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
                   "--data-dir", str(missing), "--out", str(tmp_path))
     assert out.returncode == 2
     assert out.stderr.startswith(f"error: data folder {missing} does not "
                                  f"exist; run `invoke data --dataset mnist")
-    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+    out = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
                   "--data-dir", str(data_dir), "--workers", "1,2",
                   "--global-batch-size", "64", "--out", str(tmp_path))
     assert out.returncode == 2
@@ -210,7 +202,7 @@ def test_task_bad_inputs(root, tmp_path, mnist):
     assert out.stderr.startswith(f"error: {data_dir}/mnist/train-images-"
                                  f"idx3-ubyte.gz: sha256 mismatch: expected "
                                  f"440fcabf")
-    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+    out = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
                   "--synthetic", "--workers", "4", "--global-batch-size", "2")
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: 4 workers cannot share a global "
@@ -220,7 +212,7 @@ def test_task_bad_inputs(root, tmp_path, mnist):
         assert "Traceback" not in output
     # --resume with nothing to resume: said before any image or venv is made.
     empty = tmp_path / "empty"
-    out = _invoke(root, "--framework", "pytorch", "--network", "fcn-r",
+    out = invoke("converge", "--framework", "pytorch", "--network", "fcn-r",
                   "--synthetic", "--resume", "--out", str(empty))
     assert out.returncode == 2
     assert out.stderr.strip() == (f"error: no convergence run under {empty} "

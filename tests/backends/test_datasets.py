@@ -9,12 +9,11 @@ import http.server
 import pickle
 import socket
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
 
+from cli import invoke
 from dlrepro.converge import datasets as dd
 from dlrepro.errors import UserError
 from harness.data import datasets as hd
@@ -370,17 +369,12 @@ def test_download_to_official_checksums_rejects_generated_files(tmp_path,
                     log=lambda m: None)
 
 
-def _invoke(root, *args):
-    return subprocess.run([str(Path(sys.executable).parent / "invoke"), *args],
-                          cwd=root, capture_output=True, text=True)
-
-
-def test_data_task_errors(root, tmp_path):
-    out = _invoke(root, "data", "--dataset", "imagenet")
+def test_data_task_errors(tmp_path):
+    out = invoke("data", "--dataset", "imagenet")
     assert out.returncode == 2
     assert out.stderr.strip() == ("error: unknown dataset 'imagenet'; valid "
                                   "datasets: cifar10, mnist, ptb")
-    out = _invoke(root, "data", "--dataset", "ptb", "--data-dir",
+    out = invoke("data", "--dataset", "ptb", "--data-dir",
                   str(tmp_path), "--mirror",
                   f"http://127.0.0.1:{_closed_port()}")
     assert out.returncode == 2
@@ -388,7 +382,7 @@ def test_data_task_errors(root, tmp_path):
     assert f"Place the files by hand: {tmp_path}/ptb/simple-examples.tgz " \
            f"from http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz" \
         in out.stderr
-    out = _invoke(root, "data", "--dataset", "mnist", "--data-dir",
+    out = invoke("data", "--dataset", "mnist", "--data-dir",
                   str(tmp_path / "none"), "--check")
     assert out.returncode == 2
     assert "does not exist" in out.stderr and "Traceback" not in out.stderr

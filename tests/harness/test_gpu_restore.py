@@ -3,13 +3,13 @@ gpu-restore`): after a SIGKILL the state file on disk is all that is left,
 and it must be enough."""
 import json
 import signal
-import subprocess
 
 import pytest
 
 import fake_nvml
+from cli import invoke
 from clockcells import GPU_CELL, start_cell, wait_until_timing
-from paths import INVOKE, ROOT
+from paths import ROOT
 from dlrepro.run import gpu_restore
 from dlrepro.errors import UserError
 from harness.gpu import clocks
@@ -104,8 +104,7 @@ def test_gpu_missing_from_this_host_fails_loudly(tmp_path):
 
 def _invoke(tmp_path, *args, fake=None):
     env, _ = fake_nvml.child_env(tmp_path, state=fake, path_extra=[ROOT])
-    return subprocess.run([INVOKE, "gpu-restore"] + list(args), cwd=ROOT,
-                          env=env, capture_output=True, text=True)
+    return invoke("gpu-restore", *args, env=env)
 
 
 def test_invoke_gpu_restore_state_file(tmp_path):
