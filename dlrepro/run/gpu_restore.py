@@ -48,13 +48,13 @@ def load_state(path):
         raise UserError(f"{path}: clock-state version {state.get('version')!r} "
                         f"is not supported (this version reads "
                         f"{clocks.STATE_VERSION})")
-    _check_fields(path, state)
-    return state
+    return _checked_fields(path, state)
 
 
-def _check_fields(path, state):
-    """UserError naming the first field of a clock-state file (a damaged
-    one: the harness writes them whole) whose value restoring cannot use."""
+def _checked_fields(path, state):
+    """`state`; UserError naming the first field of a clock-state file (a
+    damaged one: the harness writes them whole) whose value restoring
+    cannot use."""
     if state.get("status") not in STATUSES:
         raise UserError(f"{path}: status {state.get('status')!r} is not a "
                         f"clock-state status ({', '.join(STATUSES)})")
@@ -72,6 +72,7 @@ def _check_fields(path, state):
             for g in gpus)):
         raise UserError(f"{path}: gpus must be a list of GPUs, each with a "
                         f"list of changes")
+    return state
 
 
 def outstanding(state):
