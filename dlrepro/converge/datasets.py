@@ -43,7 +43,7 @@ MIRROR_SCHEMES = ("http", "https", "ftp", "file")
 
 
 def check_mirror(mirror):
-    """`mirror` if it is a base URL urllib can open; UserError otherwise."""
+    """UserError unless `mirror` is a base URL urllib can open."""
     try:
         parts = urllib.parse.urlsplit(mirror)
         parts.port  # read for its ValueError: a port that is no number
@@ -53,7 +53,6 @@ def check_mirror(mirror):
             not (parts.netloc or parts.scheme == "file"):
         raise UserError(f"--mirror must be a base URL (http://HOST/PATH, "
                         f"https://, ftp:// or file:///PATH), got {mirror!r}")
-    return mirror
 
 
 def _sources(spec, mirror):
@@ -155,9 +154,10 @@ def download(name, data_dir=DEFAULT_DATA_DIR, *, mirror=None, checksums=None,
             try:
                 tmp, actual = _fetch(url, target, timeout,
                                      lambda d, t: progress(spec.name, d, t))
-            # HTTPException: a response cut short (IncompleteRead) or a
-            # URL http.client refuses (InvalidURL); ValueError: one urllib
-            # refuses.
+            # HTTPException: a reply that is no HTTP (BadStatusLine), a
+            # chunked one cut short (IncompleteRead; _fetch checks a plain
+            # one's length itself), a URL http.client refuses (InvalidURL);
+            # ValueError: one urllib refuses.
             except (OSError, ValueError, http.client.HTTPException,
                     urllib.error.URLError) as exc:
                 reason = getattr(exc, "reason", None) or exc
