@@ -94,7 +94,9 @@ def lock_bases(names, path=BASE_LOCK_PATH, client=None, log=print):
             pins[name] = pin
             log(f"lock: {name}: {pin.get('digest') or pin.get('id')} "
                 f"({pin['source']})")
-    write_base_lock(pins, path)
+    if len(failures) < len(set(names)):
+        # Nothing resolved leaves the file as it was, byte for byte.
+        write_base_lock(pins, path)
     return failures
 
 

@@ -341,6 +341,10 @@ def test_lock_pins_a_local_only_base_by_id_and_locked_builds_check_it(
     failures = images.lock_bases([test_base, f"{PREFIX}/no-such-base:0"],
                                  path, docker_client, log=lambda _m: None)
     assert list(failures) == [f"{PREFIX}/no-such-base:0"]
+    written = path.stat().st_ino  # a rewrite replaces the file
+    assert images.lock_bases([f"{PREFIX}/no-such-base:0"], path,
+                             docker_client, log=lambda _m: None)
+    assert path.stat().st_ino == written  # nothing resolved: untouched
     pin = images.read_base_lock(path)[test_base]
     assert pin["id"] == docker_client.images.get(test_base).id
     assert "digest" not in pin
