@@ -35,3 +35,12 @@ def apply(threads, environ=None):
 def snapshot(environ=None):
     environ = os.environ if environ is None else environ
     return dict((name, environ.get(name)) for name in THREAD_ENV_VARS)
+
+
+def count(environ=None):
+    """The cell's thread count as `apply` set it, or None where unset."""
+    environ = os.environ if environ is None else environ
+    try:
+        return max(1, int(environ.get("OMP_NUM_THREADS")))
+    except (TypeError, ValueError):
+        return None

@@ -27,13 +27,23 @@ private on the 2-core VM); huge pages are refused outright where Python
 can say so (mmap.madvise, 3.8 and newer), for kernels that give them
 unasked.
 
-A large draw is made and scaled a cache-sized chunk at a time, from the
-one generator: the same values as one draw of the whole array followed by
-three passes over it, in one pass over memory (about 0.04 s of fcn5's
-0.45-0.50 s; docs/measurements/fixed-costs-2026-12-06).
+A draw is made and scaled a cache-sized chunk at a time: the same values
+as one draw of the whole followed by three passes over it, in one pass
+over memory (about 0.04 s of fcn5's 0.45-0.50 s;
+docs/measurements/fixed-costs-2026-12-06). An array of at least two SPANs
+draws each span from a key of its own (the layer key's children, in
+order), and the cell's threads share the spans (side_by_side): numpy's
+generators draw without the GIL, so the draws and the faults of fresh
+pages run on every core the cell has (fcn5's 118M values on two cores:
+0.31-0.39 s against 0.62-0.85 s in one thread). The values depend on the
+key alone, not on how many threads drew them.
 """
 import math
 import mmap
+import os
+import threading
+
+from .. import threads as cell_threads
 
 # XLA's and Eigen's alignment: a CPU buffer so aligned is used without a
 # copy.
@@ -43,6 +53,9 @@ ALIGNMENT = 64
 MAPPED_BYTES = 1 << 22
 # Values drawn and scaled at a time: 1 MiB, within any L2 cache.
 CHUNK = 1 << 18
+# Values a key of their own draws in a large array: 4 MiB, a thread's
+# share of the pages to fault in.
+SPAN = 1 << 20
 
 
 def _np():
@@ -100,19 +113,67 @@ def uniform(key, shape, limit, out=None):
     if not values.flags.c_contiguous:
         # reshape(-1) would draw into a copy.
         raise ValueError("draws.uniform draws into C-contiguous memory only")
+    flat = values.reshape(-1)
+    if flat.size < 2 * SPAN:
+        _fill(key, flat, bound)
+        return values
+    spans = [(span_key(key, index), flat[start:start + SPAN])
+             for index, start in enumerate(range(0, flat.size, SPAN))]
+    side_by_side(lambda span: _fill(span[0], span[1], bound), spans,
+                 workers())
+    return values
+
+
+def _fill(key, flat, bound):
     # u in [0, 1) has 24 bits: 2u - 1 is exact, and scaling a value under 1
     # in magnitude cannot round past the bound. A chunk at a time, each
     # scaled while it is in the cache: the draw is the one pass over fresh
     # memory, and the generator's stream is the same however it is cut.
+    np = _np()
     generator = np.random.default_rng(key)
-    flat = values.reshape(-1)
     for start in range(0, flat.size, CHUNK):
         chunk = flat[start:start + CHUNK]
         generator.random(chunk.shape, dtype=np.float32, out=chunk)
         chunk *= np.float32(2)
         chunk -= np.float32(1)
         chunk *= bound
-    return values
+
+
+def span_key(key, index):
+    """The child `index` of `key`, as its spawn() gives it, without
+    spawning: a layer's key draws the same values however often it draws."""
+    return _np().random.SeedSequence(
+        key.entropy, spawn_key=tuple(key.spawn_key) + (index,),
+        pool_size=key.pool_size)
+
+
+def workers():
+    """The cell's threads (harness.threads), else every CPU it may use."""
+    return cell_threads.count() or len(os.sched_getaffinity(0))
+
+
+def side_by_side(draw, items, count):
+    """draw(item) for every item, `count` threads sharing them (the
+    caller's thread one of them); the first exception is raised here."""
+    failures = []
+
+    def share(mine):
+        try:
+            for item in mine:
+                draw(item)
+        except BaseException as exc:  # raised again in the caller's thread
+            failures.append(exc)
+
+    count = max(1, min(count, len(items)))
+    helpers = [threading.Thread(target=share, args=(items[i::count],))
+               for i in range(1, count)]
+    for helper in helpers:
+        helper.start()
+    share(items[0::count])
+    for helper in helpers:
+        helper.join()
+    if failures:
+        raise failures[0]
 
 
 def glorot_limit(fan_in, fan_out):

@@ -12,6 +12,7 @@ same weights twice and another seed other weights.
 import hashlib
 import math
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -126,6 +127,45 @@ def test_mxnet_lstm_layers_draw_their_own_matrices(framework_python, root):
     assert found["same"] == [False]
 
 
+PYTORCH_CHUNKS_PROBE = """
+    import hashlib, json
+    import torch
+    from harness.frameworks.pytorch import initial
+    out = {}
+    for threads in (1, 2, 3):
+        torch.set_num_threads(threads)
+        torch.manual_seed(11)
+        # Three chunks and an odd rest, drawn by `threads` threads.
+        values = torch.empty(3 * initial.CHUNK + 5)
+        initial.uniform(values, -0.5, 0.5)
+        chunks = values[:3 * initial.CHUNK].view(3, -1)
+        out[threads] = {
+            "digest": hashlib.sha256(values.numpy().tobytes()).hexdigest(),
+            "range": [float(values.min()), float(values.max())],
+            "chunks_equal": bool((chunks[0] == chunks[1]).all()
+                                 or (chunks[1] == chunks[2]).all()),
+            "zeros": int((values == 0).sum())}
+    print(json.dumps(out))
+"""
+
+
+def test_pytorch_draws_a_large_tensor_the_same_with_any_thread_count(
+        framework_python, root):
+    # The chunks' generators are seeded from the global generator in
+    # order: how many threads drew them must not change the weights (a
+    # cell with 1 thread and one with 2 start from the same model).
+    found = run_probe(str(framework_python("pytorch")), root,
+                      PYTORCH_CHUNKS_PROBE)
+    assert found["1"]["digest"] == found["2"]["digest"] == \
+        found["3"]["digest"]
+    for threads, entry in found.items():
+        low, high = entry["range"]
+        assert -0.5 <= low < -0.49 and 0.49 < high < 0.5, threads
+        assert not entry["chunks_equal"], threads
+        # Every value drawn (torch.empty's memory may hold zeros).
+        assert entry["zeros"] < 5, threads
+
+
 def test_the_moments_check_fails_for_a_wrong_limit():
     values = draws.uniform(draws.keys(0), (784, 2048), 0.05)
     assert_uniform(summary(values), 0.05, "right")
@@ -170,6 +210,47 @@ def test_a_draw_in_chunks_is_the_one_draw_of_the_whole_array():
     whole = (whole * np.float32(2) - np.float32(1)) * bound
     drawn = draws.uniform(draws.keys(5), (count,), limit)
     assert np.array_equal(drawn, whole)
+
+
+def test_a_large_draw_is_each_spans_own_stream_whatever_the_threads(
+        monkeypatch):
+    # Two spans and an odd rest, each from the key's child in order: a span
+    # drawn from another key, twice or not at all, or values that depend on
+    # how many threads drew them, change the array.
+    count, limit = 2 * draws.SPAN + 3, 0.02
+    bound = np.float32(limit)
+    if float(bound) > limit:
+        bound = np.nextafter(bound, np.float32(0))
+    parts = []
+    for index, size in enumerate((draws.SPAN, draws.SPAN, 3)):
+        u = np.random.default_rng(draws.keys(5).spawn(3)[index]).random(
+            size, dtype=np.float32)
+        parts.append((u * np.float32(2) - np.float32(1)) * bound)
+    expected = np.concatenate(parts)
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+        assert draws.workers() == int(threads)
+        drawn = draws.uniform(draws.keys(5), (count,), limit)
+        assert np.array_equal(drawn, expected), threads
+    key = draws.keys(5)  # a key draws the same values each time
+    assert np.array_equal(draws.uniform(key, (count,), limit),
+                          draws.uniform(key, (count,), limit))
+
+
+def test_side_by_side_shares_the_items_among_threads_and_raises_theirs():
+    seen = {}
+    draws.side_by_side(
+        lambda item: seen.setdefault(threading.current_thread().name,
+                                     []).append(item),
+        list(range(7)), 3)
+    assert len(seen) == 3
+    assert sorted(sum(seen.values(), [])) == list(range(7))
+
+    def fails_on_five(item):
+        if item == 5:
+            raise ValueError("item 5")
+    with pytest.raises(ValueError, match="item 5"):
+        draws.side_by_side(fails_on_five, list(range(7)), 2)
 
 
 def test_a_draw_refuses_memory_it_would_copy():

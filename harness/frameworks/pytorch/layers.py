@@ -2,11 +2,11 @@
 modules: one module per layer kind (the classes torch.nn lacks defined on
 first use), the model, initialised as the network describes it, and its
 parameter count."""
-import math
 
 from ... import networks as nets
 from ...errors import HarnessError
 from . import transformer
+from .initial import glorot as _glorot, uniform
 from .load import _torch
 
 
@@ -15,11 +15,6 @@ def _activation(name):
     if name is None:
         return []
     return [{"relu": nn.ReLU, "sigmoid": nn.Sigmoid}[name]()]
-
-
-def _glorot(weight, fan_in, fan_out):
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    _torch().nn.init.uniform_(weight, -limit, limit)
 
 
 def _uninitialised(module_class, *args, **kwargs):
@@ -96,7 +91,7 @@ def _build_module(resolved_layers):
                                          layer.channels - r.in_shape[0]))
         elif kind is nets.Embedding:
             embedding = _uninitialised(nn.Embedding, layer.vocab, layer.dim)
-            nn.init.uniform_(embedding.weight, -0.05, 0.05)
+            uniform(embedding.weight, -0.05, 0.05)
             modules.append(embedding)
         elif kind is nets.LSTM:
             modules.append(_LSTM(r.in_shape[1], layer.hidden, layer.layers))

@@ -2,21 +2,16 @@
 attention by torch.nn.functional.scaled_dot_product_attention, PyTorch's
 fused path (flash or memory-efficient kernels on the GPU, its fused CPU
 kernel on the CPU), which picks its kernel per call."""
-import math
 
 from ... import networks as nets
 from ...errors import Unsupported
+from .initial import glorot as _glorot, uniform
 from .load import _torch
 
 # What the result records as the attention's implementation.
 ATTENTION = ("torch.nn.functional.scaled_dot_product_attention "
              "(is_causal=True; PyTorch picks flash, memory-efficient or math "
              "per call)")
-
-
-def _glorot(weight, fan_in, fan_out):
-    limit = math.sqrt(6.0 / (fan_in + fan_out))
-    _torch().nn.init.uniform_(weight, -limit, limit)
 
 
 def _linear(inputs, units):
@@ -65,8 +60,8 @@ def _classes():
             super(Transformer, self).__init__()
             self.tokens = nn.Embedding(layer.vocab, layer.dim)
             self.positions = nn.Embedding(layer.context, layer.dim)
-            nn.init.uniform_(self.tokens.weight, -0.05, 0.05)
-            nn.init.uniform_(self.positions.weight, -0.05, 0.05)
+            uniform(self.tokens.weight, -0.05, 0.05)
+            uniform(self.positions.weight, -0.05, 0.05)
             self.blocks = nn.ModuleList([Block(layer)
                                          for _ in range(layer.layers)])
             self.norm = nn.LayerNorm(layer.dim, eps=layer.eps)
