@@ -149,7 +149,10 @@ def span_key(key, index):
 
 def workers():
     """The cell's threads (harness.threads), else every CPU it may use."""
-    return cell_threads.count() or len(os.sched_getaffinity(0))
+    if cell_threads.count():
+        return cell_threads.count()
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux only
+    return len(affinity(0)) if affinity else (os.cpu_count() or 1)
 
 
 def side_by_side(draw, items, count):
