@@ -18,7 +18,7 @@ Conventions shared by all backends:
   layer-norm gamma 1, beta 0 (the transformer: see Transformer);
   drawn from the cell's seed, by numpy's default generator in TensorFlow,
   MXNet and JAX (harness.frameworks.draws), by the framework's own in
-  PyTorch (a large tensor by chunks side by side,
+  PyTorch (a large tensor by spans side by side,
   harness.frameworks.pytorch.initial), CNTK and Caffe: the same
   distributions, other values;
 - loss: mean softmax cross-entropy over samples (over tokens for the LSTMs

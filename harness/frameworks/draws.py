@@ -149,8 +149,9 @@ def span_key(key, index):
 
 def workers():
     """The cell's threads (harness.threads), else every CPU it may use."""
-    if cell_threads.count():
-        return cell_threads.count()
+    count = cell_threads.count()
+    if count:
+        return count
     affinity = getattr(os, "sched_getaffinity", None)  # Linux only
     return len(affinity(0)) if affinity else (os.cpu_count() or 1)
 

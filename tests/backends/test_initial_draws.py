@@ -130,15 +130,16 @@ def test_mxnet_lstm_layers_draw_their_own_matrices(framework_python, root):
 PYTORCH_CHUNKS_PROBE = """
     import hashlib, json
     import torch
+    from harness.frameworks.draws import SPAN
     from harness.frameworks.pytorch import initial
     out = {}
     for threads in (1, 2, 3):
         torch.set_num_threads(threads)
         torch.manual_seed(11)
-        # Three chunks and an odd rest, drawn by `threads` threads.
-        values = torch.empty(3 * initial.CHUNK + 5)
+        # Three spans and an odd rest, drawn by `threads` threads.
+        values = torch.empty(3 * SPAN + 5)
         initial.uniform(values, -0.5, 0.5)
-        chunks = values[:3 * initial.CHUNK].view(3, -1)
+        chunks = values[:3 * SPAN].view(3, -1)
         out[threads] = {
             "digest": hashlib.sha256(values.numpy().tobytes()).hexdigest(),
             "range": [float(values.min()), float(values.max())],
