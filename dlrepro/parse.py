@@ -21,8 +21,8 @@ def count(value, flag, minimum=1, maximum=None):
     return number
 
 
-def optional_count(value, flag, minimum=1):
-    return None if value is None else count(value, flag, minimum)
+def optional_count(value, flag, minimum=1, maximum=None):
+    return None if value is None else count(value, flag, minimum, maximum)
 
 
 def counts(values, flag):

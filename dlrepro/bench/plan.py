@@ -14,6 +14,10 @@ from dlrepro.bench import gpuprofile
 from dlrepro.errors import UserError
 from dlrepro.run.job import Job, Placement
 
+# Every process of every cell is planned before the first runs: a mistyped
+# count (--repeat 1000000) would fill memory instead of failing. pyperf
+# runs 20 processes by default; this is ample room above that.
+MAX_REPEAT = 1000
 
 
 class Options(NamedTuple):
@@ -289,5 +293,6 @@ def options(m, *, framework, all_frameworks, profile, network, batch_size,
         seed=parse.count(seed, "--seed", minimum=0, maximum=spec.MAX_SEED),
         clock_policy=clock_policy,
         timeout_s=parse.optional_count(timeout, "--timeout"),
-        repeat=parse.optional_count(repeat, "--repeat"),
+        repeat=parse.optional_count(repeat, "--repeat",
+                                     maximum=MAX_REPEAT),
         precision=precision, compile=compile)

@@ -17,12 +17,13 @@ default. Example:
 Keys of `defaults` and of groups: device ("cpu" or "gpu"), threads (list of
 thread counts, CPU only), gpus (list of GPU counts; the batch size is per
 GPU), iterations, warmup, timeout_s, frameworks (list; default: all),
-repeat (independent processes per cell; default 1), clock_policy (GPU
-clocks: observe, disable-boost or lock=<MHz>; default observe; the paper's
-GPU suites name disable-boost, the paper's method), precision (default,
-fp32, tf32, bf16, fp16; default: default, the framework's own), compile
-(a compile mode of the frameworks: none, default, reduce-overhead,
-max-autotune, function, xla, hybridize, jit; default: each framework's).
+repeat (independent processes per cell; default 1, at most 1000),
+clock_policy (GPU clocks: observe, disable-boost or lock=<MHz>; default
+observe; the paper's GPU suites name disable-boost, the paper's method),
+precision (default, fp32, tf32, bf16, fp16; default: default, the
+framework's own), compile (a compile mode of the frameworks: none, default,
+reduce-overhead, max-autotune, function, xla, hybridize, jit; default: each
+framework's).
 """
 import re
 import tomllib
@@ -33,6 +34,7 @@ from harness.gpu import clocks
 from harness.errors import HarnessError
 
 from dlrepro import ROOT
+from dlrepro.bench.plan import MAX_REPEAT
 from dlrepro.errors import UserError, read_text
 
 SUITES_DIR = ROOT / "benchmarks" / "suites"
@@ -145,6 +147,9 @@ def _check_group(group, where, needs_networks):
                          ("repeat", 1)):
         if key in group:
             _int(group[key], f"{where}: {key}", minimum)
+    if group.get("repeat", 1) > MAX_REPEAT:
+        raise UserError(f"{where}: repeat must be at most {MAX_REPEAT}, "
+                        f"got {group['repeat']}")
     if "frameworks" in group:
         _string_list(group, "frameworks", where)
     if "clock_policy" in group:

@@ -32,6 +32,9 @@ from paths import INVOKE, SCRIPTED
      "error: --clock-policy: clock_policy must be observe, disable-boost or "
      "lock=<MHz>"),
     ([], "error: choose frameworks: --framework NAME (repeatable) or --all"),
+    # Every process is planned up front: a huge count filled memory.
+    (["--framework", "pytorch", "--repeat", "100000000"],
+     "error: --repeat must be at most 1000, got 100000000"),
     # Issue 23, item 11: these passed planning and ended as error cells.
     (["--framework", "pytorch", "--seed", "100000000000000000000000000"],
      "error: --seed must be at most 2147483646, got 1000000000000000000000"),

@@ -59,6 +59,8 @@ def test_a_suite_can_be_given_as_a_path(tmp_path):
      "device must be cpu or gpu"),
     ('name = "x"\n[defaults]\nnetworks=["fcn5"]\n[[group]]\nnetworks=["fcn5"]\n'
      'batch_sizes=[8]\n', "networks and batch_sizes belong in groups"),
+    ('name = "x"\n[[group]]\nnetworks=["fcn5"]\nbatch_sizes=[8]\n'
+     'repeat = 100000000\n', "repeat must be at most 1000, got 100000000"),
 ])
 def test_malformed_suites_name_the_file_and_the_problem(tmp_path, text, message):
     path = tmp_path / "bad.toml"
