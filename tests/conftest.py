@@ -3,6 +3,7 @@
 CPU image uses, so the host environment never imports a framework."""
 import functools
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -94,6 +95,16 @@ def make_cell():
         cell.update(overrides)
         return cell
     return make
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pytorch_cache_in_the_test_run(tmp_path_factory):
+    """Importing torch._dynamo (every torch.optim step does) makes PyTorch's
+    compile cache, $TMPDIR/torchinductor_<user>. A cell of dlrepro's makes
+    it in its own temp dir, removed after; the tests that run a framework's
+    interpreter themselves would leave it in the machine's /tmp."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                          str(tmp_path_factory.mktemp("torchinductor")))
 
 
 @pytest.fixture(autouse=True)
