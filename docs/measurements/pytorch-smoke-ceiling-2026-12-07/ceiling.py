@@ -32,13 +32,14 @@ IMPORT = ("import time; t = time.perf_counter(); import torch, "
 MODES = ("fork", "group", "cell")
 
 
-def bench(out, mode):
-    """(whole command's seconds, its run folder)."""
+def bench(out, mode, root=ROOT):
+    """(whole command's seconds, its run folder): the suite run by the
+    checkout at `root`."""
     started = time.perf_counter()
-    subprocess.run([str(ROOT / ".venv" / "bin" / "invoke"), "bench",
+    subprocess.run([str(root / ".venv" / "bin" / "invoke"), "bench",
                     "--framework", "pytorch", "--suite", "smoke",
                     "--runtime", "native", "--isolation", mode,
-                    "--out", str(out)], cwd=ROOT, check=True,
+                    "--out", str(out)], cwd=root, check=True,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - started, (Path(out) / "latest").resolve()
 

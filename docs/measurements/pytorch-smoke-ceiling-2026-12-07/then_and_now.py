@@ -12,27 +12,15 @@ same, so neither makes its own. Then: group and cell (its default);
 now: group and fork (the default). The second round runs in reverse.
 """
 import argparse
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from ceiling import ROOT, bench
+
 sys.path.insert(0, str(ROOT))
 
 from dlrepro.bench import phases  # noqa: E402
 from dlrepro.run import store  # noqa: E402
-
-
-def bench(root, mode, out):
-    """(whole command's seconds, its run folder)."""
-    started = time.perf_counter()
-    subprocess.run([str(root / ".venv" / "bin" / "invoke"), "bench",
-                    "--framework", "pytorch", "--suite", "smoke",
-                    "--runtime", "native", "--isolation", mode,
-                    "--out", str(out)], cwd=root, check=True,
-                   stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started, (Path(out) / "latest").resolve()
 
 
 def main():
@@ -46,7 +34,7 @@ def main():
     for index in range(args.rounds):
         for name, root, mode in runs if index % 2 == 0 else runs[::-1]:
             whole, run_dir = bench(
-                root, mode, args.out / "{}-{}-{}".format(index, name, mode))
+                args.out / "{}-{}-{}".format(index, name, mode), mode, root)
             record, jobs = store.load_run(run_dir)
             [sweep] = phases.sweeps(jobs, record.get("resumed_at") or ())
             spent = sweep.spent
