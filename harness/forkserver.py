@@ -10,7 +10,8 @@ context, no JAX backend, no TensorFlow eager context or thread pool, no
 NVML session (device_held says so before each fork). For each spec path
 it forks a child that runs the cell exactly as `python -m harness run`
 does (its own model, warm-up, timing and result file, written the moment
-it ends), so no cell inherits what another built, ran or freed.
+it ends; its own temp dir, harness.celltemp), so no cell inherits what
+another built, ran, compiled or freed.
 
 The lines are the worker's, with the child's pid:
 
@@ -45,10 +46,12 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import weakref
 
-from . import allocator, collector, phases, procstat, resultfile, threads
+from . import allocator, celltemp, collector, phases, procstat, resultfile
+from . import threads
 from . import worker
 from .errors import Terminated
 from .gpu import nvml
@@ -268,28 +271,35 @@ class ForkServer(worker.Worker):
             return None
         self.cells_before.append(os.path.basename(out)[:-len(".json")])
         unsafe = fork_refusal(cell["framework"])
-        if unsafe:
-            worker.log_warning("not forking: {}; the cell runs in a process "
-                               "of its own".format(unsafe))
-            pid = self._spawn(spec_path, out)
-        else:
-            pid = self._fork(spec, cell, out, isolation)
-        return self._await(spec_path, pid, out, unsafe)
+        # The cell's temp dir, as a process of its own would have one.
+        shared = tempfile.gettempdir()
+        temp = celltemp.make(shared)
+        try:
+            if unsafe:
+                worker.log_warning("not forking: {}; the cell runs in a "
+                                   "process of its own".format(unsafe))
+                pid = self._spawn(spec_path, out, celltemp.environment(
+                    os.environ, shared, temp))
+            else:
+                pid = self._fork(spec, cell, out, isolation, (shared, temp))
+            return self._await(spec_path, pid, out, unsafe)
+        finally:
+            celltemp.remove(temp)
 
-    def _fork(self, spec, cell, out, isolation):
+    def _fork(self, spec, cell, out, isolation, temp):
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _child(self.parent["pid"], spec, cell, out, isolation)
+            _child(self.parent["pid"], spec, cell, out, isolation, temp)
         return pid
 
-    def _spawn(self, spec_path, out):
+    def _spawn(self, spec_path, out, env):
         """The cell as `python -m harness run`: where forking is unsafe."""
         parent = os.getpid()
         proc = subprocess.Popen(
             run_argv(spec_path, out), stdin=subprocess.DEVNULL, stdout=2,
-            preexec_fn=lambda: procstat.die_with_parent(parent))
+            env=env, preexec_fn=lambda: procstat.die_with_parent(parent))
         return proc.pid
 
     def _await(self, spec_path, pid, out, unsafe):
@@ -351,14 +361,16 @@ def disown_finalizers():
         finalizer.atexit = False
 
 
-def _child(parent, spec, cell, out, isolation):
-    """The forked child: the cell as `run` runs it, then exit without the
-    interpreter's teardown (as `run` leaves, harness.__main__.leave).
+def _child(parent, spec, cell, out, isolation, temp):
+    """The forked child: the cell as `run` runs it, in its own temp dir
+    (`temp`: the server's and the child's, celltemp), then exit without
+    the interpreter's teardown (as `run` leaves, harness.__main__.leave).
     Never returns into the server's loop."""
     phases.forked_now()
     disown_finalizers()
     status = 1
     try:
+        celltemp.enter(*temp)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # SIGTERM when the server dies: an orphaned cell writes what it

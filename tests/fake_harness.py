@@ -169,7 +169,7 @@ def fork_checked(fork):
     server holds: its threads, its NVML sessions (harness.gpu.nvml's count,
     and the fake NVML's own where a test gives it one), so that a test
     fails if the server ever holds a device across a fork."""
-    def checked(self, spec, cell, out, isolation):
+    def checked(self, spec, cell, out, isolation, temp):
         from harness import forkserver
         from harness.gpu import nvml
         held = {"threads": forkserver.thread_count(),
@@ -182,7 +182,7 @@ def fork_checked(fork):
                     "initialised"]
         sys.stderr.write(FORK_CHECK + json.dumps(held, sort_keys=True) + "\n")
         sys.stderr.flush()
-        return fork(self, spec, cell, out, isolation)
+        return fork(self, spec, cell, out, isolation, temp)
     return checked
 
 

@@ -16,7 +16,7 @@ import jsonschema
 import layer_reference as ref
 import pytest
 
-from harness import networks as nets
+from harness import celltemp, networks as nets
 
 TIMEOUT = 900
 
@@ -113,7 +113,11 @@ def run_cell(python, root, folder, cell):
     """Run `cell` through `python -m harness run`; its result."""
     spec, out = folder / "spec.json", folder / "result.json"
     spec.write_text(json.dumps({"cell": cell, "container": None}))
-    env = dict(os.environ, PYTHONPATH=str(root))
+    # As dlrepro runs a cell: a temp dir of its own (`folder`), where the
+    # framework keeps what it compiles.
+    env = {name: value for name, value in os.environ.items()
+           if name not in celltemp.CACHE_VARIABLES}
+    env.update(PYTHONPATH=str(root), TMPDIR=str(folder))
     proc = subprocess.run([python, "-s", "-m", "harness", "run", "--spec",
                            str(spec), "--out", str(out)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)

@@ -368,7 +368,8 @@ def test_torch_compile_without_a_compiler_is_unsupported(make_cell, tmp_path):
         [_python("pytorch"), "-s", "-m", "harness", "run", "--spec",
          str(tmp_path / "spec.json"), "--out", str(tmp_path / "out.json")],
         cwd=ROOT, capture_output=True, text=True, timeout=600,
-        env={"PATH": str(tmp_path), "PYTHONPATH": str(ROOT)})
+        env={"PATH": str(tmp_path), "PYTHONPATH": str(ROOT),
+             "TMPDIR": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads((tmp_path / "out.json").read_text())
     assert result["status"] == "unsupported"

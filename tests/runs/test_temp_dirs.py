@@ -18,6 +18,7 @@ import pytest
 from cli import invoke
 from dlrepro.run import runtimes, store
 from dlrepro.run.runtimes import tempdirs
+from harness import celltemp
 from groupcells import job
 from scripted import BENCH
 
@@ -54,6 +55,26 @@ def test_each_process_gets_its_own_and_its_end_removes_it(
     runtime.cleanup(second, tmp_path)
     assert left_in(host_tmp) == [os.path.basename(worker)]
     (host_tmp / worker / "left-by-a-child").write_text("")
+    runtime.worker_cleanup(first, tmp_path)
+    assert left_in(host_tmp) == []
+
+
+def test_a_cell_compiles_into_its_own_not_where_the_caller_caches(
+        monkeypatch, host_tmp, tmp_path):
+    # torch.compile's cache then lives in the cell's temp dir, empty at
+    # its start, as in a container.
+    monkeypatch.setattr(tempfile, "tempdir", str(host_tmp))
+    for name in celltemp.CACHE_VARIABLES:
+        monkeypatch.setenv(name, str(tmp_path / name))
+    runtime = runtimes.get("native", python=sys.executable)
+    first = job("fcn5", isolation="fork")
+    runtime.pythons[first.placement.target] = sys.executable
+    launch = runtime.launch(first, tmp_path)
+    worker = runtime.worker_launch(first, tmp_path, launch)
+    for env in (launch.env, worker.env):
+        assert not set(celltemp.CACHE_VARIABLES) & set(env)
+        assert env["TMPDIR"].startswith(str(host_tmp))
+    runtime.cleanup(first, tmp_path)
     runtime.worker_cleanup(first, tmp_path)
     assert left_in(host_tmp) == []
 

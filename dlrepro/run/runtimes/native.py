@@ -4,6 +4,8 @@ import os
 import shutil
 import subprocess
 
+from harness import celltemp
+
 from dlrepro import ROOT, matrix as matrix_mod
 from dlrepro.errors import UserError
 from dlrepro.images import envs
@@ -68,6 +70,11 @@ class Runtime(Base):
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONUNBUFFERED"] = "1"
         env["TMPDIR"] = self.temp_dirs.make(job.id)
+        # What a framework compiles is cached under the cell's temp dir,
+        # empty at its start, as in a container: not where a variable of
+        # the caller's would keep it across cells and runs.
+        for name in celltemp.CACHE_VARIABLES:
+            env.pop(name, None)
         watch = self.watches.start(job.id)
         return Launch(argv=[str(python)] + harness_args(job, run_dir),
                       env=env, cwd=str(ROOT),
