@@ -211,6 +211,20 @@ def make_ready(framework):
     return loaded, freeze_heap()
 
 
+def own_temp_dir():
+    """(the server's temp dir, a fresh one for the next cell inside it):
+    the cell's, as a process of its own would have one. None for the
+    cell's where it cannot be made: the cell then shares the server's,
+    and the log says why."""
+    shared = tempfile.gettempdir()
+    try:
+        return shared, celltemp.make(shared)
+    except OSError as exc:
+        worker.log_warning("no temp dir of its own for the cell ({}): it "
+                           "shares the server's".format(exc))
+        return shared, None
+
+
 def returncode(status):
     """os.waitpid's status as Popen's returncode (-N for signal N)."""
     if os.WIFSIGNALED(status):
@@ -271,20 +285,19 @@ class ForkServer(worker.Worker):
             return None
         self.cells_before.append(os.path.basename(out)[:-len(".json")])
         unsafe = fork_refusal(cell["framework"])
-        # The cell's temp dir, as a process of its own would have one.
-        shared = tempfile.gettempdir()
-        temp = celltemp.make(shared)
+        shared, temp = own_temp_dir()
         try:
             if unsafe:
                 worker.log_warning("not forking: {}; the cell runs in a "
                                    "process of its own".format(unsafe))
                 pid = self._spawn(spec_path, out, celltemp.environment(
-                    os.environ, shared, temp))
+                    os.environ, shared, temp) if temp else None)
             else:
                 pid = self._fork(spec, cell, out, isolation, (shared, temp))
             return self._await(spec_path, pid, out, unsafe)
         finally:
-            celltemp.remove(temp)
+            if temp:
+                celltemp.remove(temp)
 
     def _fork(self, spec, cell, out, isolation, temp):
         sys.stdout.flush()
@@ -370,7 +383,8 @@ def _child(parent, spec, cell, out, isolation, temp):
     disown_finalizers()
     status = 1
     try:
-        celltemp.enter(*temp)
+        if temp[1]:
+            celltemp.enter(*temp)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         # SIGTERM when the server dies: an orphaned cell writes what it

@@ -7,10 +7,11 @@ compiled in the server's temp dir."""
 import json
 import os
 import subprocess
+import tempfile
 
 import processes
 
-from harness import celltemp, worker
+from harness import celltemp, forkserver, worker
 from workercells import venv_python, write_spec
 
 WAIT_S = 600
@@ -39,6 +40,13 @@ def test_a_cells_folder_is_fresh_and_removed(tmp_path):
     open(os.path.join(first, "kernel.so"), "w").close()
     celltemp.remove(first)
     assert sorted(os.listdir(str(tmp_path))) == [os.path.basename(second)]
+
+
+def test_a_cell_shares_the_servers_where_none_of_its_own_can_be_made(
+        monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "gone"))
+    assert forkserver.own_temp_dir() == (str(tmp_path / "gone"), None)
+    assert "no temp dir of its own for the cell" in capsys.readouterr().err
 
 
 def test_a_forked_compile_cell_caches_nothing_in_the_servers_temp_dir(
