@@ -143,13 +143,11 @@ def _check_group(group, where, needs_networks):
     for key in ("threads", "gpus"):
         if key in group:
             _int_list(group, key, where)
-    for key, minimum in (("iterations", 1), ("warmup", 0), ("timeout_s", 1),
-                         ("repeat", 1)):
+    for key, minimum, maximum in (
+            ("iterations", 1, None), ("warmup", 0, None),
+            ("timeout_s", 1, None), ("repeat", 1, MAX_REPEAT)):
         if key in group:
-            _int(group[key], f"{where}: {key}", minimum)
-    if group.get("repeat", 1) > MAX_REPEAT:
-        raise UserError(f"{where}: repeat must be at most {MAX_REPEAT}, "
-                        f"got {group['repeat']}")
+            _int(group[key], f"{where}: {key}", minimum, maximum)
     if "frameworks" in group:
         _string_list(group, "frameworks", where)
     if "clock_policy" in group:
@@ -167,9 +165,11 @@ def _check_group(group, where, needs_networks):
     return group
 
 
-def _int(value, what, minimum=1):
+def _int(value, what, minimum=1, maximum=None):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UserError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    if maximum is not None and value > maximum:
+        raise UserError(f"{what} must be at most {maximum}, got {value}")
 
 
 def _int_list(group, key, where):
