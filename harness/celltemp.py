@@ -30,10 +30,16 @@ PREFIX = "dlrepro-cell-"
 CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 
 
-def make(shared=None):
-    """A fresh folder for one cell inside `shared` (this process's temp
-    dir by default)."""
-    return tempfile.mkdtemp(prefix=PREFIX, dir=shared or tempfile.gettempdir())
+def make(shared):
+    """A fresh folder for one cell inside `shared`."""
+    return tempfile.mkdtemp(prefix=PREFIX, dir=shared)
+
+
+def without_caches(environ):
+    """A copy of `environ` without the cache variables: what a cell of its
+    own starts with, so that the framework caches in its temp dir."""
+    return {name: value for name, value in environ.items()
+            if name not in CACHE_VARIABLES}
 
 
 def environment(environ, shared, folder):
@@ -53,10 +59,7 @@ def environment(environ, shared, folder):
 def enter(shared, folder):
     """Make `folder` this process's temp dir (a forked child's, at its
     start): its environment as `environment` says, and Python's tempfile."""
-    new = environment(os.environ, shared, folder)
-    for name, value in new.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
+    os.environ.update(environment(os.environ, shared, folder))
     tempfile.tempdir = folder
 
 

@@ -115,8 +115,7 @@ def run_cell(python, root, folder, cell):
     spec.write_text(json.dumps({"cell": cell, "container": None}))
     # As dlrepro runs a cell: a temp dir of its own (`folder`), where the
     # framework keeps what it compiles.
-    env = {name: value for name, value in os.environ.items()
-           if name not in celltemp.CACHE_VARIABLES}
+    env = celltemp.without_caches(os.environ)
     env.update(PYTHONPATH=str(root), TMPDIR=str(folder))
     proc = subprocess.run([python, "-s", "-m", "harness", "run", "--spec",
                            str(spec), "--out", str(out)], cwd=root, env=env,

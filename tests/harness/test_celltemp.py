@@ -60,8 +60,7 @@ def test_a_forked_compile_cell_caches_nothing_in_the_servers_temp_dir(
     spec = write_spec(tmp_path, "a", cell)
     # As natively: no cache variable of the caller's, the server's own
     # temp dir.
-    env = {name: value for name, value in os.environ.items()
-           if name not in celltemp.CACHE_VARIABLES}
+    env = celltemp.without_caches(os.environ)
     env["TMPDIR"] = str(shared)
     with open(str(tmp_path / "log"), "w") as err:
         proc = processes.start(

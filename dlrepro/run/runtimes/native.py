@@ -65,16 +65,14 @@ class Runtime(Base):
 
     def launch(self, job, run_dir):
         python = self.pythons[job.placement.target]
-        env = dict(os.environ)
+        # What a framework compiles is cached under the cell's temp dir,
+        # empty at its start, as in a container: not where a variable of
+        # the caller's would keep it across cells and runs.
+        env = celltemp.without_caches(os.environ)
         # The repository's harness, not any installed copy.
         env["PYTHONPATH"] = str(ROOT)
         env["PYTHONUNBUFFERED"] = "1"
         env["TMPDIR"] = self.temp_dirs.make(job.id)
-        # What a framework compiles is cached under the cell's temp dir,
-        # empty at its start, as in a container: not where a variable of
-        # the caller's would keep it across cells and runs.
-        for name in celltemp.CACHE_VARIABLES:
-            env.pop(name, None)
         watch = self.watches.start(job.id)
         return Launch(argv=[str(python)] + harness_args(job, run_dir),
                       env=env, cwd=str(ROOT),
