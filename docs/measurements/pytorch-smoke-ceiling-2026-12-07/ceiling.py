@@ -44,9 +44,15 @@ def bench(out, mode, root=ROOT):
     return time.perf_counter() - started, (Path(out) / "latest").resolve()
 
 
-def row(mode, whole, run_dir, import_s):
+def sweep_of(run_dir):
+    """The run's one sweep (dlrepro.bench.phases.Sweep)."""
     record, jobs = store.load_run(run_dir)
     [sweep] = phases.sweeps(jobs, record.get("resumed_at") or ())
+    return sweep
+
+
+def row(mode, whole, run_dir, import_s):
+    sweep = sweep_of(run_dir)
     spent = sweep.spent
     measured = sweep.measured_s
     builds = spent.get("model build", 0.0)

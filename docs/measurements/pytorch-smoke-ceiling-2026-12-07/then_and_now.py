@@ -12,15 +12,9 @@ same, so neither makes its own. Then: group and cell (its default);
 now: group and fork (the default). The second round runs in reverse.
 """
 import argparse
-import sys
 from pathlib import Path
 
-from ceiling import ROOT, bench
-
-sys.path.insert(0, str(ROOT))
-
-from dlrepro.bench import phases  # noqa: E402
-from dlrepro.run import store  # noqa: E402
+from ceiling import ROOT, bench, sweep_of
 
 
 def main():
@@ -35,8 +29,7 @@ def main():
         for name, root, mode in runs if index % 2 == 0 else runs[::-1]:
             whole, run_dir = bench(
                 args.out / "{}-{}-{}".format(index, name, mode), mode, root)
-            record, jobs = store.load_run(run_dir)
-            [sweep] = phases.sweeps(jobs, record.get("resumed_at") or ())
+            sweep = sweep_of(run_dir)
             spent = sweep.spent
             print("{:4s} {:5s} whole {:5.1f} s, measured {:4.1f} s (warm-up "
                   "{:4.1f}, timed {:4.1f}), fraction {:.2f}, builds {:.1f} s"
